@@ -1,0 +1,111 @@
+"""Builds Parley's parts from the configuration."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from core.agent import Conversation
+from core.config import ParleyConfig
+from core.loop import LoopConfig
+from core.providers import Provider, build_provider
+from core.providers.base import ProviderSettings
+from core.tools.base import Approver, ToolContext, ToolRegistry
+from core.tools.executor import ToolExecutor
+from core.tools.policy import ToolPolicy
+
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal"}
+
+
+def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegistry:
+    """Built-in tools plus the team's CLI tools from tools.yaml (if the file exists)."""
+    from core.tools.builtin import builtin_tools
+    from core.tools.cli import load_cli_tools
+
+    registry = ToolRegistry(builtin_tools())
+    path = config.tools_path()
+    if path is not None and path.exists():
+        for tool in load_cli_tools(path, environ):
+            registry.add(tool)
+    return registry
+
+
+@dataclass(slots=True)
+class App:
+    """Everything built once per process from config."""
+
+    config: ParleyConfig
+    environ: Mapping[str, str]
+    registry: ToolRegistry
+    providers: dict[str, Provider] = field(default_factory=dict)
+
+    def settings(self, name: str) -> ProviderSettings:
+        return self.config.providers[name].settings(name, self.environ)
+
+    def provider(self, name: str) -> Provider:
+        if name not in self.providers:
+            self.providers[name] = build_provider(self.settings(name))
+        return self.providers[name]
+
+    def provider_problem(self, name: str, *, probe: bool = True) -> str | None:
+        """Why provider `name` cannot be used right now, or None."""
+        cfg, settings = self.config.providers[name], self.settings(name)
+        url = urlsplit(settings.base_url)
+        host = url.hostname or ""
+        if cfg.api_key_env and not settings.api_key and host not in LOCAL_HOSTS:
+            return f"{cfg.api_key_env} is not set"
+        if not probe:
+            return None
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            socket.create_connection((host, port), timeout=3).close()
+        except OSError as exc:
+            return f"cannot reach {settings.base_url} ({exc.strerror or exc})"
+        return None
+
+    def choose_provider(self, wanted: str | None = None) -> tuple[str | None, dict[str, str]]:
+        """The wanted (or default) provider if usable, else the first usable one."""
+        first = wanted or self.config.default_provider
+        order = [first, *(n for n in self.config.providers if n != first)]
+        problems: dict[str, str] = {}
+        for name in order:
+            problem = self.provider_problem(name)
+            if problem is None:
+                return name, problems
+            problems[name] = problem
+            if wanted:
+                break
+        return None, problems
+
+    def how_to_configure(self) -> str:
+        """The exact environment variables a user can set to get a working provider."""
+        lines = []
+        for name, cfg in self.config.providers.items():
+            names = [v for v in (cfg.api_key_env, cfg.base_url_env, cfg.model_env) if v]
+            if names:
+                lines.append(f"  {name} ({cfg.kind}): " + ", ".join(names))
+        return "\n".join(lines)
+
+    def conversation(self, provider_name: str, approver: Approver | None) -> Conversation:
+        agent = self.config.agent
+        executor = ToolExecutor(
+            self.registry,
+            ToolPolicy(session="interactive", approver=approver),
+            ToolContext(sandbox=self.config.tools),
+        )
+        return Conversation(
+            provider=self.provider(provider_name),
+            executor=executor,
+            system_prompt=agent.system_prompt,
+            loop_config=LoopConfig(
+                max_iterations=agent.max_iterations,
+                cancel_grace=agent.cancel_grace_seconds,
+                parallel_reads=agent.parallel_read_tools,
+            ),
+        )
+
+    async def aclose(self) -> None:
+        for provider in self.providers.values():
+            await provider.aclose()

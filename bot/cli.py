@@ -1,0 +1,113 @@
+"""The `parley` command. Heavy modules are imported only by the sub-command that needs them,
+so `parley --version` starts fast."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bot.app import App
+
+EXIT_CONFIG = 2
+
+
+def _version() -> str:
+    try:
+        return metadata.version("parley")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "0.0.0+local"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parley", description="An LLM agent for team chat.")
+    parser.add_argument("--version", action="version", version=f"parley {_version()}")
+    parser.add_argument(
+        "--config", type=Path, help="config file (default: $PARLEY_CONFIG, else ./config.toml)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    chat = sub.add_parser("chat", help="talk to the agent in this terminal")
+    chat.add_argument("-m", "--message", help="run one turn non-interactively and print the answer")
+    chat.add_argument("--provider", help="provider name from config.toml")
+    run = sub.add_parser("run", help="start every enabled channel (the console if none)")
+    run.add_argument("--provider", help="provider name from config.toml")
+    return parser
+
+
+def _config_path(arg: Path | None) -> Path:
+    if arg is not None:
+        return arg
+    if env := os.environ.get("PARLEY_CONFIG"):
+        return Path(env)
+    return Path("config.toml")
+
+
+def _fail(message: str, code: int = EXIT_CONFIG) -> int:
+    sys.stderr.write(f"parley: {message}\n")
+    return code
+
+
+def _build_app(config_path: Path) -> App:
+    from bot.app import App, build_registry
+    from core.config import load_config
+
+    config = load_config(config_path)
+    environ = dict(os.environ)
+    return App(config, environ, build_registry(config, environ))
+
+
+async def _chat(app: App, provider_name: str, message: str | None) -> int:
+    from channels.console import ConsoleApprover, LineReader, run_interactive, run_one_shot
+
+    timeout = app.config.agent.approval_timeout_seconds
+    try:
+        if message is not None:
+            reader = LineReader() if sys.stdin.isatty() else None
+            approver = ConsoleApprover(reader, sys.stderr, timeout)
+            return await run_one_shot(app.conversation(provider_name, approver), message)
+        reader = LineReader()
+        approver = ConsoleApprover(reader, sys.stderr, timeout)
+        return await run_interactive(app.conversation(provider_name, approver), reader)
+    finally:
+        await app.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from core.errors import ConfigError
+
+    try:
+        app = _build_app(_config_path(args.config))
+    except ConfigError as exc:
+        return _fail(f"configuration problem\n{exc}")
+    wanted = args.provider
+    if wanted and wanted not in app.config.providers:
+        known = ", ".join(app.config.providers)
+        return _fail(f"unknown provider `{wanted}`; configured providers: {known}")
+    name, problems = app.choose_provider(wanted)
+    if name is None:
+        details = "\n".join(f"  {n}: {p}" for n, p in problems.items())
+        return _fail(
+            "no LLM provider is usable:\n"
+            f"{details}\n"
+            "Set the variables of at least one provider (see config.toml):\n"
+            f"{app.how_to_configure()}\n"
+            "e.g. export OPENAI_API_KEY=sk-…   or, for a local OpenAI-compatible server,\n"
+            "     export OPENAI_BASE_URL=http://localhost:11434/v1 OPENAI_MODEL=llama3.1"
+        )
+    if problems:
+        sys.stderr.write(f"parley: using provider `{name}` ({'; '.join(problems.values())})\n")
+    message = args.message if args.command == "chat" else None
+    try:
+        return asyncio.run(_chat(app, name, message))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""The terminal channel: `parley chat` (interactive) and `parley chat -m` (one turn).
+
+The answer streams to stdout; tool activity, reasoning and notices go to stderr, so
+`parley chat -m "…" > answer.txt` captures only the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import threading
+from typing import TextIO
+
+from core.agent import Conversation
+from core.errors import ContextLimitExceeded, ProviderError
+from core.events import (
+    LoopEvent,
+    Notice,
+    ReasoningDelta,
+    StreamRestarted,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
+
+DIM, RESET = "\x1b[2m", "\x1b[0m"
+HELP = "Type a message. Ctrl-C cancels the running turn; /exit (or Ctrl-D) quits."
+
+
+def _one_line(text: str, width: int = 100) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class ConsoleRenderer:
+    """An event sink that draws a turn in the terminal."""
+
+    def __init__(self, out: TextIO, err: TextIO, *, stream_text: bool, color: bool) -> None:
+        self.out, self.err = out, err
+        self.stream_text = stream_text
+        self.color = color
+        self.at_line_start = True
+
+    def _dim(self, text: str) -> str:
+        return f"{DIM}{text}{RESET}" if self.color else text
+
+    def _err_line(self, text: str) -> None:
+        if not self.at_line_start:
+            self.out.write("\n")
+            self.out.flush()
+            self.at_line_start = True
+        self.err.write(text + "\n")
+        self.err.flush()
+
+    def __call__(self, event: LoopEvent) -> None:
+        match event:
+            case TextDelta(text=text) if self.stream_text:
+                self.out.write(text)
+                self.out.flush()
+                self.at_line_start = text.endswith("\n")
+            case ReasoningDelta(text=text) if self.stream_text:
+                self.err.write(self._dim(text))
+                self.err.flush()
+            case ToolStarted(call=call, category=category):
+                tag = "" if category == "read" else f" [{category}]"
+                self._err_line(self._dim(f"→ {call.name}{tag} {_one_line(call.arguments, 80)}"))
+            case ToolFinished(call=call, result=result, duration=duration):
+                mark = "✗" if result.is_error else "✓"
+                summary = _one_line(result.content, 90) or "(no output)"
+                self._err_line(self._dim(f"  {mark} {call.name} {duration:.1f}s: {summary}"))
+            case StreamRestarted(attempt=attempt, reason=reason, delay=delay, discard=discard):
+                note = (
+                    "; discarding the partial answer above" if discard and self.stream_text else ""
+                )
+                self._err_line(f"⟳ retry {attempt} in {delay:.1f}s ({_one_line(reason, 80)}){note}")
+            case Notice(text=text):
+                self._err_line(text)
+            case _:
+                pass
+
+    def finish(self) -> None:
+        if not self.at_line_start:
+            self.out.write("\n")
+            self.out.flush()
+            self.at_line_start = True
+
+
+class LineReader:
+    """Reads stdin lines on a daemon thread, so the event loop stays free for Ctrl-C."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        threading.Thread(target=self._pump, name="stdin", daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in sys.stdin:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, line.rstrip("\n"))
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
+
+    async def readline(self, prompt: str, err: TextIO) -> str | None:
+        err.write(prompt)
+        err.flush()
+        return await self._queue.get()
+
+
+class ConsoleApprover:
+    """Asks y/n in the terminal; no answer within the timeout (or no terminal) = denied."""
+
+    def __init__(self, reader: LineReader | None, err: TextIO, timeout: float) -> None:
+        self.reader, self.err, self.timeout = reader, err, timeout
+
+    async def __call__(self, tool: str, summary: str, reason: str) -> bool:
+        if self.reader is None:
+            self.err.write(f"denied {tool}: {reason}; no one is at a terminal to approve it\n")
+            return False
+        prompt = f"\n⚠ {reason}\n  {_one_line(summary, 200)}\n  allow? [y/N] "
+        try:
+            async with asyncio.timeout(self.timeout):
+                answer = await self.reader.readline(prompt, self.err)
+        except TimeoutError:
+            self.err.write("\n  no answer: denied\n")
+            return False
+        return (answer or "").strip().lower() in ("y", "yes")
+
+
+def _report_failure(exc: BaseException, err: TextIO) -> None:
+    if isinstance(exc, ContextLimitExceeded | ProviderError):
+        err.write(f"error: {exc}\n")
+    else:
+        err.write(f"error: {type(exc).__name__}: {exc}\n")
+    err.flush()
+
+
+async def run_one_shot(conversation: Conversation, message: str) -> int:
+    """`parley chat -m`: one turn; only the final answer goes to stdout."""
+    renderer = ConsoleRenderer(sys.stdout, sys.stderr, stream_text=False, color=False)
+    try:
+        outcome = await conversation.turn(message, renderer)
+    except (ProviderError, ContextLimitExceeded) as exc:
+        _report_failure(exc, sys.stderr)
+        return 1
+    sys.stdout.write(outcome.text.rstrip("\n") + "\n")
+    sys.stdout.flush()
+    return 0 if outcome.reason == "final" else 1
+
+
+async def run_interactive(conversation: Conversation, reader: LineReader) -> int:
+    """`parley chat`: a REPL; Ctrl-C cancels the running turn, not the program."""
+    color = sys.stdout.isatty()
+    renderer = ConsoleRenderer(sys.stdout, sys.stderr, stream_text=True, color=color)
+    loop = asyncio.get_running_loop()
+    running: list[asyncio.Task[object]] = []
+
+    def on_sigint() -> None:
+        if running and not running[0].done():
+            running[0].cancel()  # a second Ctrl-C cancels again: force
+        else:
+            sys.stderr.write("\n(type /exit or press Ctrl-D to quit)\nyou> ")
+            sys.stderr.flush()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    sys.stderr.write(HELP + "\n")
+    try:
+        while (line := await reader.readline("you> ", sys.stderr)) is not None:
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/exit", "/quit"):
+                break
+            task: asyncio.Task[object] = asyncio.create_task(conversation.turn(text, renderer))
+            running[:] = [task]
+            await asyncio.wait({task})
+            renderer.finish()
+            if task.cancelled():
+                sys.stderr.write("(cancelled)\n")
+            elif (exc := task.exception()) is not None:
+                _report_failure(exc, sys.stderr)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+    return 0

@@ -1,0 +1,1 @@
+"""Parley: a self-hosted LLM agent that lives in team chat."""

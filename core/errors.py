@@ -1,0 +1,100 @@
+"""Parley's one error tree. Vendor exceptions are mapped into it at the edge.
+
+ParleyError
+├── ConfigError                 bad config.toml / tools.yaml: names key, problem and fix
+├── ProviderError               an LLM call failed (.retryable, .retry_after, .status)
+│   ├── ProviderAuthError       401/403: wrong or missing key; never retried
+│   ├── ProviderRateLimited     429; retried honouring Retry-After
+│   ├── ProviderUnavailable     5xx, connect/read timeouts, a cut stream; retried
+│   └── ContextLengthError      the provider says the prompt is too long
+├── ContextLimitExceeded        our own pre-flight estimate is over the hard limit
+├── ToolError                   a tool could not run (turned into an error result)
+│   ├── ToolValidationError     arguments failed the tool's schema
+│   ├── ToolDenied              blocked by policy, blocklist, path rules or an approver
+│   └── ToolTimeout             killed after its timeout
+└── ChannelError                a chat platform refused or failed a call
+"""
+
+from __future__ import annotations
+
+
+class ParleyError(Exception):
+    """Base of every error Parley raises on purpose."""
+
+
+class ConfigError(ParleyError):
+    """A configuration problem, phrased for a human: which key, what is wrong, how to fix it."""
+
+    def __init__(self, key: str, problem: str, fix: str, *, source: str = "config.toml") -> None:
+        self.key, self.problem, self.fix, self.source = key, problem, fix, source
+        super().__init__(f"{source}: `{key}`: {problem}\n  fix: {fix}")
+
+
+class ProviderError(ParleyError):
+    """An LLM call failed. `retryable` says whether trying again can help."""
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class ProviderAuthError(ProviderError):
+    """The provider rejected the credentials (401/403)."""
+
+
+class ProviderRateLimited(ProviderError):
+    """429 Too Many Requests."""
+
+    retryable = True
+
+
+class ProviderUnavailable(ProviderError):
+    """5xx, a timeout, a refused connection or a stream cut short."""
+
+    retryable = True
+
+
+class ContextLengthError(ProviderError):
+    """The provider refused the request because the prompt exceeds its context window."""
+
+
+class ContextLimitExceeded(ParleyError):
+    """The estimated prompt is still above the hard limit after every recovery."""
+
+    def __init__(self, estimated_tokens: int, limit_tokens: int) -> None:
+        self.estimated_tokens, self.limit_tokens = estimated_tokens, limit_tokens
+        super().__init__(
+            f"context limit exceeded: about {estimated_tokens} tokens, limit {limit_tokens}"
+        )
+
+
+class ToolError(ParleyError):
+    """A tool could not produce a result. The loop turns it into an error result."""
+
+
+class ToolValidationError(ToolError):
+    """The model's arguments do not fit the tool's schema."""
+
+
+class ToolDenied(ToolError):
+    """Policy, the blocklist, a path boundary or an approver refused the call."""
+
+
+class ToolTimeout(ToolError):
+    """The tool ran past its timeout and its process group was killed."""
+
+
+class ChannelError(ParleyError):
+    """A chat platform refused or failed a call."""

@@ -1,0 +1,125 @@
+"""Events: what providers stream and what the loop emits to its caller.
+
+Small frozen dataclasses with a literal `kind`, consumed with `match`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from core.messages import Message, ToolCall
+
+# ---- provider stream events -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+    kind: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of tool call `index`; `id` and `name` come with the first fragment."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+    kind: Literal["tool_call_delta"] = "tool_call_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+    estimated: bool = False
+    kind: Literal["usage"] = "usage"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRestarted:
+    """The call failed transiently and is retried after `delay` seconds.
+
+    `discard` is true when the failed attempt already streamed output: the caller must
+    drop what it showed of it.
+    """
+
+    attempt: int
+    reason: str
+    delay: float
+    discard: bool
+    kind: Literal["stream_restarted"] = "stream_restarted"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDone:
+    """The complete assistant message; always the last event of a stream."""
+
+    message: Message
+    stop_reason: str
+    usage: Usage | None
+    kind: Literal["done"] = "done"
+
+
+StreamEvent = TextDelta | ReasoningDelta | ToolCallDelta | Usage | StreamRestarted | StreamDone
+
+# ---- loop events --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LLMCallStarted:
+    iteration: int
+    provider: str
+    model: str
+    kind: Literal["llm_call"] = "llm_call"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    call: ToolCall
+    category: str
+    kind: Literal["tool_started"] = "tool_started"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    call: ToolCall
+    result: Message
+    duration: float
+    kind: Literal["tool_finished"] = "tool_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A line for the human (limits hit, empty turns, cancellation)."""
+
+    text: str
+    level: Literal["info", "warning", "error"] = "info"
+    kind: Literal["notice"] = "notice"
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """A structured observability event (SPEC §11), e.g. `agent.tool.retry`."""
+
+    name: str
+    data: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["observed"] = "observed"
+
+
+LoopEvent = StreamEvent | LLMCallStarted | ToolStarted | ToolFinished | Notice | Observed
+
+EventSink = Callable[[LoopEvent], None]
+
+
+def discard(_event: LoopEvent) -> None:
+    """An event sink that ignores everything."""

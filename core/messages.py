@@ -1,0 +1,72 @@
+"""The one internal message model every provider translates to and from.
+
+Messages are frozen: a message's token count is computed once and cached on it,
+so the pre-flight context check costs O(new messages), not O(history).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(BaseModel):
+    """One tool call requested by the model; `arguments` is the raw JSON text it sent."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded from JSON (raises `json.JSONDecodeError` if malformed)."""
+        return json.loads(self.arguments or "{}")
+
+
+class Message(BaseModel):
+    """A chat message.
+
+    Assistant messages may carry `tool_calls` and reasoning; provider-specific
+    reasoning blocks (Anthropic thinking with signatures) are kept verbatim in
+    `reasoning_blocks` so they can be sent back unchanged. Tool messages carry
+    `tool_call_id`, the tool's `name` and `is_error`.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""
+    reasoning_blocks: tuple[dict[str, Any], ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    is_error: bool = False
+
+    _tokens: int | None = PrivateAttr(default=None)
+
+    @classmethod
+    def system(cls, text: str) -> Message:
+        return cls(role="system", content=text)
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        return cls(role="user", content=text)
+
+    @classmethod
+    def assistant(cls, text: str, tool_calls: tuple[ToolCall, ...] = ()) -> Message:
+        return cls(role="assistant", content=text, tool_calls=tool_calls)
+
+    @classmethod
+    def tool_result(cls, call: ToolCall, text: str, *, is_error: bool = False) -> Message:
+        return cls(
+            role="tool", content=text, tool_call_id=call.id, name=call.name, is_error=is_error
+        )
+
+
+CANCELLED_RESULT = "operation cancelled by user"

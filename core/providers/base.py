@@ -1,0 +1,270 @@
+"""What every provider shares: HTTP + SSE streaming, retries, error mapping, fragment merging.
+
+A provider subclass only knows its wire format: how to build the request body from our
+messages (`build_body`) and how to turn one SSE event into stream events (`parse`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource, SSEError
+
+from core.clock import Clock, SystemClock
+from core.errors import (
+    ContextLengthError,
+    ProviderAuthError,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderUnavailable,
+)
+from core.events import (
+    ReasoningDelta,
+    StreamDone,
+    StreamEvent,
+    StreamRestarted,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from core.messages import Message, ToolCall
+from core.tools.base import ToolSpec
+
+CONTEXT_LENGTH_MARKERS = (
+    "context_length",
+    "context length",
+    "maximum context",
+    "prompt is too long",
+    "too many tokens",
+)
+REASONING_MARKERS = ("reasoning", "thinking", "thought")
+
+
+def is_reasoning_key(key: str) -> bool:
+    lowered = key.lower()
+    return any(marker in lowered for marker in REASONING_MARKERS)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSettings:
+    """One configured endpoint: wire format, URL, credentials, model and limits."""
+
+    name: str
+    kind: str
+    base_url: str
+    model: str
+    api_key: str | None = None
+    context_window: int = 8192
+    max_output_tokens: int = 4096
+    temperature: float | None = None
+    timeout: float = 120.0
+    max_retries: int = 3
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class MessageBuilder:
+    """Accumulates one streamed assistant turn; tool-call fragments are merged by index."""
+
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    reasoning_blocks: list[dict[str, Any]] = field(default_factory=list)
+    calls: dict[int, list[str]] = field(default_factory=dict)  # index -> [id, name, args...]
+    index_map: dict[int, int] = field(default_factory=dict)  # wire item index -> call index
+    reasoning_index: dict[int, int] = field(default_factory=dict)  # wire index -> block
+    stop_reason: str = ""
+    usage: Usage | None = None
+    finished: bool = False
+
+    def add(self, event: StreamEvent) -> None:
+        match event:
+            case TextDelta(text=text):
+                self.text.append(text)
+            case ReasoningDelta(text=text):
+                self.reasoning.append(text)
+            case ToolCallDelta(index=index, id=call_id, name=name, arguments=args):
+                parts = self.calls.setdefault(index, ["", ""])
+                if call_id:
+                    parts[0] = call_id
+                if name:
+                    parts[1] = name
+                if args:
+                    parts.append(args)
+            case Usage():
+                self.usage = event
+            case _:
+                pass
+
+    def has_output(self) -> bool:
+        return bool(self.text or self.calls or self.reasoning)
+
+    def message(self) -> Message:
+        calls = tuple(
+            ToolCall(id=p[0] or f"call_{i}", name=p[1], arguments="".join(p[2:]) or "{}")
+            for i, p in sorted(self.calls.items())
+        )
+        return Message(
+            role="assistant",
+            content="".join(self.text),
+            tool_calls=calls,
+            reasoning="".join(self.reasoning),
+            reasoning_blocks=tuple(self.reasoning_blocks),
+        )
+
+
+def error_from_response(status: int, body: str, headers: httpx.Headers) -> ProviderError:
+    """Map an HTTP error answer to our error tree."""
+    detail = _error_detail(body)
+    message = f"HTTP {status}: {detail}"
+    if status in (401, 403):
+        return ProviderAuthError(message, status=status)
+    if status == 429:
+        return ProviderRateLimited(message, status=status, retry_after=_retry_after(headers))
+    if status in (408, 409, 425) or status >= 500:
+        return ProviderUnavailable(message, status=status, retry_after=_retry_after(headers))
+    if any(marker in detail.lower() for marker in CONTEXT_LENGTH_MARKERS):
+        return ContextLengthError(message, status=status)
+    return ProviderError(message, status=status)
+
+
+def _error_detail(body: str) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body[:500] or "(empty body)"
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("type") or error)[:500]
+    return str(error)[:500]
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    for key, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(key)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) * scale)
+        except ValueError:
+            continue  # an HTTP date: fall back to our own backoff
+    return None
+
+
+def backoff_delay(attempt: int, retry_after: float | None, *, base: float = 1.0) -> float:
+    """Exponential backoff with full jitter; a server's Retry-After wins (capped at 60 s)."""
+    if retry_after is not None:
+        return min(retry_after, 60.0) + random.uniform(0, 0.1)
+    return float(min(base * 2**attempt, 30.0) * random.uniform(0.5, 1.0))
+
+
+class Provider(ABC):
+    """An LLM endpoint that streams one assistant turn at a time."""
+
+    path: str = ""
+
+    def __init__(
+        self,
+        settings: ProviderSettings,
+        client: httpx.AsyncClient | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock: Clock = clock or SystemClock()
+        self._client = client
+        self._owns_client = client is None
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def model(self) -> str:
+        return self.settings.model
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            timeout = httpx.Timeout(self.settings.timeout, connect=10.0)
+            self._client = httpx.AsyncClient(timeout=timeout)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._owns_client:
+            await self._client.aclose()
+            self._client = None
+
+    @abstractmethod
+    def build_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
+        """The JSON request body for this wire format."""
+
+    @abstractmethod
+    def headers(self) -> dict[str, str]:
+        """Authentication and version headers."""
+
+    @abstractmethod
+    def parse(self, event: str, data: str, acc: MessageBuilder) -> list[StreamEvent]:
+        """Turn one SSE event into stream events; set `acc.finished` at the end of the turn."""
+
+    def url(self) -> str:
+        return self.settings.base_url.rstrip("/") + self.path
+
+    async def stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Stream one assistant turn, retrying transient failures; ends with `StreamDone`.
+
+        A stream cut after some output is retried too: `StreamRestarted` tells the caller
+        to discard what it showed of the failed attempt.
+        """
+        body = self.build_body(messages, tools)
+        attempt = 0
+        while True:
+            acc = MessageBuilder()
+            try:
+                async for event in self._stream_once(body, acc):
+                    yield event
+                yield StreamDone(acc.message(), acc.stop_reason or "stop", acc.usage)
+                return
+            except ProviderError as exc:
+                if not exc.retryable or attempt >= self.settings.max_retries:
+                    raise
+                delay = backoff_delay(attempt, exc.retry_after)
+                attempt += 1
+                yield StreamRestarted(attempt, str(exc), delay, acc.has_output())
+                await self.clock.sleep(delay)
+
+    async def _stream_once(
+        self, body: dict[str, Any], acc: MessageBuilder
+    ) -> AsyncIterator[StreamEvent]:
+        headers = {"Accept": "text/event-stream", **self.headers(), **self.settings.headers}
+        try:
+            async with self.client.stream("POST", self.url(), json=body, headers=headers) as resp:
+                if resp.status_code >= 400:
+                    raw = (await resp.aread()).decode("utf-8", "replace")
+                    raise error_from_response(resp.status_code, raw, resp.headers)
+                async for sse in EventSource(resp).aiter_sse():
+                    for event in self.parse(sse.event, sse.data, acc):
+                        acc.add(event)
+                        yield event
+                    if acc.finished:
+                        return
+        except httpx.TimeoutException as exc:
+            raise ProviderUnavailable(f"timed out talking to {self.name}: {exc!r}") from exc
+        except (httpx.TransportError, SSEError) as exc:
+            raise ProviderUnavailable(f"connection to {self.name} failed: {exc!r}") from exc
+        raise ProviderUnavailable(f"{self.name} ended the stream before the turn was complete")
+
+
+def decode_json(data: str, provider: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise ProviderUnavailable(
+            f"{provider} sent a malformed stream event: {data[:200]}"
+        ) from exc

