@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -90,8 +90,8 @@ class ToolContext:
 class Tool(ABC):
     """Base of every tool. Subclasses set the class attributes and implement `run`."""
 
-    name: ClassVar[str] = ""
-    description: ClassVar[str] = ""
+    name: str = ""
+    description: str = ""
     category: Category = "read"
     params: type[BaseModel]
     timeout: float | None = None  # None: the sandbox default

@@ -1,0 +1,64 @@
+"""Small real tools used to drive the loop (real implementations of the Tool contract)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pydantic import BaseModel, Field
+
+from core.tools.base import Category, Tool, ToolContext, ToolResult
+
+
+class EchoArgs(BaseModel):
+    text: str = Field(description="What to echo")
+
+
+class EchoTool(Tool):
+    name: str = "echo"
+    description: str = "Echo the text back."
+    category: Category = "read"
+    params = EchoArgs
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        assert isinstance(args, EchoArgs)
+        return ToolResult(f"echo: {args.text}")
+
+
+class FailingTool(Tool):
+    name: str = "explode"
+    description: str = "Always raises."
+    category: Category = "read"
+    params = EchoArgs
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        raise RuntimeError("disk on fire")
+
+
+class SleepArgs(BaseModel):
+    seconds: float
+
+
+class SleepTool(Tool):
+    """Sleeps; records start/end times and whether it was cancelled."""
+
+    description: str = "Sleep a while."
+    params = SleepArgs
+
+    def __init__(self, name: str = "sleep_read", category: Category = "read") -> None:
+        self.name = name
+        self.category = category
+        self.spans: list[tuple[float, float]] = []
+        self.cancelled = 0
+        self.started = asyncio.Event()
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        assert isinstance(args, SleepArgs)
+        start = time.perf_counter()
+        self.started.set()
+        try:
+            await asyncio.sleep(args.seconds)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        self.spans.append((start, time.perf_counter()))
+        return ToolResult(f"slept {args.seconds}")

@@ -1,0 +1,191 @@
+"""Wire tests for each provider against the fake LLM: streaming, fragment merging,
+retries honouring Retry-After, permanent errors, cut streams, thinking blocks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.clock import FakeClock
+from core.errors import ContextLengthError, ProviderAuthError, ProviderError, ProviderUnavailable
+from core.events import StreamDone, StreamEvent, StreamRestarted, TextDelta, ToolCallDelta, Usage
+from core.messages import Message
+from core.providers.base import backoff_delay
+from core.tools.base import ToolSpec
+from tests.conftest import provider_for
+from tests.fakes.llm import Fault, FakeLLM, Reply, ToolCallSpec
+
+KINDS = ["openai_chat", "openai_responses", "anthropic"]
+TOOLS = (ToolSpec("lookup", "Look a thing up.", {"type": "object", "properties": {}}),)
+
+
+async def collect(provider: object, messages: list[Message] | None = None) -> list[StreamEvent]:
+    msgs = messages or [Message.system("sys"), Message.user("hi")]
+    return [e async for e in provider.stream(msgs, TOOLS)]  # type: ignore[attr-defined]
+
+
+def done_of(events: list[StreamEvent]) -> StreamDone:
+    assert isinstance(events[-1], StreamDone)
+    return events[-1]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_text_streams_in_fragments(fake_llm: FakeLLM, kind: str) -> None:
+    fake_llm.script(Reply(text="The quick brown fox jumps over the lazy dog.", chunk_size=5))
+    events = await collect(provider_for(fake_llm, kind))
+    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    assert len(deltas) >= 5
+    assert "".join(deltas) == "The quick brown fox jumps over the lazy dog."
+    assert done_of(events).message.content == "".join(deltas)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_tool_call_fragments_merged_by_index(fake_llm: FakeLLM, kind: str) -> None:
+    args_a = {"query": "a" * 40, "nested": {"k": [1, 2, 3]}}
+    args_b = {"query": "second"}
+    fake_llm.script(
+        Reply(
+            text="Checking.",
+            tool_calls=[ToolCallSpec("lookup", args_a, id="t1"), ToolCallSpec("lookup", args_b,
+                                                                                id="t2")],
+            chunk_size=4,
+        )
+    )
+    events = await collect(provider_for(fake_llm, kind))
+    fragments = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert len(fragments) > 4  # really fragmented on the wire
+    message = done_of(events).message
+    assert [(c.id, c.name) for c in message.tool_calls] == [("t1", "lookup"), ("t2", "lookup")]
+    assert [json.loads(c.arguments) for c in message.tool_calls] == [args_a, args_b]
+    assert message.content == "Checking."
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_usage_recorded(fake_llm: FakeLLM, kind: str) -> None:
+    fake_llm.script(Reply(text="hi", usage=(321, 12)))
+    events = await collect(provider_for(fake_llm, kind))
+    usage = done_of(events).usage
+    assert usage is not None and (usage.input_tokens, usage.output_tokens) == (321, 12)
+    assert any(isinstance(e, Usage) for e in events)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_429_retried_honouring_retry_after(fake_llm: FakeLLM, kind: str) -> None:
+    clock = FakeClock()
+    fake_llm.script(Reply(fault=Fault(status=429, retry_after=7)), Reply(text="after the wait"))
+    events = await collect(provider_for(fake_llm, kind, clock))
+    assert done_of(events).message.content == "after the wait"
+    assert len(clock.sleeps) == 1 and 7 <= clock.sleeps[0] < 7.2
+    restarted = [e for e in events if isinstance(e, StreamRestarted)]
+    assert len(restarted) == 1 and not restarted[0].discard
+    assert len(fake_llm.requests) == 2
+    assert fake_llm.requests[0].json == fake_llm.requests[1].json  # the full request re-sent
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_5xx_retried_with_backoff_then_gives_up(fake_llm: FakeLLM, kind: str) -> None:
+    clock = FakeClock()
+    fake_llm.script(*(Reply(fault=Fault(status=500)) for _ in range(4)))
+    with pytest.raises(ProviderUnavailable) as info:
+        await collect(provider_for(fake_llm, kind, clock))
+    assert info.value.status == 500
+    assert len(fake_llm.requests) == 4  # first try + 3 retries
+    assert len(clock.sleeps) == 3
+    assert clock.sleeps[0] <= 1.0 < clock.sleeps[2]  # exponential
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_401_is_not_retried(fake_llm: FakeLLM, kind: str) -> None:
+    clock = FakeClock()
+    fake_llm.script(Reply(fault=Fault(status=401, message="bad key")))
+    with pytest.raises(ProviderAuthError, match="bad key"):
+        await collect(provider_for(fake_llm, kind, clock))
+    assert len(fake_llm.requests) == 1
+    assert clock.sleeps == []
+
+
+async def test_real_auth_check_rejects_wrong_key() -> None:
+    async with FakeLLM(api_key="right") as fake:
+        fake.script(Reply(text="never"))
+        with pytest.raises(ProviderAuthError):
+            await collect(provider_for(fake, "anthropic"))  # provider sends key "k"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_stream_cut_midway_restarts_and_discards(fake_llm: FakeLLM, kind: str) -> None:
+    clock = FakeClock()
+    fake_llm.script(
+        Reply(text="partial answer that will be cut", chunk_size=3, fault=Fault(cut_after=8)),
+        Reply(text="complete answer"),
+    )
+    events = await collect(provider_for(fake_llm, kind, clock))
+    restarted = [e for e in events if isinstance(e, StreamRestarted)]
+    assert len(restarted) == 1 and restarted[0].discard
+    assert done_of(events).message.content == "complete answer"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_cut_before_first_byte_is_retried(fake_llm: FakeLLM, kind: str) -> None:
+    fake_llm.script(Reply(text="x", fault=Fault(cut_after=0)), Reply(text="second try"))
+    events = await collect(provider_for(fake_llm, kind, FakeClock()))
+    assert done_of(events).message.content == "second try"
+
+
+async def test_slow_chunks_arrive_in_order(fake_llm: FakeLLM) -> None:
+    fake_llm.script(Reply(text="slow but steady", chunk_size=2, chunk_delay=0.02))
+    events = await collect(provider_for(fake_llm))
+    assert done_of(events).message.content == "slow but steady"
+
+
+async def test_context_length_error_is_typed_and_not_retried(fake_llm: FakeLLM) -> None:
+    fake_llm.script(
+        Reply(fault=Fault(status=400, message="This model's maximum context length is 8192"))
+    )
+    with pytest.raises(ContextLengthError):
+        await collect(provider_for(fake_llm))
+    assert len(fake_llm.requests) == 1
+
+
+async def test_unreachable_server_is_provider_unavailable() -> None:
+    from core.providers import ProviderSettings, build_provider
+
+    settings = ProviderSettings("dead", "openai_chat", "http://127.0.0.1:9/v1", "m", max_retries=1)
+    provider = build_provider(settings, clock=FakeClock())
+    with pytest.raises(ProviderUnavailable, match="connection"):
+        await collect(provider)
+    await provider.aclose()
+
+
+async def test_anthropic_thinking_blocks_sent_back_verbatim(fake_llm: FakeLLM) -> None:
+    fake_llm.script(
+        Reply(reasoning="step by step", tool_calls=[ToolCallSpec("lookup", {}, id="tu1")]),
+        Reply(text="done"),
+    )
+    provider = provider_for(fake_llm, "anthropic")
+    messages = [Message.system("sys"), Message.user("hi")]
+    first = done_of(await collect(provider, messages)).message
+    assert first.reasoning == "step by step"
+    [block] = first.reasoning_blocks
+    assert block["type"] == "thinking" and block["thinking"] == "step by step"
+    assert block.get("signature")
+    messages += [first, Message.tool_result(first.tool_calls[0], "result")]
+    await collect(provider, messages)
+    sent = fake_llm.requests[1].json
+    assert sent["system"] == "sys"
+    assistant = sent["messages"][1]
+    assert assistant["content"][0] == block
+    assert sent["messages"][2]["content"][0]["tool_use_id"] == "tu1"
+
+
+async def test_permanent_error_message_comes_from_body(fake_llm: FakeLLM) -> None:
+    fake_llm.script(Reply(fault=Fault(status=404, message="no such model: fake")))
+    with pytest.raises(ProviderError, match="no such model"):
+        await collect(provider_for(fake_llm, "openai_responses"))
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    delays = [backoff_delay(n, None) for n in range(8)]
+    assert all(0 < d <= 30 for d in delays)
+    assert 30 >= backoff_delay(10, None) >= 15
+    assert backoff_delay(0, 120) <= 60.1
