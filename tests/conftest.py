@@ -59,12 +59,17 @@ def sandbox(tmp_path: Path) -> SandboxSettings:
     )
 
 
-def provider_for(fake: FakeLLM, kind: str = "openai_chat", clock: FakeClock | None = None,
-                 **overrides: object) -> Provider:
+def provider_for(
+    fake: FakeLLM, kind: str = "openai_chat", clock: FakeClock | None = None, **overrides: object
+) -> Provider:
     """A real provider pointed at the fake (Anthropic posts to the root URL)."""
     base = fake.root_url if kind == "anthropic" else fake.base_url
     settings = ProviderSettings(
-        name=f"fake-{kind}", kind=kind, base_url=base, model="fake-model", api_key="k",
+        name=f"fake-{kind}",
+        kind=kind,
+        base_url=base,
+        model="fake-model",
+        api_key="k",
         **overrides,  # type: ignore[arg-type]
     )
     provider = build_provider(settings, clock=clock or FakeClock())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+
 from pydantic import BaseModel, Field
 
 from core.tools.base import Category, Tool, ToolContext, ToolResult

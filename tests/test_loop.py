@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from core.events import LoopEvent, ReasoningDelta, TextDelta, ToolFinished, ToolStarted
+from core.events import LoopEvent, ReasoningDelta, TextDelta, ToolFinished, ToolStarted, Usage
 from core.loop import EMPTY_TURNS_TEXT, MAX_ITERATIONS_TEXT, LoopConfig, run_loop
 from core.messages import CANCELLED_RESULT, Message
 from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
@@ -101,8 +101,15 @@ async def test_s5_3_several_tool_calls_in_one_turn(fake_llm: FakeLLM, kind: str)
         ("b", "echo: two"),
         ("c", "echo: three"),
     ]
-    assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "tool", "tool",
-                                          "assistant"]
+    assert [m.role for m in messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "tool",
+        "assistant",
+    ]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -122,8 +129,12 @@ async def test_s5_4_tool_error_returned_as_content(fake_llm: FakeLLM, kind: str)
     assert call_id == "e1"
     assert "disk on fire" in text
     if kind == "anthropic":
-        blocks = [b for m in second.json["messages"] for b in m["content"]
-                  if isinstance(b, dict) and b.get("type") == "tool_result"]
+        blocks = [
+            b
+            for m in second.json["messages"]
+            for b in m["content"]
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
         assert blocks[0]["is_error"] is True
 
 
@@ -143,7 +154,8 @@ async def test_s5_5_cancel_mid_stream_exits_cleanly(fake_llm: FakeLLM, kind: str
     await asyncio.wait_for(first_text.wait(), 5)
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=2)
-    assert task in done and task.cancelled()
+    assert task in done
+    assert task.cancelled()
     await fake_llm.wait_for_disconnects(1, timeout=2)  # the HTTP stream was closed at once
     assert [m.role for m in messages] == ["system", "user"]  # nothing half-streamed kept
 
@@ -211,7 +223,8 @@ async def test_s5_8_cancel_reaches_stream_and_tool(fake_llm: FakeLLM, phase: str
     await asyncio.sleep(0.05)
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=2)
-    assert task in done and task.cancelled()
+    assert task in done
+    assert task.cancelled()
     if phase == "stream":
         await fake_llm.wait_for_disconnects(1, timeout=2)
         assert [m.role for m in messages] == ["system", "user"]
@@ -236,8 +249,9 @@ async def test_cancel_gives_write_tool_grace_to_finish(fake_llm: FakeLLM) -> Non
     )
     messages = history()
     task = asyncio.create_task(
-        run_loop(messages, provider_for(fake_llm), executor(writer),
-                 config=LoopConfig(cancel_grace=2.0))
+        run_loop(
+            messages, provider_for(fake_llm), executor(writer), config=LoopConfig(cancel_grace=2.0)
+        )
     )
     await asyncio.wait_for(writer.started.wait(), 5)
     task.cancel()
@@ -265,7 +279,7 @@ async def test_read_tools_of_one_turn_run_concurrently_results_in_order(
     messages = history()
     events: list[LoopEvent] = []
     await run_loop(messages, provider_for(fake_llm), executor(sleeper), sink=events.append)
-    (s1, e1), (s2, e2) = sorted(sleeper.spans)
+    (_s1, e1), (s2, _e2) = sorted(sleeper.spans)
     assert s2 < e1  # overlapped
     finished = [e.call.id for e in events if isinstance(e, ToolFinished)]
     assert finished == ["fast", "slow"]
@@ -284,7 +298,7 @@ async def test_write_tools_run_one_at_a_time(fake_llm: FakeLLM) -> None:
         Reply(text="ok"),
     )
     await run_loop(history(), provider_for(fake_llm), executor(writer))
-    (s1, e1), (s2, e2) = writer.spans
+    (_s1, e1), (s2, _e2) = writer.spans
     assert s2 >= e1
 
 
@@ -309,8 +323,7 @@ async def test_reasoning_is_an_event_never_the_answer(fake_llm: FakeLLM, kind: s
     fake_llm.script(Reply(reasoning="Let me think about it.", text="42"))
     events: list[LoopEvent] = []
     messages = history()
-    outcome = await run_loop(messages, provider_for(fake_llm, kind), executor(),
-                             sink=events.append)
+    outcome = await run_loop(messages, provider_for(fake_llm, kind), executor(), sink=events.append)
     assert outcome.text == "42"
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
     assert reasoning == "Let me think about it."
@@ -326,8 +339,11 @@ async def test_malformed_tool_arguments_go_back_as_validation_error(fake_llm: Fa
     messages = history()
     await run_loop(messages, provider_for(fake_llm), executor(EchoTool()))
     bad, bad2 = (m for m in messages if m.role == "tool")
-    assert bad.is_error and "not valid JSON" in bad.content
-    assert bad2.is_error and "text" in bad2.content and "Field required" in bad2.content
+    assert bad.is_error
+    assert "not valid JSON" in bad.content
+    assert bad2.is_error
+    assert "text" in bad2.content
+    assert "Field required" in bad2.content
     # The malformed call is still sent back verbatim so the model sees what it sent.
     sent = fake_llm.requests[1].json["messages"][2]["tool_calls"][0]["function"]["arguments"]
     assert sent == '{"text": "unterminated'
@@ -337,9 +353,15 @@ async def test_usage_is_recorded_and_estimated_when_missing(fake_llm: FakeLLM) -
     fake_llm.script(Reply(text="hi", usage=(120, 7)))
     outcome = await run_loop(history(), provider_for(fake_llm), executor())
     assert (outcome.input_tokens, outcome.output_tokens) == (120, 7)
-    fake_llm.script(Reply(text="hi", usage=None))
-    outcome = await run_loop(history(), provider_for(fake_llm, "openai_responses"), executor())
-    assert outcome.input_tokens > 0
+    for kind in ("openai_chat", "openai_responses"):
+        fake_llm.script(Reply(text="hi", omit_usage=True))
+        events: list[LoopEvent] = []
+        outcome = await run_loop(
+            history("count me"), provider_for(fake_llm, kind), executor(), sink=events.append
+        )
+        assert not any(isinstance(e, Usage) for e in events)  # the server sent none
+        assert outcome.input_tokens >= 4
+        assert outcome.output_tokens >= 1
 
 
 def test_tool_schema_sent_equals_validation_model() -> None:

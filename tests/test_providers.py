@@ -14,7 +14,7 @@ from core.messages import Message
 from core.providers.base import backoff_delay
 from core.tools.base import ToolSpec
 from tests.conftest import provider_for
-from tests.fakes.llm import Fault, FakeLLM, Reply, ToolCallSpec
+from tests.fakes.llm import FakeLLM, Fault, Reply, ToolCallSpec
 
 KINDS = ["openai_chat", "openai_responses", "anthropic"]
 TOOLS = (ToolSpec("lookup", "Look a thing up.", {"type": "object", "properties": {}}),)
@@ -47,8 +47,10 @@ async def test_tool_call_fragments_merged_by_index(fake_llm: FakeLLM, kind: str)
     fake_llm.script(
         Reply(
             text="Checking.",
-            tool_calls=[ToolCallSpec("lookup", args_a, id="t1"), ToolCallSpec("lookup", args_b,
-                                                                                id="t2")],
+            tool_calls=[
+                ToolCallSpec("lookup", args_a, id="t1"),
+                ToolCallSpec("lookup", args_b, id="t2"),
+            ],
             chunk_size=4,
         )
     )
@@ -66,7 +68,8 @@ async def test_usage_recorded(fake_llm: FakeLLM, kind: str) -> None:
     fake_llm.script(Reply(text="hi", usage=(321, 12)))
     events = await collect(provider_for(fake_llm, kind))
     usage = done_of(events).usage
-    assert usage is not None and (usage.input_tokens, usage.output_tokens) == (321, 12)
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens) == (321, 12)
     assert any(isinstance(e, Usage) for e in events)
 
 
@@ -76,9 +79,11 @@ async def test_429_retried_honouring_retry_after(fake_llm: FakeLLM, kind: str) -
     fake_llm.script(Reply(fault=Fault(status=429, retry_after=7)), Reply(text="after the wait"))
     events = await collect(provider_for(fake_llm, kind, clock))
     assert done_of(events).message.content == "after the wait"
-    assert len(clock.sleeps) == 1 and 7 <= clock.sleeps[0] < 7.2
+    assert len(clock.sleeps) == 1
+    assert 7 <= clock.sleeps[0] < 7.2
     restarted = [e for e in events if isinstance(e, StreamRestarted)]
-    assert len(restarted) == 1 and not restarted[0].discard
+    assert len(restarted) == 1
+    assert not restarted[0].discard
     assert len(fake_llm.requests) == 2
     assert fake_llm.requests[0].json == fake_llm.requests[1].json  # the full request re-sent
 
@@ -121,7 +126,8 @@ async def test_stream_cut_midway_restarts_and_discards(fake_llm: FakeLLM, kind: 
     )
     events = await collect(provider_for(fake_llm, kind, clock))
     restarted = [e for e in events if isinstance(e, StreamRestarted)]
-    assert len(restarted) == 1 and restarted[0].discard
+    assert len(restarted) == 1
+    assert restarted[0].discard
     assert done_of(events).message.content == "complete answer"
 
 
@@ -167,7 +173,8 @@ async def test_anthropic_thinking_blocks_sent_back_verbatim(fake_llm: FakeLLM) -
     first = done_of(await collect(provider, messages)).message
     assert first.reasoning == "step by step"
     [block] = first.reasoning_blocks
-    assert block["type"] == "thinking" and block["thinking"] == "step by step"
+    assert block["type"] == "thinking"
+    assert block["thinking"] == "step by step"
     assert block.get("signature")
     messages += [first, Message.tool_result(first.tool_calls[0], "result")]
     await collect(provider, messages)

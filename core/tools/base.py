@@ -131,6 +131,10 @@ class Tool(ABC):
             )
             raise ToolValidationError(f"invalid arguments for `{self.name}`: {problems}") from exc
 
+    def call_timeout(self, args: BaseModel, sandbox: SandboxSettings) -> float:
+        """Seconds this call may run (the tool's own, else the sandbox default; capped)."""
+        return min(self.timeout or sandbox.default_timeout, sandbox.max_timeout)
+
     def effective_category(self, args: BaseModel) -> Category:
         """The category of this particular call (bash escalates destructive commands)."""
         return self.category

@@ -66,7 +66,8 @@ WRAPPERS: dict[str, frozenset[str]] = {
 # Leading words that do not name the command: shell keywords and group braces.
 KEYWORDS = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done",
                       "while", "until", "case", "esac", "function"})  # fmt: skip
-FORK_BOMB = re.compile(r"([\w:.-]+)\s*\(\s*\)\s*\{[^}]*\1\s*\|\s*&?\s*\1")
+# The lookbehind anchors the name at the start of a word, keeping the search linear.
+FORK_BOMB = re.compile(r"(?<![\w:.-])([\w:.-]+)\s*\(\s*\)\s*\{[^}]*\1\s*\|\s*&?\s*\1")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _OPERATOR_CHARS = "();<>|&\n"
 _MAX_DEPTH = 8
@@ -137,10 +138,8 @@ def _split(command: str) -> list[_Simple]:
         elif separates:  # e.g. `)>` closes a subshell and redirects its output
             commands.append(_Simple())
         if redirect:
-            if ">" in token:
-                expect_target = not token.endswith("&")  # `2>&1` names a descriptor
-            else:
-                commands[-1].stdin_fed = True
+            expect_target = ">" in token  # `2>&1` records "1": harmless, and not a command
+            commands[-1].stdin_fed |= ">" not in token
     return [c for c in commands if c.words or c.out_targets]
 
 
@@ -166,7 +165,8 @@ def _check(command: str, depth: int) -> BlockVerdict:
     verdicts = []
     for simple in _split(command):
         verdicts.append(_check_simple(simple, depth))
-        verdicts += [_check(b, depth + 1) for w in simple.words for b in _substitutions(w)]
+        words = simple.words + simple.out_targets
+        verdicts += [_check(b, depth + 1) for w in words for b in _substitutions(w)]
     return _worst(verdicts)
 
 
@@ -213,6 +213,8 @@ def _skip_wrapper(name: str, args: list[str]) -> list[str]:
         if arg == "--":
             i += 1
             break
+        if name == "env" and arg in {"-S", "--split-string"} and i + 1 < len(args):
+            return args[i + 1].split() + args[i + 2 :]  # `env -S "cmd args"`
         if name == "env" and ASSIGNMENT.match(arg):
             i += 1
         elif arg.startswith("-") and len(arg) > 1:
@@ -224,12 +226,16 @@ def _skip_wrapper(name: str, args: list[str]) -> list[str]:
 
 
 def _shell_string(args: list[str]) -> str | None:
-    """The script of `sh -c 'script'` (also `-lc`, `-ec` …), else None."""
-    for i, arg in enumerate(args):
-        if not arg.startswith("-"):
-            return None
-        if "c" in arg[1:] and not arg.startswith("--") and i + 1 < len(args):
+    """The script of `sh -c 'script'` (also `-lc`, `-o pipefail -c` …), else None."""
+    i = 0
+    while i < len(args) and args[i][:1] in {"-", "+"}:
+        arg = args[i]
+        if arg in {"-o", "+o", "-O", "+O"}:
+            i += 2
+            continue
+        if arg[:2] != "--" and "c" in arg[1:] and i + 1 < len(args):
             return args[i + 1]
+        i += 1
     return None
 
 
@@ -287,7 +293,10 @@ def _kill(args: list[str]) -> BlockVerdict:
 
 def _dd(args: list[str]) -> BlockVerdict:
     for arg in args:
-        if arg.startswith("of=/dev/") and arg[3:] not in SAFE_DEVICES:
+        device = arg[3:]
+        if arg.startswith("of=/dev/") and not (
+            device in SAFE_DEVICES or device.startswith("/dev/fd/")
+        ):
             return BlockVerdict("blocked", "`dd` writing to a device")
     return _OK
 
@@ -312,13 +321,14 @@ def _interactive(name: str, args: list[str], stdin_fed: bool) -> BlockVerdict:
     if name in PAGERS:
         hint = "use `cat`, `head`, `tail` or read_file with offset/limit"
         return BlockVerdict("interactive", f"`{name}` is a pager; {hint}")
-    if name in MONITORS and not (name == "top" and "-b" in args):
+    if name in MONITORS and not (name == "top" and "-b" in _options(args)[0]):
         hint = "use a one-shot form such as `ps aux` or `top -b -n 1`"
         return BlockVerdict("interactive", f"`{name}` runs until stopped; {hint}")
-    if (re.fullmatch(r"python3(\.\d+)?", name) or name in REPLS) and not stdin_fed:
-        if all(a in REPL_PASSIVE_FLAGS for a in args):
-            hint = "pass a script or a one-liner with `-c`/`-e`"
-            return BlockVerdict("interactive", f"bare `{name}` starts a REPL; {hint}")
+    is_repl = name in REPLS or re.fullmatch(r"python3(\.\d+)?", name)
+    # A REPL fed through a pipe or `<<EOF` runs that script; only a bare one would sit idle.
+    if is_repl and not stdin_fed and all(a in REPL_PASSIVE_FLAGS for a in args):
+        hint = "pass a script or a one-liner with `-c`/`-e`"
+        return BlockVerdict("interactive", f"bare `{name}` starts a REPL; {hint}")
     if name == "ssh" and not stdin_fed and not _ssh_has_command(args):
         hint = "add the remote command, e.g. `ssh host 'uptime'`"
         return BlockVerdict("interactive", f"`ssh` without a command opens a shell; {hint}")

@@ -55,9 +55,7 @@ class ToolExecutor:
                 summary = f"{call.name} {call.arguments}"
                 if approver is None or not await approver(call.name, summary, decision.reason):
                     raise ToolDenied(f"not approved: {decision.reason}; the approver said no")
-            timeout = min(
-                tool.timeout or self.ctx.sandbox.default_timeout, self.ctx.sandbox.max_timeout
-            )
+            timeout = tool.call_timeout(args, self.ctx.sandbox)
             # A second wall behind the subprocess runner's own process-group timeout.
             async with asyncio.timeout(timeout + 5):
                 return await tool.run(args, self.ctx)

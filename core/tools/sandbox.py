@@ -7,6 +7,7 @@ import asyncio
 import codecs
 import contextlib
 import os
+import re
 import secrets
 import signal
 import time
@@ -20,9 +21,9 @@ from core.errors import ToolDenied, ToolError
 from core.tools.base import SandboxSettings, ToolResult, default_temp_root
 
 _READ_CHUNK = 64 * 1024
-# After the main process exits, how long background children may keep our pipes open
-# before we kill the group: they are attached jobs (`sleep 30 &`), not detached daemons
-# (those redirect their output), and waiting for them would stall the agent.
+# After the main process exits, how long we keep reading output still in flight. Then the
+# group is killed: background jobs (`sleep 30 &`) never outlive the tool call, and waiting
+# for ones that hold our pipes open would stall the agent.
 _PIPE_GRACE = 0.5
 # SIGKILL cannot be ignored; this only bounds a process stuck in uninterruptible I/O.
 _REAP_LIMIT = 5.0
@@ -84,6 +85,25 @@ def resolve_path(path: str, sandbox: SandboxSettings, *, for_write: bool) -> Pat
             f"allowed roots ({names})"
         )
     return resolved
+
+
+# Path-looking substrings of a command line: absolute, home- or workspace-relative.
+_PATHISH = re.compile(r"(?:~|\$\{?HOME\}?|[\w.-]+)?/[^\s'\"`;|&()<>=]*|~(?=[\s'\"]|$)")
+
+
+def mentions_denied_path(command: str, sandbox: SandboxSettings) -> Path | None:
+    """The first denied path a shell command line names, if any (a heuristic for `bash`,
+    whose file access the path walls cannot see; it escalates such commands to admin)."""
+    workspace = sandbox.resolved_workspace()
+    home = os.path.expanduser("~")
+    for match in _PATHISH.finditer(command):
+        text = re.sub(r"^(~|\$\{?HOME\}?)", lambda _: home, match.group())
+        candidate = Path(os.path.normpath(workspace / text))  # absolute `text` wins the join
+        for denied in sandbox.denied_paths:
+            written = Path(os.path.normpath(_expand(denied, workspace)))
+            if any(_is_under(candidate, form) for form in (written, written.resolve())):
+                return written
+    return None
 
 
 # --- environment ---------------------------------------------------------------------------

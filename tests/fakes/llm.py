@@ -92,6 +92,7 @@ class Reply:
     reasoning: str = ""
     tool_calls: list[ToolCallSpec] = field(default_factory=list)
     usage: tuple[int, int] | None = None
+    omit_usage: bool = False  # Chat/Responses: send no usage at all (as some servers do)
     chunk_size: int = 8
     chunk_delay: float = 0.0
     fault: Fault | None = None
@@ -509,6 +510,7 @@ class FakeLLM:
         prompt, completion = self._usage(reply, body_len)
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        include_usage = include_usage and not reply.omit_usage
         base: dict[str, Any] = {
             "id": self._next_id("chatcmpl-"),
             "object": "chat.completion.chunk",
@@ -660,7 +662,8 @@ class FakeLLM:
             "output_tokens_details": {"reasoning_tokens": len(reply.reasoning) // 4},
             "total_tokens": prompt + completion,
         }
-        yield ev("response.completed", {"response": response("completed", output, usage)})
+        final_usage = None if reply.omit_usage else usage
+        yield ev("response.completed", {"response": response("completed", output, final_usage)})
 
     def _anthropic_events(
         self, body: dict[str, Any], reply: Reply, body_len: int

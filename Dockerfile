@@ -1,0 +1,30 @@
+# Parley in a container: slim Python, a non-root user, `parley run` as the entrypoint.
+#   docker build -t parley .
+#   docker run --rm -it -e OPENAI_API_KEY parley            # or -e ANTHROPIC_API_KEY
+#   docker run --rm -it -v $PWD/config.toml:/app/config.toml -e OPENAI_API_KEY parley
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PARLEY_CONFIG=/app/config.toml
+
+# bash and git are what the built-in `bash` tool and the example tools.yaml use.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bash git \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --create-home --uid 10001 parley
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY core ./core
+COPY channels ./channels
+COPY bot ./bot
+RUN pip install .
+COPY config.toml tools.yaml ./
+
+USER parley
+# The workspace, artifacts and (later) the store live in the user's home: mount a volume
+# at /home/parley/.parley to keep them across restarts.
+VOLUME ["/home/parley/.parley"]
+ENTRYPOINT ["parley", "run"]

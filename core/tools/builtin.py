@@ -1,0 +1,266 @@
+"""Built-in tools: `bash`, `read_file`, `write_file`, `list_directory` (SPEC §4)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.errors import ToolDenied, ToolError
+from core.tools.base import Category, SandboxSettings, Tool, ToolContext, ToolResult
+from core.tools.blocklist import check_command
+from core.tools.sandbox import (
+    cap_output,
+    format_observation,
+    mentions_denied_path,
+    resolve_path,
+    run_process,
+    tool_env,
+)
+
+DEFAULT_READ_LINES = 2000
+MAX_LIST_ENTRIES = 1000
+
+
+class BashParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(
+        min_length=1,
+        description="The bash command line to run. stdin is closed, so use non-interactive "
+        "forms (no editors, pagers or bare REPLs).",
+    )
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        le=3600,
+        description="Seconds before the command and all its children are killed. Default "
+        "and maximum come from the sandbox settings.",
+    )
+
+
+class BashTool(Tool):
+    """Runs a command line with `bash -c` in the workspace."""
+
+    name = "bash"
+    description = (
+        "Run a bash command in the workspace directory and get its exit code, stdout and "
+        "stderr. Output over the size cap is cut to head and tail; the full text is saved "
+        "to a file you can page through with read_file."
+    )
+    category: Category = "write"
+    params = BashParams
+
+    def call_timeout(self, args: BaseModel, sandbox: SandboxSettings) -> float:
+        assert isinstance(args, BashParams)
+        return min(args.timeout or sandbox.default_timeout, sandbox.max_timeout)
+
+    def effective_category(self, args: BaseModel) -> Category:
+        assert isinstance(args, BashParams)
+        # Blocked and interactive commands stay `write`: run() refuses them without
+        # troubling an approver.
+        return "admin" if check_command(args.command).kind == "destructive" else "write"
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        assert isinstance(args, BashParams)
+        verdict = check_command(args.command)
+        if verdict.kind == "blocked":
+            raise ToolDenied(
+                f"command blocked and not run: {verdict.reason}. If the match is file "
+                "content (a heredoc), write the file with write_file instead."
+            )
+        if verdict.kind == "interactive":
+            raise ToolError(f"command refused (stdin is closed): {verdict.reason}")
+        sandbox = ctx.sandbox
+        # bash is not bound by the file-tool walls, so at least refuse naming a denied path.
+        denied = mentions_denied_path(args.command, sandbox)
+        if denied is not None:
+            raise ToolDenied(f"permission denied: the command names the denied path {denied}")
+        workspace = sandbox.resolved_workspace()
+        workspace.mkdir(parents=True, exist_ok=True)
+        timeout = self.call_timeout(args, sandbox)
+        result = await run_process(
+            ["bash", "-c", args.command],
+            cwd=workspace,
+            env=tool_env(sandbox),
+            timeout=timeout,
+            cap=sandbox.output_cap_bytes,
+            artifacts_dir=sandbox.resolved_artifacts(),
+        )
+        return format_observation(result, timeout=timeout)
+
+
+class ReadFileParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, description="File to read; relative to the workspace.")
+    offset: int = Field(default=1, ge=1, description="First line to return (1 = first line).")
+    limit: int = Field(
+        default=DEFAULT_READ_LINES,
+        ge=1,
+        le=100_000,
+        description="Maximum number of lines to return; page with offset for long files.",
+    )
+
+
+def _open_nofollow(path: Path, flags: int) -> BinaryIO:
+    # The path was checked symlink-free; O_NOFOLLOW stops a symlink swapped in since.
+    fd = os.open(path, flags | os.O_NOFOLLOW, 0o644)
+    return os.fdopen(fd, "rb" if flags == os.O_RDONLY else "wb")
+
+
+def _count_lines(f: BinaryIO) -> int:
+    count, last = 0, b"\n"
+    while chunk := f.read(1 << 20):
+        count += chunk.count(b"\n")
+        last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def _read_page(path: Path, offset: int, limit: int, cap: int) -> tuple[bytes, int, int]:
+    """Lines offset.. (at most `limit`, stopping before `cap` bytes unless the first line
+    alone exceeds it). Returns (page, last line shown, total lines)."""
+    page = bytearray()
+    last = total = 0
+    with _open_nofollow(path, os.O_RDONLY) as f:
+        for number, line in enumerate(f, start=1):
+            total = number
+            if number < offset:
+                continue
+            if number >= offset + limit or (page and len(page) + len(line) > cap):
+                return bytes(page), last, number + _count_lines(f)
+            page += line
+            last = number
+    return bytes(page), last, total
+
+
+class ReadFileTool(Tool):
+    """Reads a text file inside the sandbox, a page of lines at a time."""
+
+    name = "read_file"
+    description = (
+        "Read a text file inside the allowed directories. Returns up to `limit` lines "
+        "starting at line `offset`; a footer says how to fetch the next page."
+    )
+    category: Category = "read"
+    params = ReadFileParams
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        assert isinstance(args, ReadFileParams)
+        path = resolve_path(args.path, ctx.sandbox, for_write=False)
+        if path.is_dir():
+            raise ToolError(f"`{args.path}` is a directory; use list_directory")
+        if not path.exists():
+            raise ToolError(f"`{args.path}` does not exist ({path})")
+        cap = ctx.sandbox.output_cap_bytes
+        try:
+            page, last, total = await asyncio.to_thread(
+                _read_page, path, args.offset, args.limit, cap
+            )
+        except OSError as exc:
+            raise ToolError(f"cannot read `{args.path}`: {exc.strerror or exc}") from exc
+        if total == 0:
+            return ToolResult("(empty file)")
+        if args.offset > total:
+            raise ToolError(
+                f"offset {args.offset} is past the end of `{args.path}` ({total} lines)"
+            )
+        text, truncated, _cut = cap_output(page, cap, path)
+        if args.offset > 1 or last < total:
+            more = f"; next: offset={last + 1}" if last < total else ""
+            text = f"{text.rstrip(chr(10))}\n[lines {args.offset}–{last} of {total}{more}]"
+        return ToolResult(text, truncated=truncated)
+
+
+class WriteFileParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, description="File to write; relative to the workspace.")
+    content: str = Field(description="The full new content of the file (UTF-8).")
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
+        f.write(data)
+
+
+class WriteFileTool(Tool):
+    """Creates or replaces a file inside the sandbox."""
+
+    name = "write_file"
+    description = (
+        "Create or overwrite a file inside the allowed directories with the given content. "
+        "Missing parent directories are created."
+    )
+    category: Category = "write"
+    params = WriteFileParams
+
+    @property
+    def idempotent(self) -> bool:
+        # Writing the same content twice leaves the same file.
+        return True
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        assert isinstance(args, WriteFileParams)
+        path = resolve_path(args.path, ctx.sandbox, for_write=True)
+        if path.is_dir():
+            raise ToolError(f"`{args.path}` is a directory")
+        data = args.content.encode("utf-8")
+        try:
+            await asyncio.to_thread(_write, path, data)
+        except OSError as exc:
+            raise ToolError(f"cannot write `{args.path}`: {exc.strerror or exc}") from exc
+        return ToolResult(f"wrote {len(data):,} bytes to {path}")
+
+
+class ListDirectoryParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        default=".", min_length=1, description="Directory to list; relative to the workspace."
+    )
+
+
+def _list(path: Path) -> list[str]:
+    with os.scandir(path) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    # ls -F style markers: the model knows them and they cost one character.
+    return [e.name + ("@" if e.is_symlink() else "/" if e.is_dir() else "") for e in entries]
+
+
+class ListDirectoryTool(Tool):
+    """Lists a directory inside the sandbox."""
+
+    name = "list_directory"
+    description = (
+        "List the entries of a directory inside the allowed directories, sorted by name; "
+        "directories end with `/`, symlinks with `@`."
+    )
+    category: Category = "read"
+    params = ListDirectoryParams
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        assert isinstance(args, ListDirectoryParams)
+        path = resolve_path(args.path, ctx.sandbox, for_write=False)
+        if not path.is_dir():
+            raise ToolError(f"`{args.path}` is not a directory ({path})")
+        try:
+            names = await asyncio.to_thread(_list, path)
+        except OSError as exc:
+            raise ToolError(f"cannot list `{args.path}`: {exc.strerror or exc}") from exc
+        if not names:
+            return ToolResult(f"{path}/: (empty directory)")
+        shown = names[:MAX_LIST_ENTRIES]
+        lines = [f"{path}/:", *shown]
+        if len(names) > len(shown):
+            lines.append(f"… and {len(names) - len(shown):,} more entries not shown")
+        return ToolResult("\n".join(lines), truncated=len(names) > len(shown))
+
+
+def builtin_tools() -> list[Tool]:
+    """One instance of each built-in tool."""
+    return [BashTool(), ReadFileTool(), WriteFileTool(), ListDirectoryTool()]

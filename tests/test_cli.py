@@ -1,0 +1,278 @@
+"""`parley` as a user runs it: a subprocess against the fake LLM over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+
+REPO = Path(__file__).resolve().parents[1]
+PROVIDER_VARS = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_MODEL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_MODEL",
+    "PARLEY_CONFIG",
+)
+
+
+def write_config(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            default_provider = "openai"
+            [providers.openai]
+            kind = "openai_chat"
+            base_url = "https://api.openai.com/v1"
+            base_url_env = "OPENAI_BASE_URL"
+            api_key_env = "OPENAI_API_KEY"
+            model = "fake-model"
+            max_retries = 1
+            [providers.anthropic]
+            kind = "anthropic"
+            base_url = "https://api.anthropic.com"
+            api_key_env = "ANTHROPIC_API_KEY"
+            model = "claude"
+            [tools]
+            workspace = "{tmp_path / "ws"}"
+            artifacts_dir = "{tmp_path / "artifacts"}"
+            tools_file = "tools.yaml"
+            """
+        )
+        + extra
+    )
+    return path
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in PROVIDER_VARS}
+    env.update(extra)
+    return env
+
+
+async def parley(
+    *args: str, env: dict[str, str], stdin: bytes | None = None, cwd: Path | None = None
+) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=cwd or REPO,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_chat_m_runs_a_multi_tool_turn_end_to_end(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.script(
+        Reply(
+            text="Writing it.",
+            tool_calls=[
+                ToolCallSpec("write_file", {"path": "note.txt", "content": "hello from the tool"})
+            ],
+        ),
+        Reply(
+            tool_calls=[
+                ToolCallSpec("bash", {"command": "cat note.txt && echo $OPENAI_API_KEY"}),
+                ToolCallSpec("list_directory", {"path": "."}),
+            ]
+        ),
+        Reply(text="The note says: hello from the tool."),
+    )
+    config = write_config(tmp_path)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url, OPENAI_API_KEY="sk-secret-test-key")
+    code, out, err = await parley("--config", str(config), "chat", "-m", "read the note", env=env)
+    assert code == 0, err
+    assert out == "The note says: hello from the tool.\n"  # only the answer on stdout
+    assert "→ write_file" in err
+    assert "→ bash" in err
+    assert "→ list_directory" in err
+    third = fake_llm.requests[2].json["messages"]
+    results = [m["content"] for m in third if m["role"] == "tool"]
+    assert "hello from the tool" in results[1]
+    assert "sk-secret-test-key" not in results[1]  # the key never reaches the tool's env
+    assert "note.txt" in results[2]
+    assert fake_llm.requests[0].headers["authorization"] == "Bearer sk-secret-test-key"
+    fake_llm.assert_complete()
+
+
+async def test_config_from_parley_config_env(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.script(Reply(text="configured by env"))
+    config = write_config(tmp_path)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url, PARLEY_CONFIG=str(config))
+    code, out, err = await parley("chat", "-m", "hi", env=env)
+    assert (code, out) == (0, "configured by env\n"), err
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "words"),
+    [
+        ('[agent]\nmax_iterations = "many"\n', "agent.max_iterations", "valid integer"),
+        ("[agent]\nmax_iteration = 3\n", "agent.max_iteration", "remove it"),
+        (
+            '[providers.bad]\nkind = "grpc"\nmodel = "m"\nbase_url = "x"\n',
+            "providers.bad.kind",
+            "openai_chat",
+        ),
+        ("default_provider = [\n", "(syntax)", "TOML"),
+    ],
+)
+async def test_bad_config_names_key_and_fix_without_traceback(
+    tmp_path: Path, extra: str, key: str, words: str
+) -> None:
+    config = write_config(tmp_path, extra)
+    code, out, err = await parley("--config", str(config), "chat", "-m", "hi", env=child_env())
+    assert code == 2
+    assert key in err
+    assert words in err
+    assert "fix:" in err
+    assert "Traceback" not in err
+    assert out == ""
+
+
+async def test_unknown_default_provider_is_a_config_error(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    config.write_text(
+        config.read_text().replace('default_provider = "openai"', 'default_provider = "nope"')
+    )
+    code, _, err = await parley("--config", str(config), "chat", "-m", "hi", env=child_env())
+    assert code == 2
+    assert "default_provider" in err
+    assert "nope" in err
+    assert "openai" in err
+
+
+async def test_missing_config_file_says_how_to_point_at_one(tmp_path: Path) -> None:
+    code, _, err = await parley(
+        "--config", str(tmp_path / "nope.toml"), "chat", "-m", "x", env=child_env()
+    )
+    assert code == 2
+    assert "does not exist" in err
+    assert "PARLEY_CONFIG" in err
+
+
+async def test_no_provider_reachable_says_what_to_set(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    code, out, err = await parley("--config", str(config), "chat", "-m", "hi", env=child_env())
+    assert code == 2
+    assert out == ""
+    assert "OPENAI_API_KEY is not set" in err
+    assert "ANTHROPIC_API_KEY is not set" in err
+    assert "OPENAI_BASE_URL" in err
+    assert "Traceback" not in err
+
+
+async def test_shipped_config_and_tools_load(tmp_path: Path) -> None:
+    """The repo's own config.toml and tools.yaml are valid; with no keys it exits 2 and
+    names the variables (what `make run` shows a newcomer)."""
+    code, _, err = await parley(
+        "--config", str(REPO / "config.toml"), "chat", "-m", "hi", env=child_env(HOME=str(tmp_path))
+    )
+    assert code == 2
+    assert "OPENAI_API_KEY" in err
+    assert "ANTHROPIC_API_KEY" in err
+    assert "configuration problem" not in err
+
+
+async def test_falls_back_to_next_usable_provider(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.script(Reply(text="from anthropic"))
+    config = write_config(tmp_path)
+    config.write_text(
+        config.read_text().replace(
+            'base_url = "https://api.anthropic.com"', f'base_url = "{fake_llm.root_url}"'
+        )
+    )
+    env = child_env(ANTHROPIC_API_KEY="k")
+    code, out, err = await parley("--config", str(config), "chat", "-m", "hi", env=env)
+    assert (code, out) == (0, "from anthropic\n"), err
+    assert "using provider `anthropic`" in err
+
+
+async def test_provider_error_exits_1_with_message(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    from tests.fakes.llm import Fault
+
+    fake_llm.script(Reply(fault=Fault(status=401, message="invalid api key")))
+    config = write_config(tmp_path)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url, OPENAI_API_KEY="wrong")
+    code, out, err = await parley("--config", str(config), "chat", "-m", "hi", env=env)
+    assert code == 1
+    assert out == ""
+    assert "invalid api key" in err
+    assert "Traceback" not in err
+
+
+async def test_interactive_ctrl_c_cancels_turn_not_program(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(
+        Reply(text="word " * 400, chunk_size=4, chunk_delay=0.02),
+        Reply(text="second answer"),
+    )
+    config = write_config(tmp_path)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "--config",
+        str(config),
+        "chat",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=REPO,
+    )
+    assert proc.stdin
+    assert proc.stdout
+    assert proc.stderr
+    proc.stdin.write(b"tell me a long story\n")
+    await proc.stdin.drain()
+    first = await asyncio.wait_for(proc.stdout.read(10), 15)  # streaming has started
+    assert first.startswith(b"word")
+    proc.send_signal(signal.SIGINT)
+    await fake_llm.wait_for_disconnects(1, timeout=5)
+    proc.stdin.write(b"and now?\n/exit\n")
+    await proc.stdin.drain()
+    out, err = await asyncio.wait_for(proc.communicate(), 15)
+    assert proc.returncode == 0
+    assert b"(cancelled)" in err
+    assert b"second answer" in out
+    # The cancelled turn left a valid history: the second request was accepted by the fake,
+    # which rejects malformed transcripts, and holds both user messages.
+    users = [m["content"] for m in fake_llm.requests[1].json["messages"] if m["role"] == "user"]
+    assert users == ["tell me a long story", "and now?"]
+
+
+def test_version_imports_no_platform_sdk_or_http_stack() -> None:
+    """`parley --version` must start fast: no SDK, httpx or pydantic import on that path."""
+    code = (
+        "import sys\n"
+        "from bot.cli import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('discord', 'slack_bolt', 'telegram', 'httpx', 'pydantic',"
+        " 'tiktoken', 'aiosqlite', 'apscheduler') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert result.stdout.splitlines()[-1] == "[]"
+    assert result.stdout.startswith("parley ")

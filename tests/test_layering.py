@@ -1,0 +1,26 @@
+"""core/ is channel-agnostic: it imports no platform SDK and nothing from channels/ or bot/."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+CORE = Path(__file__).resolve().parents[1] / "core"
+FORBIDDEN = {"slack_bolt", "slack_sdk", "discord", "telegram", "channels", "bot", "aiohttp"}
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_core_imports_no_platform_sdk() -> None:
+    files = sorted(CORE.rglob("*.py"))
+    assert len(files) > 10
+    leaks = {str(f.relative_to(CORE)): imported_roots(f) & FORBIDDEN for f in files}
+    assert {f: bad for f, bad in leaks.items() if bad} == {}
