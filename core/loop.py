@@ -33,7 +33,7 @@ from core.messages import CANCELLED_RESULT, Message, ToolCall
 from core.providers.base import Provider
 from core.tokens import TokenCounter
 from core.tools.base import Category, ToolSpec
-from core.tools.executor import ToolExecutor
+from core.tools.executor import PreparedCall, ToolExecutor
 
 MAX_ITERATIONS_TEXT = "Stopped: maximum iteration limit reached."
 EMPTY_TURNS_TEXT = "Stopped: the model returned empty answers twice in a row."
@@ -157,13 +157,14 @@ async def _run_tools(
     sink: EventSink,
     totals: _Totals,
 ) -> None:
-    categories = {c.id: executor.category_of(c) for c in calls}
+    prepared = {c.id: executor.prepare(c) for c in calls}
+    categories = {call_id: p.category for call_id, p in prepared.items()}
     results: dict[str, Message] = {}
     appended = 0
     try:
         for batch in _batches(calls, categories, config.parallel_reads):
             await asyncio.gather(
-                *(_run_one(c, categories[c.id], executor, config, sink, results) for c in batch)
+                *(_run_one(prepared[c.id], executor, config, sink, results) for c in batch)
             )
             messages.extend(results[c.id] for c in batch)
             appended += len(batch)
@@ -177,16 +178,16 @@ async def _run_tools(
 
 
 async def _run_one(
-    call: ToolCall,
-    category: Category,
+    prepared: PreparedCall,
     executor: ToolExecutor,
     config: LoopConfig,
     sink: EventSink,
     results: dict[str, Message],
 ) -> None:
+    call, category = prepared.call, prepared.category
     sink(ToolStarted(call, category))
     started = time.perf_counter()
-    task = asyncio.ensure_future(executor.execute(call))
+    task = asyncio.ensure_future(executor.execute(prepared))
     try:
         result = await asyncio.shield(task)
     except asyncio.CancelledError:

@@ -367,3 +367,14 @@ async def test_usage_is_recorded_and_estimated_when_missing(fake_llm: FakeLLM) -
 def test_tool_schema_sent_equals_validation_model() -> None:
     tool = EchoTool()
     assert json.loads(json.dumps(tool.schema()))["required"] == ["text"]
+
+
+async def test_unknown_tool_goes_back_as_error_result(fake_llm: FakeLLM) -> None:
+    fake_llm.script(Reply(tool_calls=[ToolCallSpec("nope", {}, id="u1")]), Reply(text="sorry"))
+    messages = history()
+    outcome = await run_loop(messages, provider_for(fake_llm), executor(EchoTool()))
+    assert outcome.text == "sorry"
+    [result] = [m for m in messages if m.role == "tool"]
+    assert result.is_error
+    assert "unknown tool `nope`" in result.content
+    assert "echo" in result.content

@@ -196,3 +196,17 @@ def test_backoff_grows_and_is_capped() -> None:
     assert all(0 < d <= 30 for d in delays)
     assert 30 >= backoff_delay(10, None) >= 15
     assert backoff_delay(0, 120) <= 60.1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_connection_is_reused_across_calls(fake_llm: FakeLLM, kind: str) -> None:
+    """Reading each stream to its end returns the connection to the pool: one TCP (and, in
+    production, TLS) handshake per conversation, not per LLM call."""
+    fake_llm.script(
+        *(Reply(text=f"answer {n}", tool_calls=[ToolCallSpec("lookup", {})]) for n in range(3))
+    )
+    provider = provider_for(fake_llm, kind)
+    for _ in range(3):
+        await collect(provider)
+    assert len(fake_llm.requests) == 3
+    assert fake_llm.connections == 1

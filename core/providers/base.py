@@ -6,6 +6,8 @@ messages (`build_body`) and how to turn one SSE event into stream events (`parse
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import random
 from abc import ABC, abstractmethod
@@ -44,6 +46,7 @@ CONTEXT_LENGTH_MARKERS = (
     "too many tokens",
 )
 REASONING_MARKERS = ("reasoning", "thinking", "thought")
+DRAIN_SECONDS = 1.0
 
 
 def is_reasoning_key(key: str) -> bool:
@@ -248,17 +251,28 @@ class Provider(ABC):
                 if resp.status_code >= 400:
                     raw = (await resp.aread()).decode("utf-8", "replace")
                     raise error_from_response(resp.status_code, raw, resp.headers)
-                async for sse in EventSource(resp).aiter_sse():
+                events = EventSource(resp).aiter_sse()
+                async for sse in events:
                     for event in self.parse(sse.event, sse.data, acc):
                         acc.add(event)
                         yield event
                     if acc.finished:
+                        await _drain(events)
                         return
         except httpx.TimeoutException as exc:
             raise ProviderUnavailable(f"timed out talking to {self.name}: {exc!r}") from exc
         except (httpx.TransportError, SSEError) as exc:
             raise ProviderUnavailable(f"connection to {self.name} failed: {exc!r}") from exc
         raise ProviderUnavailable(f"{self.name} ended the stream before the turn was complete")
+
+
+async def _drain(events: AsyncIterator[object]) -> None:
+    """Read what follows the end-of-turn event, so the connection goes back to the pool
+    instead of being closed (a new TCP + TLS handshake per LLM call otherwise)."""
+    with contextlib.suppress(TimeoutError, httpx.HTTPError, SSEError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in events:
+                pass
 
 
 def decode_json(data: str, provider: str) -> Any:

@@ -9,10 +9,24 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from core.errors import ToolDenied, ToolError, ToolTimeout
 from core.messages import Message, ToolCall
-from core.tools.base import Category, ToolContext, ToolRegistry, ToolResult
+from core.tools.base import Category, Tool, ToolContext, ToolRegistry, ToolResult
 from core.tools.policy import ToolPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCall:
+    """A tool call looked up and validated once. A call that cannot run (unknown tool,
+    invalid arguments) carries its `error` and counts as `read`: it runs nothing."""
+
+    call: ToolCall
+    category: Category
+    tool: Tool | None = None
+    args: BaseModel | None = None
+    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -23,31 +37,31 @@ class ToolExecutor:
     policy: ToolPolicy
     ctx: ToolContext
 
-    def category_of(self, call: ToolCall) -> Category:
-        """The call's effective category; unknown or invalid calls count as `read` (they
-        run nothing)."""
-        tool = self.registry.get(call.name)
-        if tool is None:
-            return "read"
-        try:
-            return tool.effective_category(tool.validate(call.arguments))
-        except ToolError:
-            return "read"
-
-    async def execute(self, call: ToolCall) -> Message:
-        """Run `call` and return its tool-result message."""
-        result = await self._execute(call)
-        return Message.tool_result(call, result.text, is_error=result.is_error)
-
-    async def _execute(self, call: ToolCall) -> ToolResult:
+    def prepare(self, call: ToolCall) -> PreparedCall:
         tool = self.registry.get(call.name)
         if tool is None:
             known = ", ".join(self.registry.names()) or "none"
-            return ToolResult(f"unknown tool `{call.name}`; available tools: {known}", True)
+            return PreparedCall(
+                call, "read", error=f"unknown tool `{call.name}`; available: {known}"
+            )
         try:
             args = tool.validate(call.arguments)
-            category = tool.effective_category(args)
-            decision = self.policy.decide(tool.name, category)
+        except ToolError as exc:
+            return PreparedCall(call, "read", tool, error=f"error: {exc}")
+        return PreparedCall(call, tool.effective_category(args), tool, args)
+
+    async def execute(self, call: ToolCall | PreparedCall) -> Message:
+        """Run the call and return its tool-result message."""
+        prepared = call if isinstance(call, PreparedCall) else self.prepare(call)
+        result = await self._execute(prepared)
+        return Message.tool_result(prepared.call, result.text, is_error=result.is_error)
+
+    async def _execute(self, prepared: PreparedCall) -> ToolResult:
+        tool, args, call = prepared.tool, prepared.args, prepared.call
+        if prepared.error is not None or tool is None or args is None:
+            return ToolResult(prepared.error or "error: not runnable", is_error=True)
+        try:
+            decision = self.policy.decide(tool.name, prepared.category)
             if decision.verdict == "deny":
                 raise ToolDenied(f"policy: {decision.reason}")
             if decision.verdict == "ask":

@@ -184,6 +184,8 @@ class FakeLLM:
         self.requests: list[RecordedRequest] = []
         self.responder: Responder | None = None
         self.disconnects = 0
+        # Transports seen, kept alive so a new connection is never mistaken for an old one.
+        self._transports: list[object] = []
         self.unexpected = 0
         self._queue: deque[Reply] = deque()
         self._call_counter = 0
@@ -315,7 +317,14 @@ class FakeLLM:
     async def _handle_anthropic(self, request: web.Request) -> web.StreamResponse:
         return await self._handle(request, "anthropic")
 
+    @property
+    def connections(self) -> int:
+        """How many distinct TCP connections requests arrived on."""
+        return len(self._transports)
+
     async def _handle(self, request: web.Request, api: Api) -> web.StreamResponse:
+        if not any(t is request.transport for t in self._transports):
+            self._transports.append(request.transport)
         raw = await request.read()
         headers = {k.lower(): v for k, v in request.headers.items()}
         body: Any
