@@ -11,7 +11,10 @@ ParleyError
 ├── ToolError                   a tool could not run (turned into an error result)
 │   ├── ToolValidationError     arguments failed the tool's schema
 │   ├── ToolDenied              blocked by policy, blocklist, path rules or an approver
-│   └── ToolTimeout             killed after its timeout
+│   ├── ToolTimeout             killed after its timeout; never retried
+│   └── ToolTransientError      timeout, refused connection, 429 or 5xx: a tool with HTTP
+│                               semantics raises it; idempotent tools are retried
+│                               (.retry_after, .status)
 └── ChannelError                a chat platform refused or failed a call
 """
 
@@ -94,6 +97,19 @@ class ToolDenied(ToolError):
 
 class ToolTimeout(ToolError):
     """The tool ran past its timeout and its process group was killed."""
+
+
+class ToolTransientError(ToolError):
+    """A failure that may pass if the call is tried again (timeout, refused connection,
+    429, 5xx). The executor retries it for idempotent tools, honouring `retry_after`
+    (seconds, e.g. from a Retry-After header) when it is longer than the backoff."""
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, status: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.status = status
 
 
 class ChannelError(ParleyError):

@@ -1,20 +1,36 @@
-"""Runs one tool call: validate → policy → approval → run under a timeout.
+"""Runs one tool call: validate → policy → approval → run under a timeout, with retries.
 
 Every failure becomes an error result for the model (error-as-content); only
 cancellation propagates.
+
+Retries (SPEC §6): a transient failure — the tool raises `ToolTransientError`, or the
+executor's own timeout fires — of an idempotent call is retried after 0.5 s, 2 s and
+8 s: the first try plus up to 3 retries, so at most 4 runs in all. A longer
+`retry_after` from the tool replaces the backoff delay; one over `MAX_RETRY_AFTER`
+is not waited for at all. Side-effecting calls run once. Validation and policy
+errors are never retried, and cancellation (also during a backoff sleep) propagates.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from core.errors import ToolDenied, ToolError, ToolTimeout
+from core.clock import Clock, SystemClock
+from core.errors import ToolDenied, ToolError, ToolTimeout, ToolTransientError
+from core.events import EventSink, Observed, discard
 from core.messages import Message, ToolCall
 from core.tools.base import Category, Tool, ToolContext, ToolRegistry, ToolResult
 from core.tools.policy import ToolPolicy
+
+RETRY_DELAYS: tuple[float, ...] = (0.5, 2.0, 8.0)
+"""Backoff before retry 1, 2 and 3; the call runs at most `len(RETRY_DELAYS) + 1` times."""
+
+MAX_RETRY_AFTER = 60.0
+"""A service asking us to wait longer than this is reported to the model instead: a run
+should not sit idle for minutes on one lookup."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +47,18 @@ class PreparedCall:
 
 @dataclass(slots=True)
 class ToolExecutor:
-    """Executes tool calls for one run."""
+    """Executes tool calls for one run.
+
+    Attributes:
+        clock: sleeps between retries (a `FakeClock` in tests).
+        sink: receives `agent.tool.retry` events.
+    """
 
     registry: ToolRegistry
     policy: ToolPolicy
     ctx: ToolContext
+    clock: Clock = field(default_factory=SystemClock)
+    sink: EventSink = discard
 
     def prepare(self, call: ToolCall) -> PreparedCall:
         tool = self.registry.get(call.name)
@@ -61,23 +84,87 @@ class ToolExecutor:
         if prepared.error is not None or tool is None or args is None:
             return ToolResult(prepared.error or "error: not runnable", is_error=True)
         try:
-            decision = self.policy.decide(tool.name, prepared.category)
-            if decision.verdict == "deny":
-                raise ToolDenied(f"policy: {decision.reason}")
-            if decision.verdict == "ask":
-                approver = self.policy.approver
-                summary = f"{call.name} {call.arguments}"
-                if approver is None or not await approver(call.name, summary, decision.reason):
-                    raise ToolDenied(f"not approved: {decision.reason}; the approver said no")
+            await self._authorize(tool, prepared)
+        except ToolError as exc:
+            return ToolResult(f"error: {exc}", is_error=True)
+        # A call escalated above its tool's category (bash `rm -rf`) has side effects even
+        # if the tool is usually safe to repeat.
+        retryable = tool.idempotent and prepared.category == tool.category
+        attempt = 1
+        failure: ToolError
+        while True:
+            try:
+                return await self._run_once(tool, args, call)
+            except ToolTransientError as exc:
+                failure, retry_after = exc, exc.retry_after
+            except TimeoutError:
+                failure, retry_after = ToolTimeout(f"`{call.name}` timed out"), None
+            delay = self._retry_delay(attempt, retry_after) if retryable else None
+            if delay is None:
+                return _give_up(failure, call.name, attempt, retryable, retry_after)
+            self.sink(
+                Observed(
+                    "agent.tool.retry",
+                    {
+                        "tool": call.name,
+                        "call_id": call.id,
+                        "attempt": attempt,
+                        "delay": delay,
+                        "error": str(failure),
+                    },
+                )
+            )
+            await self.clock.sleep(delay)  # a cancel here propagates like any other
+            attempt += 1
+
+    async def _authorize(self, tool: Tool, prepared: PreparedCall) -> None:
+        """Raise `ToolDenied` unless policy (and, if asked, the approver) allows the call."""
+        call = prepared.call
+        decision = self.policy.decide(tool.name, prepared.category)
+        if decision.verdict == "deny":
+            raise ToolDenied(f"policy: {decision.reason}")
+        if decision.verdict == "ask":
+            approver = self.policy.approver
+            summary = f"{call.name} {call.arguments}"
+            if approver is None or not await approver(call.name, summary, decision.reason):
+                raise ToolDenied(f"not approved: {decision.reason}; the approver said no")
+
+    async def _run_once(self, tool: Tool, args: BaseModel, call: ToolCall) -> ToolResult:
+        """One run. Transient failures and `TimeoutError` escape for the retry loop; every
+        other failure becomes an error result."""
+        try:
             timeout = tool.call_timeout(args, self.ctx.sandbox)
             # A second wall behind the subprocess runner's own process-group timeout.
             async with asyncio.timeout(timeout + 5):
                 return await tool.run(args, self.ctx)
+        except (ToolTransientError, TimeoutError, asyncio.CancelledError):
+            raise
         except ToolError as exc:
             return ToolResult(f"error: {exc}", is_error=True)
-        except TimeoutError:
-            return ToolResult(f"error: {ToolTimeout(f'`{call.name}` timed out')}", True)
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:  # error-as-content: a tool bug must not end the run
             return ToolResult(f"error: `{call.name}` failed: {type(exc).__name__}: {exc}", True)
+
+    @staticmethod
+    def _retry_delay(attempt: int, retry_after: float | None) -> float | None:
+        """Seconds to wait before the next run after failed run `attempt`; None: give up."""
+        if attempt > len(RETRY_DELAYS):
+            return None
+        if retry_after is not None and retry_after > MAX_RETRY_AFTER:
+            return None
+        return max(RETRY_DELAYS[attempt - 1], retry_after or 0.0)
+
+
+def _give_up(
+    failure: ToolError, name: str, attempts: int, retryable: bool, retry_after: float | None
+) -> ToolResult:
+    """The error result after the last run: says why no (further) retry happened."""
+    if not retryable:
+        why = (
+            f"not retried: {name} has side effects; check whether it took effect "
+            "before calling it again"
+        )
+    elif retry_after is not None and retry_after > MAX_RETRY_AFTER:
+        why = f"the service asked to wait {retry_after:g} s; not retried"
+    else:
+        why = f"tried {attempts} time{'s' if attempts > 1 else ''}; giving up"
+    return ToolResult(f"error: {failure} ({why})", is_error=True)
