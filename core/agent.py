@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from core.events import EventSink, discard
-from core.loop import LoopConfig, LoopOutcome, Preflight, run_loop
+from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
 from core.messages import Message
 from core.providers.base import Provider
 from core.tokens import TokenCounter
@@ -26,7 +26,7 @@ class Conversation:
     system_prompt: str
     loop_config: LoopConfig = field(default_factory=LoopConfig)
     counter: TokenCounter = field(default_factory=TokenCounter)
-    preflight: Preflight | None = None
+    guards: Guards = field(default_factory=Guards)
     messages: list[Message] = field(default_factory=list)
 
     def system_message(self) -> Message:
@@ -53,7 +53,7 @@ class Conversation:
             config=self.loop_config,
             sink=sink,
             counter=self.counter,
-            preflight=self.preflight,
+            guards=self.guards,
         )
 
     def history(self) -> Sequence[Message]:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
+from core.errors import ContextLengthError
 from core.events import (
     EventSink,
     LLMCallStarted,
@@ -31,17 +32,53 @@ from core.events import (
 )
 from core.messages import CANCELLED_RESULT, Message, ToolCall
 from core.providers.base import Provider
+from core.resilience import (
+    HARD_LIMIT_TEXT,
+    SOFT_LIMIT_NOTICE,
+    SOFT_LIMIT_PROMPT,
+    LoopDetector,
+    TimeLimits,
+)
 from core.tokens import TokenCounter
+from core.tools.ask import ASK_HUMAN
 from core.tools.base import Category, ToolSpec
 from core.tools.executor import PreparedCall, ToolExecutor
 
 MAX_ITERATIONS_TEXT = "Stopped: maximum iteration limit reached."
 EMPTY_TURNS_TEXT = "Stopped: the model returned empty answers twice in a row."
+CONTEXT_ASK_TEXT = (
+    "This conversation has grown past what the model can hold, even after compacting it. "
+    "Should I keep going, change direction, or stop? (/compact or /clear also help.)"
+)
+CONTEXT_STOP_TEXT = "Stopped: the conversation outgrew the model's context even after compacting."
+NUDGE_PREFIX = "[Parley loop guard] "
 
-Preflight = Callable[[list[Message]], Awaitable[None]]
-"""Called before every LLM call with the history; may compact it in place or raise."""
+StopReason = Literal[
+    "final",
+    "max_iterations",
+    "empty_turns",
+    "waiting_on_human",
+    "doom_loop",
+    "loop_stop",
+    "time_limit",
+    "context_stop",
+]
 
-StopReason = Literal["final", "max_iterations", "empty_turns"]
+
+class ContextGuard(Protocol):
+    """What the loop needs from context management (SPEC §5)."""
+
+    def start_turn(self) -> None: ...
+
+    async def preflight(
+        self, messages: list[Message], sink: EventSink
+    ) -> Literal["ok", "ask_human", "stop"]: ...
+
+    async def compact(
+        self, messages: list[Message], *, target: float | None = None, sink: EventSink = ...
+    ) -> object: ...
+
+    async def process_tool_result(self, result: Message, *, approved: bool) -> Message: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +87,23 @@ class LoopConfig:
     max_empty_turns: int = 2
     cancel_grace: float = 1.0
     parallel_reads: bool = True
+
+
+@dataclass(slots=True)
+class Guards:
+    """Optional protections of one run; each is None when not wanted."""
+
+    context: ContextGuard | None = None
+    detector: LoopDetector | None = None
+    limits: TimeLimits | None = None
+
+    def start_turn(self) -> None:
+        if self.context is not None:
+            self.context.start_turn()
+        if self.detector is not None:
+            self.detector.reset()
+        if self.limits is not None:
+            self.limits.start()
 
 
 @dataclass(slots=True)
@@ -65,10 +119,24 @@ class LoopOutcome:
 
 
 @dataclass(slots=True)
-class _Totals:
+class _Run:
+    """What one `run_loop` call carries between its steps."""
+
+    messages: list[Message]
+    provider: Provider
+    executor: ToolExecutor
+    config: LoopConfig
+    sink: EventSink
+    counter: TokenCounter
+    guards: Guards
     input_tokens: int = 0
     output_tokens: int = 0
     tool_calls: int = 0
+
+    def outcome(self, reason: StopReason, text: str, iterations: int) -> LoopOutcome:
+        return LoopOutcome(
+            reason, text, iterations, self.input_tokens, self.output_tokens, self.tool_calls
+        )
 
 
 async def run_loop(
@@ -79,44 +147,121 @@ async def run_loop(
     config: LoopConfig = LoopConfig(),
     sink: EventSink = discard,
     counter: TokenCounter | None = None,
-    preflight: Preflight | None = None,
+    guards: Guards | None = None,
 ) -> LoopOutcome:
     """Run one user turn to completion over `messages` (mutated in place)."""
-    counter = counter or TokenCounter()
-    totals = _Totals()
+    run = _Run(
+        messages, provider, executor, config, sink, counter or TokenCounter(), guards or Guards()
+    )
+    run.guards.start_turn()
     tools = executor.registry.specs()
     empty_turns = 0
     for iteration in range(1, config.max_iterations + 1):
-        if preflight is not None:
-            await preflight(messages)
-        sink(LLMCallStarted(iteration, provider.name, provider.model))
-        done = await _stream_turn(provider, messages, tools, sink)
-        usage = done.usage or _estimate(counter, messages, done.message)
-        totals.input_tokens += usage.input_tokens
-        totals.output_tokens += usage.output_tokens
-        assistant = done.message
+        if (stop := await _before_call(run, iteration)) is not None:
+            return stop
+        assistant = await _call(run, iteration, tools)
         if assistant.tool_calls:
             empty_turns = 0
             messages.append(assistant)
-            await _run_tools(assistant.tool_calls, messages, executor, config, sink, totals)
+            await _run_tools(run, assistant.tool_calls)
+            if (stop := _after_tools(run, assistant.tool_calls, iteration)) is not None:
+                return stop
             continue
         if assistant.content.strip():
             messages.append(assistant)
-            return _outcome("final", assistant.content, iteration, totals)
+            return run.outcome("final", assistant.content, iteration)
         # An empty turn is not kept (providers reject empty assistant messages); retry.
         empty_turns += 1
         if empty_turns >= config.max_empty_turns:
             sink(Notice(EMPTY_TURNS_TEXT, "warning"))
-            return _outcome("empty_turns", EMPTY_TURNS_TEXT, iteration, totals)
+            return run.outcome("empty_turns", EMPTY_TURNS_TEXT, iteration)
     messages.append(Message.assistant(MAX_ITERATIONS_TEXT))
     sink(Notice(MAX_ITERATIONS_TEXT, "warning"))
-    return _outcome("max_iterations", MAX_ITERATIONS_TEXT, config.max_iterations, totals)
+    return run.outcome("max_iterations", MAX_ITERATIONS_TEXT, config.max_iterations)
 
 
-def _outcome(reason: StopReason, text: str, iterations: int, totals: _Totals) -> LoopOutcome:
-    return LoopOutcome(
-        reason, text, iterations, totals.input_tokens, totals.output_tokens, totals.tool_calls
-    )
+async def _before_call(run: _Run, iteration: int) -> LoopOutcome | None:
+    """Time limits and context pressure, checked before every LLM call."""
+    guards = run.guards
+    if guards.limits is not None:
+        match guards.limits.check():
+            case "hard":
+                run.messages.append(Message.assistant(HARD_LIMIT_TEXT))
+                run.sink(Notice(HARD_LIMIT_TEXT, "warning"))
+                return run.outcome("time_limit", HARD_LIMIT_TEXT, iteration)
+            case "soft":
+                return await _summary_turn(run, iteration)
+    if guards.context is not None:
+        match await guards.context.preflight(run.messages, run.sink):
+            case "ask_human":
+                run.messages.append(Message.assistant(CONTEXT_ASK_TEXT))
+                return run.outcome("waiting_on_human", CONTEXT_ASK_TEXT, iteration)
+            case "stop":
+                run.messages.append(Message.assistant(CONTEXT_STOP_TEXT))
+                return run.outcome("context_stop", CONTEXT_STOP_TEXT, iteration)
+    return None
+
+
+async def _summary_turn(run: _Run, iteration: int) -> LoopOutcome:
+    """The soft time limit: one last call without tools to summarise what was done."""
+    run.sink(Notice(SOFT_LIMIT_NOTICE, "warning"))
+    run.messages.append(Message.user(SOFT_LIMIT_PROMPT))
+    assistant = await _call(run, iteration, ())
+    text = assistant.content.strip() or HARD_LIMIT_TEXT
+    run.messages.append(Message.assistant(text))  # tool calls, if any, are dropped
+    return run.outcome("time_limit", text, iteration)
+
+
+async def _call(run: _Run, iteration: int, tools: Sequence[ToolSpec]) -> Message:
+    """One LLM call. A provider that still says "context too long" gets one compaction
+    and one retry."""
+    run.sink(LLMCallStarted(iteration, run.provider.name, run.provider.model))
+    try:
+        done = await _stream_turn(run.provider, run.messages, tools, run.sink)
+    except ContextLengthError:
+        if run.guards.context is None:
+            raise
+        await run.guards.context.compact(run.messages, sink=run.sink)
+        done = await _stream_turn(run.provider, run.messages, tools, run.sink)
+    usage = done.usage or _estimate(run.counter, run.messages, done.message)
+    run.input_tokens += usage.input_tokens
+    run.output_tokens += usage.output_tokens
+    return done.message
+
+
+def _after_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> LoopOutcome | None:
+    """`ask_human` ends the turn; loop detection nudges, then stops."""
+    for call in calls:
+        if call.name == ASK_HUMAN:
+            question = _question(call)
+            run.messages.append(Message.assistant(question))
+            return run.outcome("waiting_on_human", question, iteration)
+    detector = run.guards.detector
+    if detector is None:
+        return None
+    results = {m.tool_call_id: m for m in run.messages[-len(calls) :]}
+    verdicts = [v for c in calls if (v := detector.observe(c, results[c.id])) is not None]
+    if not verdicts:
+        return None
+    verdict = max(verdicts, key=lambda v: (v.stops, v.level))
+    if not verdict.stops:
+        run.messages.append(Message.user(NUDGE_PREFIX + verdict.message))
+        return None
+    run.messages.append(Message.assistant(verdict.message))
+    run.sink(Notice(verdict.message, "warning"))
+    if verdict.kind == "doom":
+        return run.outcome("doom_loop", verdict.message, iteration)
+    if run.executor.policy.session == "interactive":
+        return run.outcome("waiting_on_human", verdict.message, iteration)
+    return run.outcome("loop_stop", verdict.message, iteration)
+
+
+def _question(call: ToolCall) -> str:
+    try:
+        question = call.parsed_arguments().get("question")
+    except (ValueError, AttributeError):
+        question = None
+    return str(question or "I need your input to go on: what should I do next?")
 
 
 def _estimate(counter: TokenCounter, messages: Sequence[Message], reply: Message) -> Usage:
@@ -149,14 +294,8 @@ def _batches(
     return batches
 
 
-async def _run_tools(
-    calls: Sequence[ToolCall],
-    messages: list[Message],
-    executor: ToolExecutor,
-    config: LoopConfig,
-    sink: EventSink,
-    totals: _Totals,
-) -> None:
+async def _run_tools(run: _Run, calls: Sequence[ToolCall]) -> None:
+    executor, config, sink, messages = run.executor, run.config, run.sink, run.messages
     prepared = {c.id: executor.prepare(c) for c in calls}
     categories = {call_id: p.category for call_id, p in prepared.items()}
     results: dict[str, Message] = {}
@@ -166,6 +305,12 @@ async def _run_tools(
             await asyncio.gather(
                 *(_run_one(prepared[c.id], executor, config, sink, results) for c in batch)
             )
+            if run.guards.context is not None:  # TACO: shrink huge outputs before history
+                for c in batch:
+                    approved = categories[c.id] == "admin"
+                    results[c.id] = await run.guards.context.process_tool_result(
+                        results[c.id], approved=approved
+                    )
             messages.extend(results[c.id] for c in batch)
             appended += len(batch)
     except asyncio.CancelledError:
@@ -174,7 +319,7 @@ async def _run_tools(
             messages.append(results.get(call.id, cancelled))
         raise
     finally:
-        totals.tool_calls += len(results)
+        run.tool_calls += len(results)
 
 
 async def _run_one(

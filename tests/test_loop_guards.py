@@ -1,0 +1,188 @@
+"""The loop's guards against the fake LLM: loop detection ladder, doom loop, time limits,
+ask_human (SPEC §6)."""
+
+from __future__ import annotations
+
+import itertools
+
+from pydantic import BaseModel
+
+from core.clock import FakeClock
+from core.loop import NUDGE_PREFIX, Guards, LoopConfig, run_loop
+from core.messages import Message
+from core.resilience import HARD_LIMIT_TEXT, SOFT_LIMIT_PROMPT, LoopDetector, TimeLimits
+from core.tools.ask import AskHumanTool
+from core.tools.base import Category, SandboxSettings, Tool, ToolContext, ToolRegistry, ToolResult
+from core.tools.executor import ToolExecutor
+from core.tools.policy import SessionKind, ToolPolicy
+from tests.conftest import provider_for
+from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+from tests.helpers import EchoArgs, EchoTool
+
+
+class CounterTool(Tool):
+    """Same arguments, a different result each time (thrash, but not a doom loop)."""
+
+    name = "counter"
+    description = "Count."
+    category: Category = "read"
+    params = EchoArgs
+
+    def __init__(self) -> None:
+        self.n = itertools.count(1)
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        return ToolResult(f"count {next(self.n)}")
+
+
+class SlowClockTool(Tool):
+    """Advances the injected clock, as a long-running tool would."""
+
+    name = "long_job"
+    description = "Takes a long time."
+    category: Category = "read"
+    params = EchoArgs
+
+    def __init__(self, clock: FakeClock, seconds: float) -> None:
+        self.clock, self.seconds = clock, seconds
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        self.clock.now += self.seconds
+        return ToolResult("finished a long job")
+
+
+def make_executor(*tools: Tool, session: SessionKind = "interactive") -> ToolExecutor:
+    return ToolExecutor(
+        ToolRegistry(tools), ToolPolicy(session=session), ToolContext(sandbox=SandboxSettings())
+    )
+
+
+def history() -> list[Message]:
+    return [Message.system("test"), Message.user("do the thing")]
+
+
+def user_texts(request_json: dict[str, object]) -> list[str]:
+    return [m["content"] for m in request_json["messages"] if m["role"] == "user"]  # type: ignore[attr-defined,index]
+
+
+async def test_doom_loop_ends_the_run_and_says_why(fake_llm: FakeLLM) -> None:
+    fake_llm.responder = lambda _r: Reply(tool_calls=[ToolCallSpec("echo", {"text": "same"})])
+    messages = history()
+    outcome = await run_loop(
+        messages,
+        provider_for(fake_llm),
+        make_executor(EchoTool()),
+        guards=Guards(detector=LoopDetector()),
+    )
+    assert outcome.reason == "doom_loop"
+    assert len(fake_llm.requests) == 3
+    assert "`echo`" in outcome.text
+    assert "same result" in outcome.text
+    assert messages[-1] == Message.assistant(outcome.text)
+
+
+async def test_identical_thrash_escalates_l1_l2_l3_in_order(fake_llm: FakeLLM) -> None:
+    fake_llm.responder = lambda _r: Reply(tool_calls=[ToolCallSpec("counter", {"text": "x"})])
+    messages = history()
+    outcome = await run_loop(
+        messages,
+        provider_for(fake_llm),
+        make_executor(CounterTool()),
+        config=LoopConfig(max_iterations=20),
+        guards=Guards(detector=LoopDetector()),
+    )
+    nudges = [
+        m.content for m in messages if m.role == "user" and m.content.startswith(NUDGE_PREFIX)
+    ]
+    assert len(nudges) == 2  # L1 then L2, each seen by the model
+    assert "Stop calling" not in nudges[0]
+    assert "Stop calling" in nudges[1]
+    assert NUDGE_PREFIX + nudges[0].removeprefix(NUDGE_PREFIX) in user_texts(
+        fake_llm.requests[3].json
+    )
+    assert outcome.reason == "waiting_on_human"  # L3 in interactive chat: ask the human
+    assert len(fake_llm.requests) == 9
+
+
+async def test_thrash_in_a_cron_session_stops_with_a_summary(fake_llm: FakeLLM) -> None:
+    fake_llm.responder = lambda _r: Reply(tool_calls=[ToolCallSpec("counter", {"text": "x"})])
+    outcome = await run_loop(
+        history(),
+        provider_for(fake_llm),
+        make_executor(CounterTool(), session="cron"),
+        guards=Guards(detector=LoopDetector()),
+    )
+    assert outcome.reason == "loop_stop"
+    assert "counter" in outcome.text
+
+
+async def test_pattern_thrash_nudges_the_model(fake_llm: FakeLLM) -> None:
+    texts = iter(["a", "b", "c", "d"])
+    fake_llm.responder = lambda _r: (
+        Reply(tool_calls=[ToolCallSpec("echo", {"text": t})])
+        if (t := next(texts, None))
+        else Reply(text="ok, giving up")
+    )
+    messages = history()
+    outcome = await run_loop(
+        messages,
+        provider_for(fake_llm),
+        make_executor(EchoTool()),
+        guards=Guards(detector=LoopDetector()),
+    )
+    assert outcome.reason == "final"
+    nudges = [m for m in messages if m.role == "user" and m.content.startswith(NUDGE_PREFIX)]
+    assert len(nudges) == 1
+    assert "echo" in nudges[0].content
+
+
+async def test_soft_time_limit_gives_one_summary_turn_without_tools(fake_llm: FakeLLM) -> None:
+    clock = FakeClock()
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("long_job", {"text": "build"})]),
+        Reply(text="Summary: I ran the long job."),
+    )
+    messages = history()
+    outcome = await run_loop(
+        messages,
+        provider_for(fake_llm),
+        make_executor(SlowClockTool(clock, 950)),
+        guards=Guards(limits=TimeLimits(soft=900, hard=1200, clock=clock)),
+    )
+    assert outcome.reason == "time_limit"
+    assert outcome.text == "Summary: I ran the long job."
+    last = fake_llm.requests[-1].json
+    assert "tools" not in last
+    assert user_texts(last)[-1] == SOFT_LIMIT_PROMPT
+    fake_llm.assert_complete()
+
+
+async def test_hard_time_limit_aborts(fake_llm: FakeLLM) -> None:
+    clock = FakeClock()
+    fake_llm.script(Reply(tool_calls=[ToolCallSpec("long_job", {"text": "build"})]))
+    messages = history()
+    outcome = await run_loop(
+        messages,
+        provider_for(fake_llm),
+        make_executor(SlowClockTool(clock, 1300)),
+        guards=Guards(limits=TimeLimits(soft=900, hard=1200, clock=clock)),
+    )
+    assert (outcome.reason, outcome.text) == ("time_limit", HARD_LIMIT_TEXT)
+    assert len(fake_llm.requests) == 1  # no further LLM call
+    assert messages[-1] == Message.assistant(HARD_LIMIT_TEXT)
+
+
+async def test_ask_human_ends_the_turn_with_the_question(fake_llm: FakeLLM) -> None:
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("ask_human", {"question": "Which branch?"}, id="q")]),
+        Reply(text="Deploying main."),
+    )
+    messages = history()
+    executor = make_executor(AskHumanTool())
+    outcome = await run_loop(messages, provider_for(fake_llm), executor)
+    assert (outcome.reason, outcome.text) == ("waiting_on_human", "Which branch?")
+    # The user's answer continues a valid transcript (the fake rejects unpaired calls).
+    messages.append(Message.user("main"))
+    outcome = await run_loop(messages, provider_for(fake_llm), executor)
+    assert outcome.text == "Deploying main."
+    assert fake_llm.requests[1].error is None
