@@ -9,7 +9,8 @@ from urllib.parse import urlsplit
 
 from core.agent import Conversation
 from core.config import ParleyConfig
-from core.loop import LoopConfig
+from core.loop import Guards, LoopConfig
+from core.resilience import LoopDetector, TimeLimits
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
 from core.tools.base import Approver, ToolContext, ToolRegistry
@@ -21,10 +22,11 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal
 
 def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegistry:
     """Built-in tools plus the team's CLI tools from tools.yaml (if the file exists)."""
+    from core.tools.ask import AskHumanTool
     from core.tools.builtin import builtin_tools
     from core.tools.cli import load_cli_tools
 
-    registry = ToolRegistry(builtin_tools())
+    registry = ToolRegistry([*builtin_tools(), AskHumanTool()])
     path = config.tools_path()
     if path is not None and path.exists():
         for tool in load_cli_tools(path, environ):
@@ -95,6 +97,10 @@ class App:
             ToolPolicy(session="interactive", approver=approver),
             ToolContext(sandbox=self.config.tools),
         )
+        guards = Guards(
+            detector=LoopDetector() if agent.loop_detection else None,
+            limits=TimeLimits(agent.soft_time_limit_seconds, agent.hard_time_limit_seconds),
+        )
         return Conversation(
             provider=self.provider(provider_name),
             executor=executor,
@@ -104,6 +110,7 @@ class App:
                 cancel_grace=agent.cancel_grace_seconds,
                 parallel_reads=agent.parallel_read_tools,
             ),
+            guards=guards,
         )
 
     async def aclose(self) -> None:

@@ -69,6 +69,20 @@ class AgentConfig(_Section):
     cancel_grace_seconds: float = Field(1.0, ge=0, le=60)
     parallel_read_tools: bool = True
     approval_timeout_seconds: float = Field(300.0, gt=0)
+    soft_time_limit_seconds: float = Field(
+        900.0, gt=0, description="Then one last tool-less turn summarises what was done."
+    )
+    hard_time_limit_seconds: float = Field(1200.0, gt=0, description="Then the run is aborted.")
+    loop_detection: bool = Field(True, description="Nudge, then stop, a model that repeats.")
+
+    @model_validator(mode="after")
+    def _limits_ordered(self) -> AgentConfig:
+        if self.soft_time_limit_seconds > self.hard_time_limit_seconds:
+            raise ValueError(
+                "soft_time_limit_seconds must not exceed hard_time_limit_seconds "
+                f"({self.soft_time_limit_seconds} > {self.hard_time_limit_seconds})"
+            )
+        return self
 
 
 class ToolsConfig(SandboxSettings):
