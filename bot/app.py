@@ -9,10 +9,12 @@ from urllib.parse import urlsplit
 
 from core.agent import Conversation
 from core.config import ParleyConfig
+from core.context import ContextManager, provider_summarizer
 from core.loop import Guards, LoopConfig
-from core.resilience import LoopDetector, TimeLimits
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
+from core.resilience import LoopDetector, TimeLimits
+from core.tokens import TokenCounter
 from core.tools.base import Approver, ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
@@ -42,6 +44,7 @@ class App:
     environ: Mapping[str, str]
     registry: ToolRegistry
     providers: dict[str, Provider] = field(default_factory=dict)
+    counter: TokenCounter = field(default_factory=TokenCounter)
 
     def settings(self, name: str) -> ProviderSettings:
         return self.config.providers[name].settings(name, self.environ)
@@ -97,13 +100,24 @@ class App:
             ToolPolicy(session="interactive", approver=approver),
             ToolContext(sandbox=self.config.tools),
         )
+        provider = self.provider(provider_name)
+        summary = self.provider(agent.summary_provider) if agent.summary_provider else provider
+        context = ContextManager(
+            window=provider.settings.context_window,
+            counter=self.counter,
+            summarizer=provider_summarizer(summary),
+            settings=self.config.context,
+            artifacts_dir=self.config.tools.resolved_artifacts(),
+        )
         guards = Guards(
+            context=context,
             detector=LoopDetector() if agent.loop_detection else None,
             limits=TimeLimits(agent.soft_time_limit_seconds, agent.hard_time_limit_seconds),
         )
         return Conversation(
-            provider=self.provider(provider_name),
+            provider=provider,
             executor=executor,
+            counter=self.counter,
             system_prompt=agent.system_prompt,
             loop_config=LoopConfig(
                 max_iterations=agent.max_iterations,

@@ -14,12 +14,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from core.context import ContextSettings
 from core.errors import ConfigError
+from core.models import context_window
 from core.providers.base import ProviderSettings
 from core.tools.base import SandboxSettings
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
-DEFAULT_CONTEXT_WINDOW = 8192
 
 
 class _Section(BaseModel):
@@ -43,13 +44,14 @@ class ProviderConfig(_Section):
 
     def settings(self, name: str, environ: Mapping[str, str]) -> ProviderSettings:
         """Resolve environment references into the settings a provider is built from."""
+        model = environ.get(self.model_env or "") or self.model
         return ProviderSettings(
             name=name,
             kind=self.kind,
             base_url=(environ.get(self.base_url_env or "") or self.base_url),
-            model=(environ.get(self.model_env or "") or self.model),
+            model=model,
             api_key=environ.get(self.api_key_env) if self.api_key_env else None,
-            context_window=self.context_window or DEFAULT_CONTEXT_WINDOW,
+            context_window=context_window(model, self.context_window),
             max_output_tokens=self.max_output_tokens,
             temperature=self.temperature,
             timeout=self.timeout_seconds,
@@ -74,6 +76,9 @@ class AgentConfig(_Section):
     )
     hard_time_limit_seconds: float = Field(1200.0, gt=0, description="Then the run is aborted.")
     loop_detection: bool = Field(True, description="Nudge, then stop, a model that repeats.")
+    summary_provider: str | None = Field(
+        None, description="Provider for compaction summaries (a cheap one); default: the same."
+    )
 
     @model_validator(mode="after")
     def _limits_ordered(self) -> AgentConfig:
@@ -99,18 +104,22 @@ class ParleyConfig(_Section):
     default_provider: str = Field(examples=["openai"])
     providers: dict[str, ProviderConfig]
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    context: ContextSettings = Field(default_factory=ContextSettings)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
 
     source: Path | None = Field(None, exclude=True)
 
     @model_validator(mode="after")
-    def _default_exists(self) -> ParleyConfig:
-        if self.default_provider not in self.providers:
-            known = ", ".join(sorted(self.providers)) or "none"
-            raise ValueError(
-                f"default_provider `{self.default_provider}` is not a configured provider "
-                f"(configured: {known})"
-            )
+    def _providers_exist(self) -> ParleyConfig:
+        known = ", ".join(sorted(self.providers)) or "none"
+        for key, name in (
+            ("default_provider", self.default_provider),
+            ("agent.summary_provider", self.agent.summary_provider),
+        ):
+            if name is not None and name not in self.providers:
+                raise ValueError(
+                    f"{key} `{name}` is not a configured provider (configured: {known})"
+                )
         return self
 
     def tools_path(self) -> Path | None:

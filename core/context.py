@@ -1,0 +1,421 @@
+"""Context pressure management (SPEC §5): masking, the recovery ladder, TACO, hard limit.
+
+`ContextManager.preflight` runs before every LLM call. Below the soft threshold it only
+checks the transcript and counts tokens, both incrementally (O(new messages)). Above it:
+
+* soft (0.60): old tool outputs outside the last `keep_tail` messages are masked;
+* compact (0.70): the recovery ladder. R1 replaces the older messages with one summary
+  (latest successful result per tool pinned, latest user request kept verbatim); R2 deep
+  prunes to `deep_keep` messages if still over within `escalate_after_iterations` of R1;
+  R3 asks the human (interactive) or stops (cron). At most `max_recoveries` per turn;
+* hard (0.95): still over after all that → `ContextLimitExceeded`.
+
+A failed or missing summarizer never stalls work: compaction falls back to a
+deterministic truncation summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from core.errors import ContextLimitExceeded
+from core.events import EventSink, Observed, StreamDone
+from core.messages import Message
+from core.providers.base import Provider
+from core.tokens import TokenCounter
+from core.transcript import (
+    SUMMARY_HEADER,
+    clip,
+    latest_user,
+    pinned_results,
+    render,
+    repair_transcript,
+    tail_start,
+    truncation_summary,
+    valid_from,
+)
+
+Summarizer = Callable[[str], Awaitable[str]]
+"""Text in, summary out: one cheap LLM call (see `provider_summarizer`)."""
+
+Verdict = Literal["ok", "ask_human", "stop"]
+Stage = Literal["R1", "R2", "R3"]
+
+DEEP_MARKER = "(deep pruned)"
+TACO_HEADER = "[compressed tool output]"
+ASK_HUMAN_TEXT = (
+    "I've made progress but I'm losing context faster than I can recover. "
+    "Keep going, change direction, or stop?"
+)
+SUMMARIZER_SYSTEM = (
+    "You compress text for an AI assistant's working memory. Follow the instructions in the "
+    "user message. Preserve facts, names, file paths, numbers, ids, decisions, errors and open "
+    "tasks. Answer with the compressed text only, no preamble."
+)
+SUMMARY_PROMPT = (
+    "Summarise this earlier part of a conversation between a user and a tool-using assistant "
+    "so the assistant can continue the work without it: the user's goals and requests, what "
+    "was done and found, what failed, and what is still open.\n\n<conversation>\n{body}\n"
+    "</conversation>"
+)
+TACO_PROMPT = (
+    "Compress this output of the `{name}` tool to under {target} tokens. Keep all data values, "
+    "file paths, exit codes and structured content; drop verbose headers and repetition.\n\n"
+    "<output>\n{body}\n</output>"
+)
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+log = logging.getLogger(__name__)
+
+
+class ContextSettings(BaseModel):
+    """`[context]` in config.toml: thresholds are fractions of the model's context window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    soft: float = Field(0.60, gt=0, le=1, description="Mask old tool outputs above this.")
+    compact: float = Field(0.70, gt=0, le=1, description="Run the recovery ladder above this.")
+    hard: float = Field(0.95, gt=0, le=1, description="Fail the turn above this.")
+    manual_target: float = Field(0.50, gt=0, le=1, description="Target of `/compact`.")
+    keep_tail: int = Field(10, ge=1, description="Messages kept verbatim by R1.")
+    deep_keep: int = Field(4, ge=1, description="Messages kept verbatim by R2.")
+    taco_threshold: int = Field(2000, ge=1, description="Tokens; bigger tool outputs shrink.")
+    taco_target: int = Field(500, ge=1, description="Tokens a compressed output aims for.")
+    max_recoveries: int = Field(4, ge=0, description="Recovery actions per user turn.")
+    escalate_after_iterations: int = Field(20, ge=0, description="R1→R2→R3 window.")
+    summary_max_input_tokens: int = Field(24000, ge=256, description="Summarizer input cap.")
+    mask_placeholder: str = Field(
+        "[old tool output removed to save context; call the tool again if you need it]",
+        min_length=1,
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ContextSettings:
+        if not self.soft <= self.compact <= self.hard:
+            raise ValueError("thresholds must satisfy soft <= compact <= hard")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """One compaction: its kind ("mask", "R1", "R2", "manual") and token counts."""
+
+    kind: str
+    before: int
+    after: int
+    summary: Literal["llm", "truncation", "none"] = "none"
+
+
+def provider_summarizer(provider: Provider) -> Summarizer:
+    """A `Summarizer` that makes one streamed call to `provider` and returns its text."""
+
+    async def summarize(text: str) -> str:
+        request = [Message.system(SUMMARIZER_SYSTEM), Message.user(text)]
+        async with contextlib.aclosing(provider.stream(request, ())) as stream:
+            async for event in stream:
+                if isinstance(event, StreamDone):
+                    return event.message.content.strip()
+        return ""  # pragma: no cover - providers always end with StreamDone
+
+    return summarize
+
+
+class _Watermark:
+    """Remembers a list by identity (object, length, first and last message) to tell
+    "only appends happened since" (returns the old length) from anything else (0)."""
+
+    __slots__ = ("_first", "_last", "_list", "_n")
+
+    def __init__(self) -> None:
+        self._list: list[Message] | None = None
+        self._n = 0
+        self._first: Message | None = None
+        self._last: Message | None = None
+
+    def appended_from(self, messages: list[Message]) -> int:
+        n = self._n
+        if messages is not self._list or n == 0 or len(messages) < n:
+            return 0
+        if messages[0] is not self._first or messages[n - 1] is not self._last:
+            return 0
+        return n
+
+    def mark(self, messages: list[Message]) -> None:
+        self._list, self._n = messages, len(messages)
+        self._first = messages[0] if messages else None
+        self._last = messages[-1] if messages else None
+
+    def reset(self) -> None:
+        self._list, self._n = None, 0
+
+
+def _with_content(message: Message, text: str) -> Message:
+    copy = message.model_copy(update={"content": text})
+    copy._tokens = None  # model_copy copies the cached count of the old content
+    return copy
+
+
+class ContextManager:
+    """Keeps one conversation under its model's context window (see the module doc)."""
+
+    def __init__(
+        self,
+        window: int,
+        counter: TokenCounter,
+        summarizer: Summarizer | None,
+        settings: ContextSettings | None = None,
+        session: Literal["interactive", "cron"] = "interactive",
+        artifacts_dir: Path | None = None,
+    ) -> None:
+        self.window = window
+        self.counter = counter
+        self.summarizer = summarizer
+        self.settings = settings or ContextSettings()
+        self.session = session
+        self.artifacts_dir = artifacts_dir
+        self.last_compaction: CompactionReport | None = None
+        s = self.settings
+        self.soft_at, self.compact_at = int(window * s.soft), int(window * s.compact)
+        self.hard_at = int(window * s.hard)
+        self._counted, self._validated = _Watermark(), _Watermark()
+        self._total = 0
+        # Masked results' originals by call id, so R1 can still pin what masking removed.
+        self._originals: dict[str, tuple[Message, Message]] = {}
+        self.start_turn()
+
+    def start_turn(self) -> None:
+        """Reset the per-turn recovery counters (call at each new user turn)."""
+        self.recoveries = 0
+        self.iteration = 0
+        self._last_stage: tuple[Stage, int] | None = None
+
+    def tokens(self, messages: list[Message]) -> int:
+        """Tokens of `messages`; after appends only the new messages are counted."""
+        start = self._counted.appended_from(messages)
+        if start:
+            count = self.counter.message
+            total = self._total + sum(count(messages[i]) for i in range(start, len(messages)))
+        else:
+            total = self.counter.messages(messages)
+        self._total = total
+        self._counted.mark(messages)
+        return total
+
+    async def preflight(self, messages: list[Message], sink: EventSink) -> Verdict:
+        """Check and, if needed, shrink `messages` (in place) before an LLM call.
+
+        Raises:
+            ContextLimitExceeded: still at or over the hard limit after every recovery.
+        """
+        self.iteration += 1
+        self._repair(messages, sink)
+        used = self.tokens(messages)
+        if used < self.soft_at:
+            return "ok"
+        used = self._mask(messages, sink, used)
+        if used >= self.compact_at:
+            verdict, used = await self._recover(messages, sink, used)
+            if verdict != "ok":
+                return verdict  # no LLM call follows, so the hard limit does not matter yet
+        if used >= self.hard_at:
+            raise ContextLimitExceeded(used, self.hard_at)
+        return "ok"
+
+    async def compact(
+        self, messages: list[Message], *, target: float | None = None, sink: EventSink
+    ) -> CompactionReport:
+        """Manual `/compact`: summarise down to `target` (default `manual_target`)."""
+        goal = int(self.window * (self.settings.manual_target if target is None else target))
+        self._repair(messages, sink)
+        before = self.tokens(messages)
+        self._mask(messages, sink, before)
+        report = await self._summarise(messages, self.settings.keep_tail, "manual", sink)
+        if report.after > goal:
+            keep = self.settings.deep_keep
+            report = await self._summarise(messages, keep, "manual", sink, deep=True)
+        self.last_compaction = CompactionReport("manual", before, report.after, report.summary)
+        return self.last_compaction
+
+    def _repair(self, messages: list[Message], sink: EventSink) -> None:
+        if not valid_from(messages, self._validated.appended_from(messages)):
+            repair = repair_transcript(messages)
+            messages[:] = repair.messages
+            self._counted.reset()
+            data = {"synthesized": repair.synthesized, "dropped": repair.dropped}
+            sink(Observed("agent.transcript.repaired", {**data, "moved": repair.moved}))
+        self._validated.mark(messages)
+
+    def _mask(self, messages: list[Message], sink: EventSink, used: int) -> int:
+        """Observation masking: old tool outputs become a short placeholder."""
+        placeholder = self.settings.mask_placeholder
+        # Only outputs bigger than the placeholder: masking must save tokens.
+        smallest = self.counter.text(placeholder) + 8
+        masked = 0
+        for i in range(len(messages) - self.settings.keep_tail):
+            m = messages[i]
+            if m.role != "tool" or m.content == placeholder or self.counter.message(m) < smallest:
+                continue
+            short = Message(
+                role="tool",
+                content=placeholder,
+                tool_call_id=m.tool_call_id,
+                name=m.name,
+                is_error=m.is_error,
+            )
+            if m.tool_call_id:
+                self._originals[m.tool_call_id] = (short, m)
+            messages[i] = short
+            masked += 1
+        if not masked:
+            return used
+        self._counted.reset()  # replaced in place: first/last identity cannot tell
+        after = self.tokens(messages)
+        self.last_compaction = CompactionReport("mask", used, after)
+        data = {"kind": "mask", "before": used, "after": after, "masked": masked}
+        sink(Observed("agent.compaction.run", data))
+        return after
+
+    def _next_stage(self) -> Stage:
+        if self._last_stage is None:
+            return "R1"
+        stage, at = self._last_stage
+        if self.iteration - at > self.settings.escalate_after_iterations:
+            return "R1"
+        return "R2" if stage == "R1" else "R3"
+
+    async def _recover(
+        self, messages: list[Message], sink: EventSink, used: int
+    ) -> tuple[Verdict, int]:
+        """Climb the recovery ladder while over `compact`, within the per-turn budget."""
+        while used >= self.compact_at and self.recoveries < self.settings.max_recoveries:
+            stage = self._next_stage()
+            self.recoveries += 1
+            self._last_stage = (stage, self.iteration)
+            if stage == "R3":
+                data = {"stage": stage, "before": used, "after": used, "session": self.session}
+                sink(Observed("agent.recovery.fired", data))
+                return ("ask_human" if self.session == "interactive" else "stop"), used
+            keep = self.settings.keep_tail if stage == "R1" else self.settings.deep_keep
+            report = await self._summarise(messages, keep, stage, sink, deep=stage == "R2")
+            data = {"stage": stage, "before": report.before, "after": report.after}
+            sink(Observed("agent.recovery.fired", data))
+            used = report.after
+        return "ok", used
+
+    async def _summarise(
+        self, messages: list[Message], keep: int, kind: str, sink: EventSink, deep: bool = False
+    ) -> CompactionReport:
+        """Replace-and-tail: system, one summary, the latest user request, the last `keep`."""
+        before = self.tokens(messages)
+        system = messages[:1] if messages and messages[0].role == "system" else []
+        body = messages[len(system) :]
+        cut = tail_start(body, keep)
+        if cut == 0:
+            return CompactionReport(kind, before, before)
+        latest = latest_user(body)
+        verbatim = [body[latest]] if latest is not None and latest < cut else []
+        head = [self._original(m) for i, m in enumerate(body[:cut]) if i != latest]
+        text, source = await self._summary_text(head, deep)
+        new = [*system, Message.user(text), *verbatim, *body[cut:]]
+        messages[:] = repair_transcript(new).messages  # strips anything orphaned
+        self._originals.clear()
+        self._counted.reset()
+        self._validated.mark(messages)
+        report = CompactionReport(kind, before, self.tokens(messages), source)
+        self.last_compaction = report
+        data = {"kind": kind, "before": before, "after": report.after, "summary": source}
+        sink(Observed("agent.compaction.run", {**data, "messages": len(messages)}))
+        return report
+
+    def _original(self, m: Message) -> Message:
+        entry = self._originals.get(m.tool_call_id or "") if m.role == "tool" else None
+        return entry[1] if entry is not None and entry[0] is m else m
+
+    async def _summary_text(
+        self, head: list[Message], deep: bool
+    ) -> tuple[str, Literal["llm", "truncation"]]:
+        budget = self.settings.summary_max_input_tokens
+        cap = max(256, self.window // 7)  # a summary must stay well under the window
+        text = ""
+        if self.summarizer is not None:
+            prompt = SUMMARY_PROMPT.format(body=render(head, self.counter, budget - 200))
+            try:
+                text = clip((await self.summarizer(prompt)).strip(), cap)
+            except Exception:  # any failure: truncation below keeps the work going
+                log.warning("summary call failed; truncating instead", exc_info=True)
+                text = ""
+        source: Literal["llm", "truncation"] = "llm" if text else "truncation"
+        if not text:
+            text = truncation_summary(head, cap)
+        header = f"{SUMMARY_HEADER} {DEEP_MARKER}" if deep else SUMMARY_HEADER
+        budget = max(128, self.window // 10)  # all pins together
+        pins = pinned_results(head, min(self.settings.taco_threshold, budget), budget)
+        parts = [header, text, *pins]
+        return "\n\n".join(parts), source
+
+    async def process_tool_result(self, result: Message, *, approved: bool) -> Message:
+        """TACO: shrink a big tool output before it enters the history (best effort).
+
+        The full text goes to a file in `artifacts_dir` (if set) and the result is replaced
+        by a compressed version (or its start) plus a note where the full output is.
+        Results of user-approved calls are never summarised; any failure returns `result`.
+        """
+        if approved or result.role != "tool":
+            return result
+        try:
+            if self.counter.message(result) <= self.settings.taco_threshold:
+                return result
+            path = await self._offload(result)
+            text = await self._compress(result)
+            if text is None and path is None:
+                return result
+            if text is None:
+                text = clip(result.content, self.settings.taco_target)
+            else:
+                text = f"{TACO_HEADER}\n{text}"
+            if path is not None:
+                text += f"\n[full output: {path}; read it with read_file]"
+            return _with_content(result, text)
+        except Exception:  # best effort: the raw output is still a correct result
+            log.warning("TACO failed for %s; keeping the raw output", result.name, exc_info=True)
+            return result
+
+    async def _compress(self, result: Message) -> str | None:
+        if self.summarizer is None:
+            return None
+        prompt = TACO_PROMPT.format(
+            name=result.name or "tool",
+            target=self.settings.taco_target,
+            body=clip(result.content, self.settings.summary_max_input_tokens - 200),
+        )
+        try:
+            text = (await self.summarizer(prompt)).strip()
+        except Exception:
+            log.warning("TACO summary failed for %s", result.name, exc_info=True)
+            return None
+        if not text or self.counter.text(text) >= self.settings.taco_threshold:
+            return None  # no gain: the cut raw output serves better
+        return text
+
+    async def _offload(self, result: Message) -> Path | None:
+        if self.artifacts_dir is None:
+            return None
+        digest = hashlib.sha256(result.content.encode()).hexdigest()[:12]
+        stem = _SAFE.sub("_", result.name or "tool")[:40]
+        path = self.artifacts_dir / f"{stem}-{digest}.txt"
+
+        def write() -> None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(result.content, encoding="utf-8")
+
+        await asyncio.to_thread(write)  # a big output: keep the event loop free
+        return path
