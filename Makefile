@@ -30,6 +30,7 @@ test: lint
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/loop_overhead.py
+	$(BIN)/python benchmarks/context.py
 	$(BIN)/python benchmarks/startup.py
 
 clean:
