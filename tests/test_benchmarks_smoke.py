@@ -6,13 +6,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_loop_overhead_quick_run_prints_the_table(tmp_path: Path) -> None:
-    out = tmp_path / "loop.json"
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        ("loop_overhead.py", ["| 20 |", "per-iteration overhead ratio"]),
+        ("context.py", ["| 5,000 |", "R1 compaction"]),
+    ],
+)
+def test_quick_run_prints_the_tables(tmp_path: Path, script: str, expected: list[str]) -> None:
+    out = tmp_path / "numbers.json"
+    args = ["--quick", "--json", str(out)] if script == "loop_overhead.py" else ["--quick"]
     result = subprocess.run(
-        [sys.executable, "benchmarks/loop_overhead.py", "--quick", "--json", str(out)],
+        [sys.executable, f"benchmarks/{script}", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -20,6 +30,7 @@ def test_loop_overhead_quick_run_prints_the_table(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "| 20 |" in result.stdout
-    assert "per-iteration overhead ratio" in result.stdout
-    assert out.exists()
+    for text in expected:
+        assert text in result.stdout
+    if script == "loop_overhead.py":
+        assert out.exists()
