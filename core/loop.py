@@ -164,7 +164,7 @@ async def run_loop(
             empty_turns = 0
             messages.append(assistant)
             await _run_tools(run, assistant.tool_calls)
-            if (stop := _after_tools(run, assistant.tool_calls, iteration)) is not None:
+            if (stop := await _after_tools(run, assistant.tool_calls, iteration)) is not None:
                 return stop
             continue
         if assistant.content.strip():
@@ -190,26 +190,34 @@ async def _before_call(run: _Run, iteration: int) -> LoopOutcome | None:
                 run.sink(Notice(HARD_LIMIT_TEXT, "warning"))
                 return run.outcome("time_limit", HARD_LIMIT_TEXT, iteration)
             case "soft":
-                return await _summary_turn(run, iteration)
+                return await _summary_turn(
+                    run, iteration, "time_limit", SOFT_LIMIT_NOTICE, HARD_LIMIT_TEXT
+                )
     if guards.context is not None:
         match await guards.context.preflight(run.messages, run.sink):
             case "ask_human":
                 run.messages.append(Message.assistant(CONTEXT_ASK_TEXT))
                 return run.outcome("waiting_on_human", CONTEXT_ASK_TEXT, iteration)
-            case "stop":
-                run.messages.append(Message.assistant(CONTEXT_STOP_TEXT))
-                return run.outcome("context_stop", CONTEXT_STOP_TEXT, iteration)
+            case "stop":  # cron: nobody to ask, so stop with a summary
+                return await _summary_turn(
+                    run, iteration, "context_stop", CONTEXT_STOP_TEXT, CONTEXT_STOP_TEXT
+                )
     return None
 
 
-async def _summary_turn(run: _Run, iteration: int) -> LoopOutcome:
-    """The soft time limit: one last call without tools to summarise what was done."""
-    run.sink(Notice(SOFT_LIMIT_NOTICE, "warning"))
+async def _summary_turn(
+    run: _Run, iteration: int, reason: StopReason, notice: str, fallback: str
+) -> LoopOutcome:
+    """One last call without tools to summarise what was done (the soft time limit, and a
+    cron run that has to stop)."""
+    run.sink(Notice(notice, "warning"))
     run.messages.append(Message.user(SOFT_LIMIT_PROMPT))
     assistant = await _call(run, iteration, ())
-    text = assistant.content.strip() or HARD_LIMIT_TEXT
+    summary = assistant.content.strip()
+    text = f"{notice}\n\n{summary}" if summary and notice != SOFT_LIMIT_NOTICE else summary
+    text = text or fallback
     run.messages.append(Message.assistant(text))  # tool calls, if any, are dropped
-    return run.outcome("time_limit", text, iteration)
+    return run.outcome(reason, text, iteration)
 
 
 async def _call(run: _Run, iteration: int, tools: Sequence[ToolSpec]) -> Message:
@@ -229,7 +237,7 @@ async def _call(run: _Run, iteration: int, tools: Sequence[ToolSpec]) -> Message
     return done.message
 
 
-def _after_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> LoopOutcome | None:
+async def _after_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> LoopOutcome | None:
     """`ask_human` ends the turn; loop detection nudges, then stops."""
     for call in calls:
         if call.name == ASK_HUMAN:
@@ -247,13 +255,14 @@ def _after_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> LoopOu
     if not verdict.stops:
         run.messages.append(Message.user(NUDGE_PREFIX + verdict.message))
         return None
+    if run.executor.policy.session == "cron" and verdict.kind != "doom":
+        # Nobody to ask in a cron job: stop, with a summary of what was done.
+        return await _summary_turn(run, iteration, "loop_stop", verdict.message, verdict.message)
     run.messages.append(Message.assistant(verdict.message))
     run.sink(Notice(verdict.message, "warning"))
     if verdict.kind == "doom":
         return run.outcome("doom_loop", verdict.message, iteration)
-    if run.executor.policy.session == "interactive":
-        return run.outcome("waiting_on_human", verdict.message, iteration)
-    return run.outcome("loop_stop", verdict.message, iteration)
+    return run.outcome("waiting_on_human", verdict.message, iteration)
 
 
 def _question(call: ToolCall) -> str:

@@ -16,7 +16,7 @@ from core.tools.base import Category, SandboxSettings, Tool, ToolContext, ToolRe
 from core.tools.executor import ToolExecutor
 from core.tools.policy import SessionKind, ToolPolicy
 from tests.conftest import provider_for
-from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+from tests.fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from tests.helpers import EchoArgs, EchoTool
 
 
@@ -105,15 +105,23 @@ async def test_identical_thrash_escalates_l1_l2_l3_in_order(fake_llm: FakeLLM) -
 
 
 async def test_thrash_in_a_cron_session_stops_with_a_summary(fake_llm: FakeLLM) -> None:
-    fake_llm.responder = lambda _r: Reply(tool_calls=[ToolCallSpec("counter", {"text": "x"})])
+    def respond(request: RecordedRequest) -> Reply:
+        if "tools" not in request.json:  # the tool-less summary turn
+            return Reply(text="Summary: counted to 9.")
+        return Reply(tool_calls=[ToolCallSpec("counter", {"text": "x"})])
+
+    fake_llm.responder = respond
+    messages = history()
     outcome = await run_loop(
-        history(),
+        messages,
         provider_for(fake_llm),
         make_executor(CounterTool(), session="cron"),
         guards=Guards(detector=LoopDetector()),
     )
     assert outcome.reason == "loop_stop"
-    assert "counter" in outcome.text
+    assert "counter" in outcome.text  # why it stopped
+    assert outcome.text.endswith("Summary: counted to 9.")  # and what was done
+    assert user_texts(fake_llm.requests[-1].json)[-1] == SOFT_LIMIT_PROMPT
 
 
 async def test_pattern_thrash_nudges_the_model(fake_llm: FakeLLM) -> None:
