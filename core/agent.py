@@ -6,7 +6,6 @@ The durable per-conversation lane (queue, commands, runs, checkpoints) builds on
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from core.events import EventSink, discard
@@ -55,6 +54,3 @@ class Conversation:
             counter=self.counter,
             guards=self.guards,
         )
-
-    def history(self) -> Sequence[Message]:
-        return self.messages

@@ -53,10 +53,6 @@ Stage = Literal["R1", "R2", "R3"]
 
 DEEP_MARKER = "(deep pruned)"
 TACO_HEADER = "[compressed tool output]"
-ASK_HUMAN_TEXT = (
-    "I've made progress but I'm losing context faster than I can recover. "
-    "Keep going, change direction, or stop?"
-)
 SUMMARIZER_SYSTEM = (
     "You compress text for an AI assistant's working memory. Follow the instructions in the "
     "user message. Preserve facts, names, file paths, numbers, ids, decisions, errors and open "

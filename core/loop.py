@@ -97,12 +97,15 @@ class Guards:
     detector: LoopDetector | None = None
     limits: TimeLimits | None = None
 
-    def start_turn(self) -> None:
+    def start_turn(self, sink: EventSink) -> None:
+        """Reset per-turn state; this run's sink receives the guards' events."""
         if self.context is not None:
             self.context.start_turn()
         if self.detector is not None:
+            self.detector.sink = sink
             self.detector.reset()
         if self.limits is not None:
+            self.limits.sink = sink
             self.limits.start()
 
 
@@ -153,7 +156,8 @@ async def run_loop(
     run = _Run(
         messages, provider, executor, config, sink, counter or TokenCounter(), guards or Guards()
     )
-    run.guards.start_turn()
+    run.guards.start_turn(sink)
+    executor.sink = sink  # built once per conversation; each run owns its events
     tools = executor.registry.specs()
     empty_turns = 0
     for iteration in range(1, config.max_iterations + 1):

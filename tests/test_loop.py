@@ -364,8 +364,12 @@ async def test_usage_is_recorded_and_estimated_when_missing(fake_llm: FakeLLM) -
         assert outcome.output_tokens >= 1
 
 
-def test_tool_schema_sent_equals_validation_model() -> None:
+async def test_tool_schema_sent_equals_validation_model(fake_llm: FakeLLM) -> None:
+    fake_llm.script(Reply(text="ok"))
     tool = EchoTool()
+    await run_loop(history(), provider_for(fake_llm), executor(tool))
+    [sent] = fake_llm.requests[0].json["tools"]
+    assert sent["function"]["parameters"] == tool.schema()
     assert json.loads(json.dumps(tool.schema()))["required"] == ["text"]
 
 

@@ -8,6 +8,7 @@ import itertools
 from pydantic import BaseModel
 
 from core.clock import FakeClock
+from core.events import LoopEvent, Observed
 from core.loop import NUDGE_PREFIX, Guards, LoopConfig, run_loop
 from core.messages import Message
 from core.resilience import HARD_LIMIT_TEXT, SOFT_LIMIT_PROMPT, LoopDetector, TimeLimits
@@ -194,3 +195,20 @@ async def test_ask_human_ends_the_turn_with_the_question(fake_llm: FakeLLM) -> N
     outcome = await run_loop(messages, provider_for(fake_llm), executor)
     assert outcome.text == "Deploying main."
     assert fake_llm.requests[1].error is None
+
+
+async def test_guard_events_reach_the_runs_sink(fake_llm: FakeLLM) -> None:
+    """Guards and the executor are built once per conversation without a sink (as the app
+    does); every run's events must still reach that run's sink."""
+    clock = FakeClock()
+    fake_llm.responder = lambda _r: Reply(tool_calls=[ToolCallSpec("echo", {"text": "same"})])
+    events: list[LoopEvent] = []
+    await run_loop(
+        history(),
+        provider_for(fake_llm),
+        make_executor(EchoTool()),
+        sink=events.append,
+        guards=Guards(detector=LoopDetector(), limits=TimeLimits(clock=clock)),
+    )
+    names = {e.name for e in events if isinstance(e, Observed)}
+    assert "agent.loop.detected" in names

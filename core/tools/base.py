@@ -174,9 +174,6 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def __len__(self) -> int:
-        return len(self._tools)
-
     def specs(self) -> tuple[ToolSpec, ...]:
         if self._specs is None:
             self._specs = tuple(
