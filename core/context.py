@@ -182,8 +182,8 @@ class ContextManager:
         s = self.settings
         self.soft_at, self.compact_at = int(window * s.soft), int(window * s.compact)
         self.hard_at = int(window * s.hard)
-        self._counted, self._validated = _Watermark(), _Watermark()
-        self._total = 0
+        self._counted, self._validated, self._bounded = _Watermark(), _Watermark(), _Watermark()
+        self._total = self._bound_total = 0
         # Masked results' originals by call id, so R1 can still pin what masking removed.
         self._originals: dict[str, tuple[Message, Message]] = {}
         self.start_turn()
@@ -204,7 +204,25 @@ class ContextManager:
             total = self.counter.messages(messages)
         self._total = total
         self._counted.mark(messages)
+        # An exact count is also an upper bound: later bounds go on from here.
+        self._bound_total = total
+        self._bounded.mark(messages)
         return total
+
+    def _upper_bound(self, messages: list[Message]) -> int:
+        """At least `tokens(messages)`, cheap and incremental like it (see
+        `TokenCounter.upper_bound`)."""
+        start = self._bounded.appended_from(messages)
+        bound = self.counter.upper_bound
+        new = sum(bound(messages[i]) for i in range(start, len(messages)))
+        self._bound_total = (self._bound_total if start else 0) + new
+        self._bounded.mark(messages)
+        return self._bound_total
+
+    def _forget_counts(self) -> None:
+        """After an in-place edit the watermarks cannot tell what changed: recount."""
+        self._counted.reset()
+        self._bounded.reset()
 
     async def preflight(self, messages: list[Message], sink: EventSink) -> Verdict:
         """Check and, if needed, shrink `messages` (in place) before an LLM call.
@@ -214,6 +232,8 @@ class ContextManager:
         """
         self.iteration += 1
         self._repair(messages, sink)
+        if self._upper_bound(messages) < self.soft_at:
+            return "ok"  # the exact count is lower still: no need for the tokenizer
         used = self.tokens(messages)
         if used < self.soft_at:
             return "ok"
@@ -245,7 +265,7 @@ class ContextManager:
         if not valid_from(messages, self._validated.appended_from(messages)):
             repair = repair_transcript(messages)
             messages[:] = repair.messages
-            self._counted.reset()
+            self._forget_counts()
             data = {"synthesized": repair.synthesized, "dropped": repair.dropped}
             sink(Observed("agent.transcript.repaired", {**data, "moved": repair.moved}))
         self._validated.mark(messages)
@@ -273,7 +293,7 @@ class ContextManager:
             masked += 1
         if not masked:
             return used
-        self._counted.reset()  # replaced in place: first/last identity cannot tell
+        self._forget_counts()  # replaced in place: first/last identity cannot tell
         after = self.tokens(messages)
         self.last_compaction = CompactionReport("mask", used, after)
         data = {"kind": "mask", "before": used, "after": after, "masked": masked}
@@ -324,7 +344,7 @@ class ContextManager:
         new = [*system, Message.user(text), *verbatim, *body[cut:]]
         messages[:] = repair_transcript(new).messages  # strips anything orphaned
         self._originals.clear()
-        self._counted.reset()
+        self._forget_counts()
         self._validated.mark(messages)
         report = CompactionReport(kind, before, self.tokens(messages), source)
         self.last_compaction = report
@@ -368,7 +388,10 @@ class ContextManager:
         if approved or result.role != "tool":
             return result
         try:
-            if self.counter.message(result) <= self.settings.taco_threshold:
+            threshold = self.settings.taco_threshold
+            if self.counter.upper_bound(result) <= threshold:
+                return result  # cheap check first: most outputs are small
+            if self.counter.message(result) <= threshold:
                 return result
             path = await self._offload(result)
             text = await self._compress(result)

@@ -59,13 +59,27 @@ class TokenCounter:
         cached = message._tokens
         if cached is not None:
             return cached
-        parts = [message.content, message.reasoning]
-        for call in message.tool_calls:
-            parts += (call.name, call.arguments)
-        total = sum(self.text(p) for p in parts if p)
+        total = sum(self.text(p) for p in _parts(message) if p)
         total += FRAMING_TOKENS if self.exact else chars_estimate("x" * FRAMING_CHARS)
         message._tokens = total
         return total
 
+    def upper_bound(self, message: Message) -> int:
+        """At least `message(message)`, without loading the tokenizer.
+
+        Every cl100k token is one or more UTF-8 bytes (and the fallback counts a token per
+        four characters), so a message never has more tokens than bytes plus framing. Below
+        a threshold by this bound means below it exactly: no 40 MB encoding is loaded for a
+        short conversation.
+        """
+        return sum(len(p.encode()) for p in _parts(message)) + FRAMING_TOKENS
+
     def messages(self, messages: Iterable[Message]) -> int:
         return sum(self.message(m) for m in messages)
+
+
+def _parts(message: Message) -> list[str]:
+    parts = [message.content, message.reasoning]
+    for call in message.tool_calls:
+        parts += (call.name, call.arguments)
+    return parts

@@ -37,3 +37,20 @@ def test_fallback_is_chars_over_four_plus_framing() -> None:
     assert counter.text("x" * 400) == 100
     assert not counter.exact
     assert counter.message(Message.user("x" * 400)) == 100 + 4  # 16 chars of framing
+
+
+def test_upper_bound_is_never_below_the_exact_count() -> None:
+    counter = TokenCounter()
+    samples = [
+        "",
+        "hello world",
+        "日本語のテキスト",
+        "🙂" * 50,
+        "def f(x):\n    return x ** 2\n" * 20,
+        "aaaa" * 500,
+        " \n\t" * 100,
+    ]
+    for text in samples:
+        call = ToolCall(id="1", name="bash", arguments='{"command": "ls -la"}')
+        for message in (Message.user(text), Message.assistant(text, (call,))):
+            assert counter.upper_bound(message) >= counter.message(message)

@@ -10,7 +10,8 @@ from core.tokens import FRAMING_TOKENS, TokenCounter
 class WordCounter(TokenCounter):
     """One token per word (+4 framing per message), so sizes are known exactly.
 
-    `message_calls` counts how often a message was counted (cached or not).
+    `message_calls` counts how often a message was counted (cached or not, exactly or by
+    the cheap upper bound).
     """
 
     def __init__(self) -> None:
@@ -24,6 +25,10 @@ class WordCounter(TokenCounter):
     def message(self, message: Message) -> int:
         self.message_calls += 1
         return super().message(message)
+
+    def upper_bound(self, message: Message) -> int:
+        self.message_calls += 1
+        return super().upper_bound(message)
 
 
 def words(n: int, tag: str = "w") -> str:
