@@ -1,35 +1,32 @@
-"""The contract every chat adapter implements, and what they share."""
+"""The contract every chat adapter implements, and what they share (SPEC §9)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
+from core.chat import AgentPort, ConversationKey, Inbound, Responder
 
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """One message from a platform, normalised."""
-
-    channel: str
-    channel_id: str
-    thread_id: str
-    user_id: str
-    user_name: str
-    text: str
-    is_dm: bool = False
-    mentions_bot: bool = False
-    event_id: str = ""
-
-    @property
-    def conversation_key(self) -> tuple[str, str, str]:
-        return (self.channel, self.channel_id, self.thread_id)
+__all__ = ["Channel", "Inbound"]
 
 
 class Channel(Protocol):
-    """A platform adapter: started and stopped by the application."""
+    """A platform adapter, started and stopped by the application.
+
+    `name` is the channel type used in conversation keys and job targets
+    (`telegram`, `slack`, `discord`, `console`).
+    """
 
     name: str
 
-    async def start(self) -> None: ...
+    async def start(self, agent: AgentPort) -> None:
+        """Connect and begin handing inbound messages to `agent.submit`."""
 
-    async def stop(self) -> None: ...
+    async def stop(self) -> None:
+        """Stop taking input and close connections."""
+
+    def responder(self, key: ConversationKey) -> Responder:
+        """Where to post into conversation `key` without an inbound message (cron reports,
+        resume notices)."""
+
+    def access(self) -> str:
+        """Who may talk to the bot here, for the start-up banner."""

@@ -98,6 +98,126 @@ class ToolsConfig(SandboxSettings):
     )
 
 
+class AccessConfig(_Section):
+    """Who may talk to the bot on one platform (SPEC §13). An empty allowlist admits
+    nobody unless `open = true`; a message is admitted when its user is in
+    `allow_users` or its channel/chat is in `allow_channels`."""
+
+    enabled: bool = False
+    open: bool = Field(False, description="Admit everyone (allowlists ignored).")
+    allow_users: list[str] = Field(default_factory=list, description="Platform user ids.")
+    allow_channels: list[str] = Field(
+        default_factory=list, description="Channel/chat ids whose members may talk to the bot."
+    )
+    approvers: list[str] = Field(
+        default_factory=list, description="User ids who may approve admin tool calls."
+    )
+    require_mention: bool = Field(
+        True, description="In group channels answer only when mentioned or in the bot's thread."
+    )
+    ignore_bots: bool = Field(True, description="Never answer other bots.")
+    bot_peer_budget: int = Field(
+        5, ge=0, description="Messages answered per allowed bot per minute (ping-pong guard)."
+    )
+    edit_interval_seconds: float = Field(
+        1.0, ge=0.0, description="Least time between edits of one streamed message."
+    )
+
+    def admits(self, user_id: str, channel_id: str) -> bool:
+        return self.open or user_id in self.allow_users or channel_id in self.allow_channels
+
+    def who(self) -> str:
+        """One line for start-up: who may talk to the bot here."""
+        if self.open:
+            return "everyone (open = true)"
+        if not self.allow_users and not self.allow_channels:
+            return "nobody (allow_users and allow_channels are empty)"
+        parts = []
+        if self.allow_users:
+            parts.append("users " + ", ".join(self.allow_users))
+        if self.allow_channels:
+            parts.append("channels " + ", ".join(self.allow_channels))
+        return "; ".join(parts)
+
+
+class TelegramConfig(AccessConfig):
+    token_env: str = "TELEGRAM_BOT_TOKEN"
+    base_url: str = Field("https://api.telegram.org", description="Bot API root (no /bot).")
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_url: str | None = Field(None, description="Public URL Telegram posts updates to.")
+    webhook_listen: str = "127.0.0.1"
+    webhook_port: int = Field(8443, ge=0, le=65535)
+    webhook_secret_env: str = "TELEGRAM_WEBHOOK_SECRET"
+
+
+class SlackConfig(AccessConfig):
+    bot_token_env: str = "SLACK_BOT_TOKEN"
+    app_token_env: str = Field("SLACK_APP_TOKEN", description="xapp- token for Socket Mode.")
+    signing_secret_env: str = Field("SLACK_SIGNING_SECRET", description="HTTP mode only.")
+    base_url: str = Field("https://slack.com/api/", description="Web API root.")
+    mode: Literal["socket", "http"] = "socket"
+    http_listen: str = "127.0.0.1"
+    http_port: int = Field(3000, ge=0, le=65535)
+    ack_reaction: str | None = Field("eyes", description="Reaction that acknowledges receipt.")
+
+
+class DiscordConfig(AccessConfig):
+    token_env: str = "DISCORD_BOT_TOKEN"
+    api_base_url: str = Field("https://discord.com/api/v10", description="REST root.")
+    gateway_url: str | None = Field(None, description="Gateway URL override (tests, proxies).")
+    sync_commands: bool = Field(True, description="Register the slash commands at start.")
+
+
+class ChannelsConfig(_Section):
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    slack: SlackConfig = Field(default_factory=SlackConfig)
+    discord: DiscordConfig = Field(default_factory=DiscordConfig)
+
+
+class StoreConfig(_Section):
+    """Where conversations, runs and events are kept."""
+
+    path: Path = Field(Path("~/.parley/parley.db"), description="SQLite database (WAL).")
+    events_log: Path | None = Field(
+        Path("~/.parley/events.jsonl"), description="Structured events as JSON lines."
+    )
+    stale_run_seconds: float = Field(
+        0.0, ge=0, description="Running runs older than this at start-up are stale (0: all)."
+    )
+
+    def resolved(self) -> Path:
+        return Path(os.path.expanduser(self.path)).resolve()
+
+    def resolved_events(self) -> Path | None:
+        return Path(os.path.expanduser(self.events_log)).resolve() if self.events_log else None
+
+
+class GoalsConfig(_Section):
+    """Autonomous goals (`/goal create … --auto`)."""
+
+    autonomous_enabled: bool = False
+    autonomous_turn_delay_ms: int = Field(1000, ge=0)
+    default_turns: int = Field(50, ge=1, le=1000)
+    verify_interval: int = Field(3, ge=1, description="Ask the supervisor every N turns.")
+    max_supervisor_fails: int = Field(3, ge=1)
+    max_stuck_count: int = Field(3, ge=2, description="Identical outputs in a row = stuck.")
+    supervisor_provider: str | None = Field(None, description="Default: the conversation's.")
+
+
+class JobConfig(_Section):
+    """One scheduled job (`[[jobs]]`)."""
+
+    name: str
+    schedule: str = Field(description="Cron expression: minute hour day month weekday.")
+    timezone: str = "UTC"
+    channel: str = Field(description="Target: slack:C0123, telegram:12345, discord:ID.")
+    prompt: str
+    allow_tools: list[str] = Field(default_factory=list)
+    provider: str | None = None
+    max_iterations: int | None = Field(None, ge=1, le=500)
+    misfire_grace_seconds: int = Field(3600, ge=1)
+
+
 class ParleyConfig(_Section):
     """The whole of config.toml."""
 
@@ -106,6 +226,10 @@ class ParleyConfig(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     context: ContextSettings = Field(default_factory=ContextSettings)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+    goals: GoalsConfig = Field(default_factory=GoalsConfig)
+    jobs: list[JobConfig] = Field(default_factory=list)
 
     source: Path | None = Field(None, exclude=True)
 
@@ -115,6 +239,8 @@ class ParleyConfig(_Section):
         for key, name in (
             ("default_provider", self.default_provider),
             ("agent.summary_provider", self.agent.summary_provider),
+            ("goals.supervisor_provider", self.goals.supervisor_provider),
+            *((f"jobs.{i}.provider", job.provider) for i, job in enumerate(self.jobs)),
         ):
             if name is not None and name not in self.providers:
                 raise ValueError(

@@ -1,0 +1,103 @@
+"""What the agent and the chat channels say to each other (SPEC §9), platform-free.
+
+A channel turns platform events into `Inbound` and hands them to the agent with a
+`Responder` for that conversation; the agent answers through the responder: a streamed
+reply per run, plain posts (command replies, notices, cron reports) and approval prompts.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from core.events import LoopEvent
+
+ConversationKey = tuple[str, str, str]
+"""(channel type, channel id, thread id or "")."""
+
+SILENT_REPLIES = ("[SILENT]", "NO_REPLY")
+
+
+def is_silent(text: str) -> bool:
+    """An empty reply, or one the model marked as not to be posted."""
+    stripped = text.strip()
+    return not stripped or stripped in SILENT_REPLIES
+
+
+def key_text(key: ConversationKey) -> str:
+    """`slack:C1:1700.1` — the conversation key as one string (store, logs)."""
+    return ":".join(part for part in key if part) if key[2] else f"{key[0]}:{key[1]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One message from a platform, normalised. `text` is untrusted user data."""
+
+    channel: str
+    channel_id: str
+    thread_id: str
+    user_id: str
+    user_name: str
+    text: str
+    is_dm: bool = False
+    mentions_bot: bool = False
+    event_id: str = ""
+    message_id: str = ""
+
+    @property
+    def key(self) -> ConversationKey:
+        return (self.channel, self.channel_id, self.thread_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """An admin tool call waiting for a human's yes or no."""
+
+    id: str
+    tool: str
+    summary: str
+    reason: str
+    timeout: float
+
+
+class DeliveryError(Exception):
+    """The platform did not accept a post (after its retries)."""
+
+
+class ReplyStream(Protocol):
+    """One streamed answer: fed the run's events, then finished with the full text."""
+
+    def __call__(self, event: LoopEvent) -> None:
+        """Take one loop event (text deltas grow the message; others may show status)."""
+
+    async def finish(self, text: str) -> None:
+        """Make the reply read exactly `text` (split over several messages if long).
+        A silent or empty `text` posts nothing and removes any placeholder. Raises
+        `DeliveryError` if the platform refused the final text."""
+
+
+class Responder(Protocol):
+    """Where one conversation's output goes."""
+
+    async def send(self, text: str) -> None:
+        """Post a complete message (silent/empty text is skipped). Raises
+        `DeliveryError` when the platform does not accept it."""
+
+    def stream(self) -> ReplyStream:
+        """A new streamed reply for one run."""
+
+    async def approve(self, request: ApprovalRequest) -> bool:
+        """Ask the approvers; True only if one of them allowed it before the timeout.
+        On timeout the prompt is edited to say it was denied."""
+
+    def typing(self) -> AbstractAsyncContextManager[None]:
+        """Shows "typing…" while the block runs; always stops at its end."""
+
+
+class AgentPort(Protocol):
+    """What a channel needs from the agent."""
+
+    async def submit(self, inbound: Inbound, responder: Responder) -> bool:
+        """Queue `inbound` in its conversation's lane (commands act at once). False if the
+        platform event was seen before (redelivery) and was dropped."""
