@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from core.agent import Conversation
+from core.agent import Agent, Conversation
+from core.chat import ConversationKey, Responder
 from core.config import ParleyConfig
 from core.context import ContextManager, provider_summarizer
+from core.journal import JournalBox
 from core.loop import Guards, LoopConfig
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
@@ -24,11 +26,12 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal
 
 def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegistry:
     """Built-in tools plus the team's CLI tools from tools.yaml (if the file exists)."""
+    from core.journal import journal_tools
     from core.tools.ask import AskHumanTool
     from core.tools.builtin import builtin_tools
     from core.tools.cli import load_cli_tools
 
-    registry = ToolRegistry([*builtin_tools(), AskHumanTool()])
+    registry = ToolRegistry([*builtin_tools(), AskHumanTool(), *journal_tools()])
     path = config.tools_path()
     if path is not None and path.exists():
         for tool in load_cli_tools(path, environ):
@@ -93,12 +96,29 @@ class App:
                 lines.append(f"  {name} ({cfg.kind}): " + ", ".join(names))
         return "\n".join(lines)
 
-    def conversation(self, provider_name: str, approver: Approver | None) -> Conversation:
+    @property
+    def default_provider(self) -> str:
+        return self.config.default_provider
+
+    def provider_names(self) -> list[str]:
+        return list(self.config.providers)
+
+    def conversation(
+        self,
+        provider_name: str,
+        approver: Approver | None,
+        journal: JournalBox | None = None,
+        *,
+        policy: ToolPolicy | None = None,
+        max_iterations: int | None = None,
+    ) -> Conversation:
+        """A conversation with its own executor, context manager and guards."""
         agent = self.config.agent
+        extra: dict[str, object] = {"journal": journal or JournalBox()}
         executor = ToolExecutor(
             self.registry,
-            ToolPolicy(session="interactive", approver=approver),
-            ToolContext(sandbox=self.config.tools),
+            policy or ToolPolicy(session="interactive", approver=approver),
+            ToolContext(sandbox=self.config.tools, extra=extra),
         )
         provider = self.provider(provider_name)
         summary = self.provider(agent.summary_provider) if agent.summary_provider else provider
@@ -108,6 +128,7 @@ class App:
             summarizer=provider_summarizer(summary),
             settings=self.config.context,
             artifacts_dir=self.config.tools.resolved_artifacts(),
+            session=executor.policy.session,
         )
         guards = Guards(
             context=context,
@@ -120,12 +141,36 @@ class App:
             counter=self.counter,
             system_prompt=agent.system_prompt,
             loop_config=LoopConfig(
-                max_iterations=agent.max_iterations,
+                max_iterations=max_iterations or agent.max_iterations,
                 cancel_grace=agent.cancel_grace_seconds,
                 parallel_reads=agent.parallel_read_tools,
             ),
             guards=guards,
         )
+
+    async def open_agent(
+        self, responders: Callable[[ConversationKey], Responder | None] | None = None
+    ) -> Agent:
+        """The durable agent on the configured store (call `close_agent` when done)."""
+        from core.agent import Agent
+        from core.eventlog import EventLog
+        from core.store import Store
+
+        store = await Store.open(self.config.store.resolved())
+        agent = Agent(
+            store,
+            self,
+            events=EventLog(store, self.config.store.resolved_events()),
+            approval_timeout=self.config.agent.approval_timeout_seconds,
+            responders=responders,
+            goal_settings=self.config.goals,
+        )
+        return agent
+
+    async def close_agent(self, agent: Agent, grace: float = 10.0) -> None:
+        await agent.shutdown(grace)
+        agent.events.close()
+        await agent.store.aclose()
 
     async def aclose(self) -> None:
         for provider in self.providers.values():

@@ -1,19 +1,64 @@
-"""A conversation: history, the system message rebuilt each turn, and one turn at a time.
+"""The durable conversation agent (SPEC §7, §8).
 
-The durable per-conversation lane (queue, commands, runs, checkpoints) builds on this.
+`Conversation` is one conversation's history and what a turn needs. `Agent` keeps one
+`Lane` per conversation key: messages queue in order and run one at a time, commands act
+at once (`/stop` reaches the running run immediately), and different lanes run
+concurrently. Every run is recorded in the store with checkpoints at its safe boundaries
+and an idempotency envelope around each tool call, so a crash is resumable with `/resume`
+without repeating a side effect.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
+import hashlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
-from core.events import EventSink, discard
-from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
-from core.messages import Message
+from core.chat import ApprovalRequest, ConversationKey, DeliveryError, Inbound, Responder
+from core.clock import Clock, SystemClock
+from core.config import GoalsConfig
+from core.errors import ParleyError
+from core.eventlog import EventLog, RunEvents
+from core.events import EventSink, Notice, discard
+from core.journal import JournalBox, RunJournal
+from core.loop import Guards, LoopConfig, LoopOutcome, run_loop, unanswered_calls
+from core.messages import Message, ToolCall
 from core.providers.base import Provider
+from core.store import Checkpoint, GoalRow, Store, ToolCallRow
 from core.tokens import TokenCounter
+from core.tools.base import Approver
 from core.tools.executor import ToolExecutor
+
+log = logging.getLogger(__name__)
+
+RunState = Literal[
+    "queued", "running", "completed", "cancelled", "failed", "timed_out", "waiting_on_human"
+]
+TERMINAL_STATES = ("completed", "cancelled", "failed", "timed_out", "waiting_on_human")
+STOPPED_TEXT = "Stopped."
+
+
+def conv_id(key: ConversationKey) -> str:
+    """The conversation key as one string: `slack:C0123:1700000000.0001`."""
+    return ":".join(key)
+
+
+def parse_conv(conv: str) -> ConversationKey:
+    channel, channel_id, thread = [*conv.split(":", 2), "", ""][:3]
+    return (channel, channel_id, thread)
+
+
+def new_run_id() -> str:
+    """Sortable by time, unique: 8 hex digits of seconds + 8 random."""
+    return f"{int(time.time()):08x}{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(slots=True)
@@ -27,24 +72,45 @@ class Conversation:
     counter: TokenCounter = field(default_factory=TokenCounter)
     guards: Guards = field(default_factory=Guards)
     messages: list[Message] = field(default_factory=list)
+    extra_system: Callable[[], str] | None = None  # journal digest, goal
 
-    def system_message(self) -> Message:
-        """Rebuilt every turn from config and the tool sandbox."""
+    def stable_prompt(self) -> str:
+        """The part of the system message that comes from configuration and tools; its
+        hash tells a resumed run whether the ground shifted under it."""
         workspace = self.executor.ctx.sandbox.resolved_workspace()
-        today = dt.datetime.now(dt.UTC).date().isoformat()
-        return Message.system(
+        tools = ", ".join(self.executor.registry.names())
+        return (
             f"{self.system_prompt}\n\nTools run in the working directory {workspace}. "
-            f"Today is {today} (UTC)."
+            f"Available tools: {tools}."
         )
 
-    async def turn(self, text: str, sink: EventSink = discard) -> LoopOutcome:
-        """Add the user's message and run the loop until a final answer."""
+    def prompt_hash(self) -> str:
+        return hashlib.sha256(self.stable_prompt().encode()).hexdigest()[:16]
+
+    def system_message(self) -> Message:
+        """Rebuilt every turn: configuration, tools, today's date, journal digest, goal."""
+        today = dt.datetime.now(dt.UTC).date().isoformat()
+        text = f"{self.stable_prompt()} Today is {today} (UTC)."
+        if self.extra_system is not None and (extra := self.extra_system()):
+            text = f"{text}\n\n{extra}"
+        return Message.system(text)
+
+    def refresh_system(self) -> None:
         system = self.system_message()
         if self.messages and self.messages[0].role == "system":
             self.messages[0] = system
         else:
             self.messages.insert(0, system)
+
+    async def turn(self, text: str, sink: EventSink = discard) -> LoopOutcome:
+        """Add the user's message and run the loop until a final answer."""
+        self.refresh_system()
         self.messages.append(Message.user(text))
+        return await self.run(sink)
+
+    async def run(
+        self, sink: EventSink = discard, recorder: _Recorder | None = None
+    ) -> LoopOutcome:
         return await run_loop(
             self.messages,
             self.provider,
@@ -53,4 +119,526 @@ class Conversation:
             sink=sink,
             counter=self.counter,
             guards=self.guards,
+            recorder=recorder,
         )
+
+
+class Wiring(Protocol):
+    """What the agent needs from the application: providers and conversations."""
+
+    @property
+    def default_provider(self) -> str: ...
+
+    def provider_names(self) -> list[str]: ...
+
+    def provider(self, name: str) -> Provider: ...
+
+    def conversation(
+        self, provider_name: str, approver: Approver | None, journal: JournalBox
+    ) -> Conversation: ...
+
+
+@dataclass(slots=True)
+class Lane:
+    """One conversation: its queue, its history and its running run (if any)."""
+
+    key: ConversationKey
+    conv: str
+    journal: JournalBox
+    conversation: Conversation | None = None
+    provider_name: str = ""
+    queue: deque[tuple[Inbound, Responder]] = field(default_factory=deque)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one run at a time
+    worker: asyncio.Task[None] | None = None
+    run_task: asyncio.Task[LoopOutcome | None] | None = None
+    run_id: str | None = None
+    state: str = "idle"
+    last_state: str | None = None
+    responder: Responder | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    goal: GoalRow | None = None
+    goal_task: asyncio.Task[None] | None = None
+    last_compaction: str | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.run_task is not None and not self.run_task.done()
+
+
+class _Recorder:
+    """Checkpoints and the idempotency envelope of one run (SPEC §7)."""
+
+    def __init__(self, store: Store, lane: Lane, run_id: str, prompt_hash: str) -> None:
+        self.store, self.lane, self.run_id = store, lane, run_id
+        self.prompt_hash = prompt_hash
+        self.seq = 0
+        self.iteration = 0
+        self.cursor = len(lane.conversation.messages) if lane.conversation else 0
+        self.completed: list[str] = []
+        self.persisted: list[Message] = []
+
+    def persist(self, messages: list[Message]) -> None:
+        """Save the messages that changed since the last save (appends, or a rewrite
+        after compaction) — found by identity, messages being immutable."""
+        old = self.persisted
+        start = 0
+        limit = min(len(old), len(messages))
+        while start < limit and old[start] is messages[start]:
+            start += 1
+        if start < len(messages) or len(old) != len(messages):
+            self.store.save_messages(self.lane.conv, messages, start)
+        self.persisted = list(messages)
+
+    def checkpoint(self, kind: str, iteration: int, messages: list[Message]) -> None:
+        self.iteration = max(self.iteration, iteration)
+        self.persist(messages)
+        self.seq += 1
+        self.store.checkpoint(
+            Checkpoint(
+                self.run_id,
+                self.seq,
+                kind,
+                self.iteration,
+                self.cursor,
+                len(messages),
+                self.prompt_hash,
+                tuple(self.completed),
+                time.time(),
+            )
+        )
+
+    async def begin(self, call: ToolCall, idempotent: bool) -> Message | None:
+        stored = (await self.store.tool_calls(self.run_id)).get(call.id)
+        if stored is not None and stored.completed:
+            return Message.tool_result(call, stored.result or "", is_error=stored.is_error)
+        await self.store.tool_started(self.run_id, call.id, call.name, call.arguments, idempotent)
+        return None
+
+    async def end(self, call: ToolCall, result: Message) -> None:
+        await self.store.tool_completed(self.run_id, call.id, result.content, result.is_error)
+        self.completed.append(call.id)
+
+
+class Agent:
+    """One per process: lanes keyed by conversation, all sharing one store."""
+
+    def __init__(
+        self,
+        store: Store,
+        wiring: Wiring,
+        *,
+        events: EventLog | None = None,
+        clock: Clock | None = None,
+        approval_timeout: float = 300.0,
+        responders: Callable[[ConversationKey], Responder | None] | None = None,
+        goal_settings: GoalsConfig | None = None,
+    ) -> None:
+        self.store = store
+        self.wiring = wiring
+        self.events = events or EventLog(store)
+        self.clock = clock or SystemClock()
+        self.approval_timeout = approval_timeout
+        self.responders = responders or (lambda key: None)
+        self.goal_settings = goal_settings or GoalsConfig()
+        self.lanes: dict[ConversationKey, Lane] = {}
+        self._lane_locks: dict[ConversationKey, asyncio.Lock] = {}
+        self._closing = False
+        from core.commands import Commands  # the commands use the agent's lanes
+
+        self.commands = Commands(self)
+
+    # --- input ------------------------------------------------------------------------
+
+    async def submit(self, inbound: Inbound, responder: Responder) -> bool:
+        if inbound.event_id and not await self.store.first_sight(inbound.channel, inbound.event_id):
+            self.events.emit(
+                "channel.event.duplicate", {"channel": inbound.channel, "id": inbound.event_id}
+            )
+            return False
+        lane = await self.lane(inbound.key)
+        lane.responder = responder
+        if await self.commands.handle(lane, inbound, responder):
+            return True
+        if self._closing:
+            await _safe_send(responder, "Parley is restarting; please send that again shortly.")
+            return True
+        lane.queue.append((inbound, responder))
+        if lane.worker is None or lane.worker.done():
+            lane.worker = asyncio.create_task(self._drain(lane), name=f"lane {lane.conv}")
+        return True
+
+    async def lane(self, key: ConversationKey) -> Lane:
+        """The lane of `key`, loaded from the store on first use."""
+        if (lane := self.lanes.get(key)) is not None:
+            return lane
+        lock = self._lane_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if (lane := self.lanes.get(key)) is not None:
+                return lane
+            conv = conv_id(key)
+            store = self.store
+            journal = JournalBox.from_data(
+                await store.journal(conv), lambda j: store.save_journal(conv, j.model_dump())
+            )
+            lane = Lane(key, conv, journal)
+            row = await store.conversation(conv)
+            if row is not None:
+                lane.input_tokens, lane.output_tokens = row.input_tokens, row.output_tokens
+                lane.last_compaction = row.last_compaction
+            lane.goal = await store.goal(conv)
+            await self._ensure_conversation(lane, await store.load_messages(conv))
+            self.lanes[key] = lane
+            return lane
+
+    async def _ensure_conversation(
+        self, lane: Lane, messages: list[Message] | None = None
+    ) -> Conversation:
+        """Build (or rebuild, after `/provider`) the lane's conversation."""
+        wanted = await self.provider_for(lane.key)
+        current = lane.conversation
+        if current is not None and lane.provider_name == wanted:
+            return current
+        conversation = self.wiring.conversation(wanted, self._approver(lane), lane.journal)
+        conversation.messages = (
+            messages if messages is not None else (current.messages if current else [])
+        )
+        conversation.extra_system = lambda: self._extra_system(lane)
+        context = conversation.guards.context
+        if context is not None and hasattr(context, "after_summary"):
+            context.after_summary = lambda: (
+                "" if lane.journal.journal.is_empty() else lane.journal.journal.render()
+            )
+        lane.conversation, lane.provider_name = conversation, wanted
+        return conversation
+
+    async def provider_for(self, key: ConversationKey) -> str:
+        """The stored preference of this channel, silently the default when it is gone."""
+        stored = await self.store.provider_pref(key[0], key[1])
+        if stored is not None and stored in self.wiring.provider_names():
+            return stored
+        return self.wiring.default_provider
+
+    def _extra_system(self, lane: Lane) -> str:
+        parts = []
+        if digest := lane.journal.journal.digest():
+            parts.append(f"Run journal (digest): {digest}")
+        goal = lane.goal
+        if goal is not None and goal.state == "active":
+            parts.append(f"Active goal: {goal.text}")
+        return "\n".join(parts)
+
+    def _approver(self, lane: Lane) -> Approver:
+        async def approve(tool: str, summary: str, reason: str) -> bool:
+            responder = lane.responder
+            if responder is None:
+                return False
+            request = ApprovalRequest(
+                uuid.uuid4().hex[:12], tool, summary, reason, self.approval_timeout
+            )
+            self.store.approval_requested(request.id, lane.conv, lane.run_id, tool, summary)
+            try:
+                allowed = await responder.approve(request)
+            except asyncio.CancelledError:
+                self.store.approval_resolved(request.id, "cancelled")
+                raise
+            except Exception:
+                log.warning("approval prompt failed", exc_info=True)
+                allowed = False
+            self.store.approval_resolved(request.id, "approved" if allowed else "denied")
+            return allowed
+
+        return approve
+
+    # --- runs ---------------------------------------------------------------------------
+
+    async def _drain(self, lane: Lane) -> None:
+        """The lane's worker: one queued message at a time, in order."""
+        while lane.queue and not self._closing:
+            inbound, responder = lane.queue.popleft()
+            lane.responder = responder
+            await self.run_in_lane(lane, responder, user_text=inbound.text)
+
+    async def run_in_lane(
+        self,
+        lane: Lane,
+        responder: Responder,
+        *,
+        user_text: str | None,
+        trigger: str = "user",
+        run_id: str | None = None,
+    ) -> LoopOutcome | None:
+        """Run one turn as the lane's run task (so `/stop` can cancel it alone); one run
+        at a time per lane, whoever asks (the queue worker, `/resume`, a goal driver)."""
+        async with lane.lock:
+            task = asyncio.create_task(
+                self._run(lane, responder, user_text, trigger, run_id), name=f"run {lane.conv}"
+            )
+            lane.run_task = task
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if not task.done():  # the caller itself is being cancelled
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                raise
+
+    async def _run(
+        self,
+        lane: Lane,
+        responder: Responder,
+        user_text: str | None,
+        trigger: str,
+        resume_id: str | None,
+    ) -> LoopOutcome | None:
+        conversation = await self._ensure_conversation(lane)
+        run_id = resume_id or new_run_id()
+        lane.run_id, lane.state = run_id, "running"
+        recorder = _Recorder(self.store, lane, run_id, conversation.prompt_hash())
+        recorder.persisted = list(conversation.messages)
+        conversation.executor.envelope = recorder
+        if resume_id is None:
+            self.store.forget_resumable(lane.conv)
+            self.store.create_run(run_id, lane.conv, trigger)
+        else:
+            self.store.update_run(run_id, state="running", resumable=0, ended_at=None)
+        conversation.refresh_system()
+        if user_text is not None:
+            if pending := unanswered_calls(conversation.messages):
+                # New input supersedes an interrupted run: close its calls, never re-run them.
+                self._close_unanswered(conversation, pending, {})
+            conversation.messages.append(Message.user(user_text))
+        recorder.cursor = len(conversation.messages)
+        recorder.checkpoint("input", 0, conversation.messages)
+        stream = responder.stream()
+        sink = RunEvents(self.events, stream, run_id=run_id, conv=lane.conv)
+        sink.emit("agent_run.started", {"trigger": trigger, "provider": lane.provider_name})
+        outcome: LoopOutcome | None = None
+        state: RunState
+        try:
+            async with responder.typing():
+                outcome = await conversation.run(sink, recorder)
+            state = _state_of(outcome)
+            text = outcome.text
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            state, text = "cancelled", STOPPED_TEXT
+            stream(Notice(STOPPED_TEXT, "warning"))
+        except ParleyError as exc:
+            state, text = "failed", f"Sorry, that failed: {exc}"
+            log.warning("run %s failed: %s", run_id, exc)
+        except Exception as exc:
+            state, text = "failed", f"Sorry, something went wrong ({type(exc).__name__})."
+            log.exception("run %s crashed", run_id)
+        recorder.checkpoint("final", recorder.iteration, conversation.messages)
+        lane.input_tokens += sink.input_tokens
+        lane.output_tokens += sink.output_tokens
+        context = conversation.guards.context
+        report = getattr(context, "last_compaction", None)
+        if report is not None:
+            lane.last_compaction = f"{report.before}→{report.after} ({report.kind})"
+        self.store.save_snapshot(
+            lane.key,
+            lane.conv,
+            input_tokens=lane.input_tokens,
+            output_tokens=lane.output_tokens,
+            last_compaction=lane.last_compaction,
+        )
+        self.store.update_run(
+            run_id,
+            state=state,
+            ended_at=time.time(),
+            reason=outcome.reason if outcome else state,
+            text=text[:2000],
+            iterations=recorder.iteration,
+            input_tokens=sink.input_tokens,
+            output_tokens=sink.output_tokens,
+        )
+        sink.emit(f"agent_run.{state}", {"reason": outcome.reason if outcome else state})
+        lane.state, lane.last_state, lane.run_id = "idle", state, None
+        conversation.executor.envelope = None
+        await self.store.flush()
+        try:
+            await stream.finish(text)
+        except DeliveryError:
+            log.warning("reply of run %s was not delivered", run_id, exc_info=True)
+            sink.emit("channel.delivery.failed", {})
+        return outcome
+
+    async def stop(self, lane: Lane) -> bool:
+        """Cancel the lane's running run; True if there was one."""
+        task = lane.run_task
+        if task is None or task.done():
+            return False
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({task})
+        return True
+
+    # --- autonomous goals ---------------------------------------------------------------
+
+    def start_goal(self, lane: Lane, responder: Responder) -> None:
+        """Drive the lane's goal without user input (`/goal create … --auto`)."""
+        from core.goals import drive_goal
+
+        lane.goal_task = asyncio.create_task(
+            drive_goal(self, lane, responder), name=f"goal {lane.conv}"
+        )
+
+    async def stop_goal(self, lane: Lane) -> bool:
+        task = lane.goal_task
+        if task is None or task.done():
+            return False
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return True
+
+    # --- resume and reconcile ------------------------------------------------------------
+
+    async def resume(self, lane: Lane, responder: Responder) -> str | None:
+        """Continue the lane's interrupted run; returns a message for the user if it cannot."""
+        candidates = await self.store.runs(conv=lane.conv, limit=5)
+        run = next((r for r in candidates if r.resumable), None)
+        if run is None:
+            return "There is no interrupted run to resume here."
+        conversation = await self._ensure_conversation(lane)
+        checkpoint = await self.store.last_checkpoint(run.id)
+        why = None
+        if checkpoint is None:
+            why = "it stopped before its first checkpoint"
+        elif checkpoint.prompt_hash != conversation.prompt_hash():
+            why = "the configuration or the tools changed since it was interrupted"
+        pending = unanswered_calls(conversation.messages)
+        if why is None and pending:
+            rows = await self.store.tool_calls(run.id)
+            half = [
+                c
+                for c in pending
+                if (row := rows.get(c.id)) is not None and not row.completed and not row.idempotent
+            ]
+            if half:
+                names = ", ".join(f"`{c.name}`" for c in half)
+                why = (
+                    f"{names} had started but not finished, and running it again could repeat "
+                    "its effect"
+                )
+                self._close_unanswered(conversation, pending, rows)
+        if why is not None:
+            text = (
+                f"I can't safely resume run {run.id}: {why}. Please check what happened and "
+                "tell me how to go on."
+            )
+            conversation.messages.append(Message.assistant(text))
+            self.store.save_messages(lane.conv, conversation.messages, 0)
+            self.store.update_run(run.id, state="waiting_on_human", resumable=0, reason="unsafe")
+            self.events.emit("agent_run.resume_unsafe", {"why": why}, run_id=run.id, conv=lane.conv)
+            lane.last_state = "waiting_on_human"
+            await self.store.flush()
+            return text
+        await self.run_in_lane(lane, responder, user_text=None, trigger="resume", run_id=run.id)
+        return None
+
+    @staticmethod
+    def _close_unanswered(
+        conversation: Conversation, pending: list[ToolCall], rows: Mapping[str, ToolCallRow]
+    ) -> None:
+        """Give every unanswered call a result, so the transcript stays valid."""
+        for call in pending:
+            row = rows.get(call.id)
+            if row is not None and row.completed and row.result is not None:
+                conversation.messages.append(
+                    Message.tool_result(call, row.result, is_error=row.is_error)
+                )
+            else:
+                conversation.messages.append(
+                    Message.tool_result(
+                        call,
+                        "interrupted by a restart: this call may or may not have taken effect; "
+                        "it was not run again",
+                        is_error=True,
+                    )
+                )
+
+    async def reconcile(self) -> list[str]:
+        """At start-up: runs left `running` by a crash become `timed_out`; those with a
+        checkpoint to go on from are announced in their conversation with a /resume hint."""
+        announced: list[str] = []
+        for run in await self.store.runs(states=["running"], limit=10_000):
+            checkpoint = await self.store.last_checkpoint(run.id)
+            resumable = checkpoint is not None and checkpoint.kind != "final"
+            self.store.update_run(
+                run.id,
+                state="timed_out",
+                ended_at=time.time(),
+                resumable=int(resumable),
+                reason="interrupted",
+            )
+            self.events.emit(
+                "agent_run.reconcile", {"resumable": resumable}, run_id=run.id, conv=run.conv
+            )
+            if resumable:
+                announced.append(run.id)
+                responder = self.responders(parse_conv(run.conv))
+                if responder is not None:
+                    await _safe_send(
+                        responder,
+                        f"I was interrupted while working on your last request (run {run.id}). "
+                        "Send /resume to continue where I stopped.",
+                    )
+        for approval_id, _conv, _tool in await self.store.pending_approvals():
+            self.store.approval_resolved(approval_id, "expired")
+        await self.store.flush()
+        return announced
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def wait_idle(self) -> None:
+        """Until every lane's queue is drained and no run is running (tests, shutdown)."""
+        while True:
+            workers = [lane.worker for lane in self.lanes.values() if lane.worker]
+            busy = [w for w in workers if not w.done()]
+            if not busy:
+                return
+            await asyncio.wait(busy)
+
+    async def shutdown(self, grace: float = 10.0) -> None:
+        """Stop taking input; let running turns reach a checkpoint (up to `grace`
+        seconds), then cancel what is left."""
+        self._closing = True
+        workers = [lane.worker for lane in self.lanes.values() if lane.worker]
+        running = [w for w in workers if not w.done()]
+        if running:
+            await asyncio.wait(running, timeout=grace)
+        for lane in self.lanes.values():
+            await self.stop(lane)
+            if lane.worker and not lane.worker.done():
+                lane.worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await lane.worker
+        await self.store.flush()
+
+
+def _state_of(outcome: LoopOutcome) -> RunState:
+    match outcome.reason:
+        case "waiting_on_human":
+            return "waiting_on_human"
+        case "time_limit":
+            return "timed_out"
+        case _:
+            return "completed"
+
+
+async def _safe_send(responder: Responder, text: str) -> bool:
+    try:
+        await responder.send(text)
+    except DeliveryError:
+        log.warning("could not post to the conversation", exc_info=True)
+        return False
+    return True
+
+
+__all__ = ["Agent", "Conversation", "Lane", "RunJournal", "Wiring", "conv_id", "parse_conv"]

@@ -179,6 +179,7 @@ class ContextManager:
         self.session = session
         self.artifacts_dir = artifacts_dir
         self.last_compaction: CompactionReport | None = None
+        self.after_summary: Callable[[], str] | None = None  # e.g. the full run journal
         s = self.settings
         self.soft_at, self.compact_at = int(window * s.soft), int(window * s.compact)
         self.hard_at = int(window * s.hard)
@@ -376,6 +377,8 @@ class ContextManager:
         budget = max(128, self.window // 10)  # all pins together
         pins = pinned_results(head, min(self.settings.taco_threshold, budget), budget)
         parts = [header, text, *pins]
+        if self.after_summary is not None and (extra := self.after_summary()):
+            parts.append(extra)
         return "\n\n".join(parts), source
 
     async def process_tool_result(self, result: Message, *, approved: bool) -> Message:

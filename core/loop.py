@@ -65,6 +65,12 @@ StopReason = Literal[
 ]
 
 
+class Recorder(Protocol):
+    """Told of every safe boundary of a run (SPEC §7 checkpoints)."""
+
+    def checkpoint(self, kind: str, iteration: int, messages: list[Message]) -> None: ...
+
+
 class ContextGuard(Protocol):
     """What the loop needs from context management (SPEC §5)."""
 
@@ -132,9 +138,14 @@ class _Run:
     sink: EventSink
     counter: TokenCounter
     guards: Guards
+    recorder: Recorder | None = None
     input_tokens: int = 0
     output_tokens: int = 0
     tool_calls: int = 0
+
+    def checkpoint(self, kind: str, iteration: int) -> None:
+        if self.recorder is not None:
+            self.recorder.checkpoint(kind, iteration, self.messages)
 
     def outcome(self, reason: StopReason, text: str, iterations: int) -> LoopOutcome:
         return LoopOutcome(
@@ -151,15 +162,32 @@ async def run_loop(
     sink: EventSink = discard,
     counter: TokenCounter | None = None,
     guards: Guards | None = None,
+    recorder: Recorder | None = None,
 ) -> LoopOutcome:
-    """Run one user turn to completion over `messages` (mutated in place)."""
+    """Run one user turn to completion over `messages` (mutated in place).
+
+    If `messages` ends with an assistant message whose tool calls have no results yet (a
+    run resumed after a crash), those calls run first; an executor with an idempotency
+    envelope replays the ones that had completed.
+    """
     run = _Run(
-        messages, provider, executor, config, sink, counter or TokenCounter(), guards or Guards()
+        messages,
+        provider,
+        executor,
+        config,
+        sink,
+        counter or TokenCounter(),
+        guards or Guards(),
+        recorder,
     )
     run.guards.start_turn(sink)
     executor.sink = sink  # built once per conversation; each run owns its events
     tools = executor.registry.specs()
     empty_turns = 0
+    if pending := unanswered_calls(messages):
+        await _run_tools(run, pending, 0)
+        if (stop := await _after_tools(run, pending, 0)) is not None:
+            return stop
     for iteration in range(1, config.max_iterations + 1):
         if (stop := await _before_call(run, iteration)) is not None:
             return stop
@@ -167,7 +195,8 @@ async def run_loop(
         if assistant.tool_calls:
             empty_turns = 0
             messages.append(assistant)
-            await _run_tools(run, assistant.tool_calls)
+            run.checkpoint("llm", iteration)
+            await _run_tools(run, assistant.tool_calls, iteration)
             if (stop := await _after_tools(run, assistant.tool_calls, iteration)) is not None:
                 return stop
             continue
@@ -307,7 +336,19 @@ def _batches(
     return batches
 
 
-async def _run_tools(run: _Run, calls: Sequence[ToolCall]) -> None:
+def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
+    """Tool calls of the last assistant message that have no result after it."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "assistant":
+            answered = {m.tool_call_id for m in messages[index + 1 :] if m.role == "tool"}
+            return [c for c in message.tool_calls if c.id not in answered]
+        if message.role != "tool":
+            return []
+    return []
+
+
+async def _run_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> None:
     executor, config, sink, messages = run.executor, run.config, run.sink, run.messages
     prepared = {c.id: executor.prepare(c) for c in calls}
     categories = {call_id: p.category for call_id, p in prepared.items()}
@@ -326,6 +367,7 @@ async def _run_tools(run: _Run, calls: Sequence[ToolCall]) -> None:
                     )
             messages.extend(results[c.id] for c in batch)
             appended += len(batch)
+            run.checkpoint("tool", iteration)
     except asyncio.CancelledError:
         for call in calls[appended:]:
             cancelled = Message.tool_result(call, CANCELLED_RESULT, is_error=True)

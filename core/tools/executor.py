@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -45,6 +46,16 @@ class PreparedCall:
     error: str | None = None
 
 
+class Envelope(Protocol):
+    """The idempotency envelope (SPEC §7): every call is recorded as started before it runs
+    and as completed with its result after; a completed call is replayed, not re-run."""
+
+    async def begin(self, call: ToolCall, idempotent: bool) -> Message | None:
+        """Record the start; return the stored result if this call already completed."""
+
+    async def end(self, call: ToolCall, result: Message) -> None: ...
+
+
 @dataclass(slots=True)
 class ToolExecutor:
     """Executes tool calls for one run.
@@ -59,6 +70,7 @@ class ToolExecutor:
     ctx: ToolContext
     clock: Clock = field(default_factory=SystemClock)
     sink: EventSink = discard
+    envelope: Envelope | None = None
 
     def prepare(self, call: ToolCall) -> PreparedCall:
         tool = self.registry.get(call.name)
@@ -76,8 +88,17 @@ class ToolExecutor:
     async def execute(self, call: ToolCall | PreparedCall) -> Message:
         """Run the call and return its tool-result message."""
         prepared = call if isinstance(call, PreparedCall) else self.prepare(call)
+        envelope = self.envelope
+        if envelope is not None:
+            tool = prepared.tool
+            idempotent = tool is None or (tool.idempotent and prepared.category == tool.category)
+            if (stored := await envelope.begin(prepared.call, idempotent)) is not None:
+                return stored
         result = await self._execute(prepared)
-        return Message.tool_result(prepared.call, result.text, is_error=result.is_error)
+        message = Message.tool_result(prepared.call, result.text, is_error=result.is_error)
+        if envelope is not None:
+            await envelope.end(prepared.call, message)
+        return message
 
     async def _execute(self, prepared: PreparedCall) -> ToolResult:
         tool, args, call = prepared.tool, prepared.args, prepared.call

@@ -1,0 +1,246 @@
+"""Chat commands (SPEC §8): handled before the LLM, the same on every channel.
+
+Read-only commands and `/stop` act at once, even while a run is going; commands that change
+the history (`/clear`, `/compact`, `/provider`, `/resume`) wait for an idle lane and say so
+otherwise.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from core.chat import Inbound, Responder
+from core.events import discard
+from core.store import GoalRow
+
+if TYPE_CHECKING:
+    from core.agent import Agent, Lane
+
+HELP = """Commands:
+/help — this list
+/status — provider, model, context use, tokens, last compaction, goal, run state
+/stop — stop the running turn
+/clear — forget this conversation's history (the provider choice stays)
+/compact — summarise the history now to free context
+/resume — continue a run that a restart interrupted
+/provider [name] — show or switch this channel's model provider
+/goal [create <text> [--auto [--turns N]] | done | clear] — the conversation's goal
+/journal — the run journal (objective, state, findings, next step)"""
+
+COMMANDS = ("help", "status", "stop", "clear", "compact", "resume", "provider", "goal", "journal")
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """`/compact now` → ("compact", "now"); None if `text` is not one of our commands.
+    A `@botname` suffix (`/status@parley_bot`) is ignored."""
+    stripped = text.strip()
+    if not stripped.startswith("/"):
+        return None
+    head, _, rest = stripped[1:].partition(" ")
+    name = head.split("@", 1)[0].lower()
+    return (name, rest.strip()) if name in COMMANDS else None
+
+
+class Commands:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._handlers: dict[str, Callable[[Lane, str, Responder], Awaitable[str | None]]] = {
+            "help": self._help,
+            "status": self._status,
+            "stop": self._stop,
+            "clear": self._clear,
+            "compact": self._compact,
+            "resume": self._resume,
+            "provider": self._provider,
+            "goal": self._goal,
+            "journal": self._journal,
+        }
+
+    async def handle(self, lane: Lane, inbound: Inbound, responder: Responder) -> bool:
+        """Run `inbound` as a command if it is one; False if it is ordinary text."""
+        parsed = parse_command(inbound.text)
+        if parsed is None:
+            return False
+        name, args = parsed
+        self.agent.events.emit("agent.command", {"command": name}, conv=lane.conv)
+        reply = await self._handlers[name](lane, args, responder)
+        if reply:
+            await responder.send(reply)
+        return True
+
+    async def _help(self, lane: Lane, args: str, responder: Responder) -> str:
+        return HELP
+
+    async def _status(self, lane: Lane, args: str, responder: Responder) -> str:
+        conversation = await self.agent._ensure_conversation(lane)
+        provider = conversation.provider
+        window = provider.settings.context_window
+        context = conversation.guards.context
+        used = (
+            context.tokens(conversation.messages)
+            if context is not None and hasattr(context, "tokens")
+            else conversation.counter.messages(conversation.messages)
+        )
+        goal = lane.goal
+        goal_text = f"{goal.text} ({goal.state}{', auto' if goal.auto else ''})" if goal else "none"
+        run = "running" if lane.busy else "idle"
+        if lane.busy and lane.run_id:
+            run += f" (run {lane.run_id})"
+        elif lane.last_state:
+            run += f" (last run: {lane.last_state})"
+        if lane.queue:
+            run += f", {len(lane.queue)} queued"
+        return "\n".join(
+            [
+                f"Provider: {lane.provider_name} ({provider.model})",
+                f"Context: {used:,} / {window:,} tokens ({used * 100 // max(window, 1)}%)",
+                f"Tokens used here: {lane.input_tokens:,} in, {lane.output_tokens:,} out",
+                f"Last compaction: {lane.last_compaction or 'none'}",
+                f"Goal: {goal_text}",
+                f"Run: {run}",
+            ]
+        )
+
+    async def _stop(self, lane: Lane, args: str, responder: Responder) -> str:
+        dropped = len(lane.queue)
+        lane.queue.clear()
+        stopped = await self.agent.stop(lane)
+        goal_stopped = await self.agent.stop_goal(lane)
+        if not stopped and not goal_stopped:
+            return "Nothing is running."
+        extra = f" ({dropped} queued message{'s' * (dropped != 1)} dropped)" if dropped else ""
+        return f"Stopped{extra}."
+
+    async def _clear(self, lane: Lane, args: str, responder: Responder) -> str:
+        if lane.busy:
+            return BUSY
+        conversation = await self.agent._ensure_conversation(lane)
+        conversation.messages.clear()
+        lane.input_tokens = lane.output_tokens = 0
+        lane.last_compaction = None
+        lane.goal = None
+        lane.journal.journal = type(lane.journal.journal)()
+        context = conversation.guards.context
+        if context is not None and hasattr(context, "last_compaction"):
+            context.last_compaction = None
+        await self.agent.store.clear_conversation(lane.conv)
+        return "Cleared this conversation's history. The provider choice is kept."
+
+    async def _compact(self, lane: Lane, args: str, responder: Responder) -> str:
+        if lane.busy:
+            return BUSY
+        conversation = await self.agent._ensure_conversation(lane)
+        context = conversation.guards.context
+        if context is None or len(conversation.messages) < 2:
+            return "Nothing to compact yet."
+        await responder.send("Compacting the conversation…")
+        report = await context.compact(conversation.messages, sink=discard)
+        before, after = getattr(report, "before", 0), getattr(report, "after", 0)
+        lane.last_compaction = f"{before}→{after} (manual)"
+        store = self.agent.store
+        store.save_messages(lane.conv, conversation.messages, 0)
+        store.save_snapshot(
+            lane.key,
+            lane.conv,
+            input_tokens=lane.input_tokens,
+            output_tokens=lane.output_tokens,
+            last_compaction=lane.last_compaction,
+        )
+        self.agent.events.emit(
+            "agent.compaction.run",
+            {"kind": "manual", "before": before, "after": after},
+            conv=lane.conv,
+        )
+        await store.flush()
+        return f"Compacted: {before:,} → {after:,} tokens."
+
+    async def _resume(self, lane: Lane, args: str, responder: Responder) -> str | None:
+        if lane.busy:
+            return BUSY
+        return await self.agent.resume(lane, responder)
+
+    async def _provider(self, lane: Lane, args: str, responder: Responder) -> str:
+        names = self.agent.wiring.provider_names()
+        current = await self.agent.provider_for(lane.key)
+        if not args:
+            listed = ", ".join(f"*{n}*" if n == current else n for n in names)
+            return f"Provider here: {current}. Configured: {listed}. Switch with /provider NAME."
+        wanted = args.split()[0]
+        if wanted not in names:
+            return f"There is no provider `{wanted}`. Configured: {', '.join(names)}."
+        if lane.busy:
+            return BUSY
+        await self.agent.store.set_provider_pref(lane.key[0], lane.key[1], wanted)
+        for other in self.agent.lanes.values():  # every conversation of this channel
+            if other.key[:2] == lane.key[:2] and not other.busy:
+                await self.agent._ensure_conversation(other)
+        return f"This channel now uses {wanted}."
+
+    async def _goal(self, lane: Lane, args: str, responder: Responder) -> str:
+        store = self.agent.store
+        try:
+            words = shlex.split(args)
+        except ValueError:
+            words = args.split()
+        sub = words[0].lower() if words else ""
+        if not sub:
+            goal = lane.goal
+            if goal is None:
+                return "No goal set. /goal create <text> sets one."
+            progress = f", auto {goal.turns}/{goal.max_turns} turns" if goal.auto else ""
+            return f"Goal: {goal.text} ({goal.state}{progress})"
+        if sub == "create":
+            rest = words[1:]
+            auto = "--auto" in rest
+            turns = self.agent.goal_settings.default_turns
+            if "--turns" in rest:
+                at = rest.index("--turns")
+                try:
+                    turns = max(1, int(rest[at + 1]))
+                except (IndexError, ValueError):
+                    return "Usage: /goal create <text> --auto --turns N (N a number)."
+                del rest[at : at + 2]
+            text = " ".join(w for w in rest if w != "--auto").strip()
+            if not text:
+                return "Usage: /goal create <text> [--auto [--turns N]]"
+            if auto and not self.agent.goal_settings.autonomous_enabled:
+                return "Autonomous goals are off here (goals.autonomous_enabled in config.toml)."
+            if auto and lane.busy:
+                return BUSY
+            lane.goal = GoalRow(lane.conv, text, "active", auto, turns if auto else 0, 0, None)
+            await store.save_goal(lane.goal, lane.conv)
+            if auto:
+                self.agent.start_goal(lane, responder)
+                return f"Goal set: {text}. Working on it autonomously (up to {turns} turns)."
+            return f"Goal set: {text}"
+        if sub == "done":
+            if lane.goal is None:
+                return "No goal to complete."
+            await self.agent.stop_goal(lane)
+            lane.goal = GoalRow(
+                lane.conv,
+                lane.goal.text,
+                "completed",
+                lane.goal.auto,
+                lane.goal.max_turns,
+                lane.goal.turns,
+                "marked done",
+            )
+            await store.save_goal(lane.goal, lane.conv)
+            return f"Goal completed: {lane.goal.text}"
+        if sub == "clear":
+            await self.agent.stop_goal(lane)
+            lane.goal = None
+            await store.save_goal(None, lane.conv)
+            return "Goal cleared."
+        return "Usage: /goal [create <text> [--auto [--turns N]] | done | clear]"
+
+    async def _journal(self, lane: Lane, args: str, responder: Responder) -> str:
+        return lane.journal.journal.render()
+
+
+BUSY = "A run is in progress here; /stop it first or wait for it to finish."
+
+__all__ = ["COMMANDS", "HELP", "Commands", "parse_command"]

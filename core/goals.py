@@ -1,0 +1,133 @@
+"""Autonomous goals (SPEC §8, `/goal create <text> --auto [--turns N]`).
+
+The driver runs turns in the conversation's own lane (queued user messages still go
+first), waits `autonomous_turn_delay_ms` between turns, and every `verify_interval` turns
+asks a supervisor model for a JSON verdict `{"achieved": bool, "reason": str}`. It stops
+when the supervisor says achieved, at the turn limit, after `max_stuck_count` identical
+answers in a row, or on `/stop`; a supervisor that keeps failing pauses the goal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from core.chat import Responder
+from core.events import StreamDone
+from core.messages import Message
+from core.providers.base import Provider
+from core.store import GoalRow
+
+if TYPE_CHECKING:
+    from core.agent import Agent, Lane
+
+log = logging.getLogger(__name__)
+
+FIRST_PROMPT = (
+    "[Autonomous goal] Work toward this goal on your own, using tools as needed: {goal}\n"
+    "Each of your answers ends one step; you will be asked to continue."
+)
+NEXT_PROMPT = (
+    "[Autonomous goal] Continue working toward the goal: {goal}\n"
+    "Take the next concrete step. If it is fully achieved, say so and summarise the result."
+)
+SUPERVISOR_PROMPT = """You supervise an assistant working toward a goal without a human.
+Goal: {goal}
+
+The assistant's latest answers (newest last):
+{answers}
+
+Is the goal fully achieved? Reply with JSON only: {{"achieved": true|false, "reason": "…"}}"""
+
+
+async def ask_supervisor(provider: Provider, goal: str, answers: list[str]) -> tuple[bool, str]:
+    """One tool-less call; raises ValueError if the reply is not the JSON verdict."""
+    body = "\n---\n".join(a[-1500:] for a in answers[-3:]) or "(none yet)"
+    prompt = SUPERVISOR_PROMPT.format(goal=goal, answers=body)
+    text = ""
+    async with contextlib.aclosing(provider.stream([Message.user(prompt)], ())) as stream:
+        async for event in stream:
+            if isinstance(event, StreamDone):
+                text = event.message.content
+    match = re.search(r"\{.*\}", text, re.DOTALL)
+    if match is None:
+        raise ValueError(f"supervisor reply is not JSON: {text[:200]!r}")
+    verdict = json.loads(match.group(0))
+    if not isinstance(verdict, dict) or not isinstance(verdict.get("achieved"), bool):
+        raise ValueError(f"supervisor verdict lacks a boolean `achieved`: {verdict!r}")
+    return verdict["achieved"], str(verdict.get("reason", ""))
+
+
+async def drive_goal(agent: Agent, lane: Lane, responder: Responder) -> None:
+    settings = agent.goal_settings
+    goal = lane.goal
+    if goal is None:
+        return
+    supervisor_name = settings.supervisor_provider or lane.provider_name
+    supervisor = agent.wiring.provider(supervisor_name or agent.wiring.default_provider)
+    answers: list[str] = []
+    fails = 0
+    state, note = "active", ""
+    try:
+        while True:
+            if goal.turns >= goal.max_turns:
+                state, note = "stopped", f"turn limit reached ({goal.max_turns} turns)"
+                break
+            prompt = (FIRST_PROMPT if goal.turns == 0 else NEXT_PROMPT).format(goal=goal.text)
+            outcome = await agent.run_in_lane(lane, responder, user_text=prompt, trigger="goal")
+            goal = replace(goal, turns=goal.turns + 1)
+            lane.goal = goal
+            await agent.store.save_goal(goal, lane.conv)
+            if outcome is None:
+                state, note = "stopped", "the run was stopped or failed"
+                break
+            answers.append(outcome.text.strip())
+            tail = answers[-settings.max_stuck_count :]
+            if len(tail) == settings.max_stuck_count and len(set(tail)) == 1:
+                state, note = "stuck", f"the same answer {settings.max_stuck_count} times in a row"
+                break
+            if goal.turns % settings.verify_interval == 0:
+                try:
+                    achieved, reason = await ask_supervisor(supervisor, goal.text, answers)
+                    fails = 0
+                except Exception as exc:  # a failing supervisor is asked again later
+                    fails += 1
+                    log.warning("goal supervisor failed (%d): %s", fails, exc)
+                    agent.events.emit(
+                        "agent.goal.supervisor_failed", {"fails": fails}, conv=lane.conv
+                    )
+                    if fails >= settings.max_supervisor_fails:
+                        state, note = "paused", f"the supervisor failed {fails} times"
+                        break
+                else:
+                    agent.events.emit("agent.goal.verdict", {"achieved": achieved}, conv=lane.conv)
+                    if achieved:
+                        state, note = "completed", reason or "the supervisor confirmed it"
+                        break
+            await agent.clock.sleep(settings.autonomous_turn_delay_ms / 1000)
+    except asyncio.CancelledError:
+        state, note = "stopped", "stopped by /stop"
+        await _finish(agent, lane, responder, goal, state, note)
+        raise
+    await _finish(agent, lane, responder, goal, state, note)
+
+
+async def _finish(
+    agent: Agent, lane: Lane, responder: Responder, goal: GoalRow, state: str, note: str
+) -> None:
+    final = replace(goal, state=state, note=note)
+    if lane.goal is not None and lane.goal.conv == goal.conv:
+        lane.goal = final
+    await agent.store.save_goal(final, lane.conv)
+    agent.events.emit(
+        "agent.goal.ended", {"state": state, "turns": goal.turns, "note": note}, conv=lane.conv
+    )
+    labels = {"completed": "✅ Goal achieved", "paused": "⏸ Goal paused"}
+    label = labels.get(state, "⏹ Goal stopped")
+    with contextlib.suppress(Exception):
+        await responder.send(f"{label} after {goal.turns} turns: {note}.")

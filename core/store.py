@@ -1,0 +1,631 @@
+"""Parley's durable state on SQLite (aiosqlite, WAL). This module owns the whole schema.
+
+Writes are group-committed: every caller's statements queue up and one writer task runs
+all that are waiting in a single transaction, so 200 busy conversations cost a handful of
+commits, not thousands. `write()` returns once its statement is committed (durable);
+`write_soon()` queues without waiting (events, snapshots), and `flush()` waits for
+everything queued so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from core.messages import Message
+
+SCHEMA_VERSION = 1
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE conversations (
+        key TEXT PRIMARY KEY,
+        channel TEXT NOT NULL, channel_id TEXT NOT NULL, thread_id TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        last_compaction TEXT,
+        snapshot_at REAL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE messages (
+        conv TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
+        PRIMARY KEY (conv, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY, conv TEXT NOT NULL, state TEXT NOT NULL, trigger TEXT NOT NULL,
+        created_at REAL NOT NULL, started_at REAL, ended_at REAL,
+        reason TEXT, text TEXT, iterations INTEGER NOT NULL DEFAULT 0,
+        input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0,
+        resumable INTEGER NOT NULL DEFAULT 0, error TEXT
+    );
+    CREATE INDEX runs_conv ON runs (conv, created_at);
+    CREATE INDEX runs_state ON runs (state);
+    CREATE TABLE checkpoints (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+        iteration INTEGER NOT NULL, cursor INTEGER NOT NULL, persisted INTEGER NOT NULL,
+        prompt_hash TEXT NOT NULL, completed TEXT NOT NULL, at REAL NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE tool_calls (
+        run_id TEXT NOT NULL, call_id TEXT NOT NULL, name TEXT NOT NULL,
+        arguments TEXT NOT NULL, idempotent INTEGER NOT NULL,
+        started_at REAL NOT NULL, completed_at REAL, result TEXT, is_error INTEGER,
+        PRIMARY KEY (run_id, call_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE journals (conv TEXT PRIMARY KEY, body TEXT NOT NULL, updated_at REAL NOT NULL);
+    CREATE TABLE provider_prefs (
+        channel TEXT NOT NULL, channel_id TEXT NOT NULL, provider TEXT NOT NULL,
+        updated_at REAL NOT NULL, PRIMARY KEY (channel, channel_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE goals (
+        conv TEXT PRIMARY KEY, text TEXT NOT NULL, state TEXT NOT NULL,
+        auto INTEGER NOT NULL DEFAULT 0, max_turns INTEGER NOT NULL DEFAULT 0,
+        turns INTEGER NOT NULL DEFAULT 0, note TEXT, updated_at REAL NOT NULL
+    );
+    CREATE TABLE seen_events (
+        channel TEXT NOT NULL, event_id TEXT NOT NULL, at REAL NOT NULL,
+        PRIMARY KEY (channel, event_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE approvals (
+        id TEXT PRIMARY KEY, conv TEXT NOT NULL, run_id TEXT, tool TEXT NOT NULL,
+        summary TEXT NOT NULL, state TEXT NOT NULL, requested_at REAL NOT NULL,
+        resolved_at REAL, resolved_by TEXT
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, run_id TEXT, conv TEXT,
+        iteration INTEGER, name TEXT NOT NULL, data TEXT NOT NULL
+    );
+    CREATE INDEX events_run ON events (run_id);
+    CREATE TABLE jobs (name TEXT PRIMARY KEY, last_fire REAL, next_fire REAL);
+    CREATE TABLE job_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, fire_time REAL NOT NULL,
+        run_id TEXT, started_at REAL NOT NULL, ended_at REAL, state TEXT NOT NULL,
+        result TEXT, delivered INTEGER NOT NULL DEFAULT 0, error TEXT,
+        UNIQUE (job, fire_time)
+    );
+    """,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    id: str
+    conv: str
+    state: str
+    trigger: str
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    reason: str | None
+    text: str | None
+    iterations: int
+    input_tokens: int
+    output_tokens: int
+    resumable: bool
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    run_id: str
+    seq: int
+    kind: str
+    iteration: int
+    cursor: int
+    persisted: int
+    prompt_hash: str
+    completed: tuple[str, ...]
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRow:
+    call_id: str
+    name: str
+    arguments: str
+    idempotent: bool
+    started_at: float
+    completed_at: float | None
+    result: str | None
+    is_error: bool
+
+    @property
+    def completed(self) -> bool:
+        return self.completed_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRow:
+    key: str
+    input_tokens: int
+    output_tokens: int
+    last_compaction: str | None
+    snapshot_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GoalRow:
+    conv: str
+    text: str
+    state: str
+    auto: bool
+    max_turns: int
+    turns: int
+    note: str | None
+
+
+_RUN_COLUMNS = (
+    "id, conv, state, trigger, created_at, started_at, ended_at, reason, text, iterations, "
+    "input_tokens, output_tokens, resumable, error"
+)
+
+_Statement = tuple[str, Sequence[Any]]
+
+
+class Store:
+    """One SQLite database; open with `await Store.open(path)`, close with `aclose()`."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+        self._pending: list[tuple[_Statement, asyncio.Future[None] | None]] = []
+        self._wake = asyncio.Event()
+        self._writer = asyncio.create_task(self._write_loop(), name="parley-store-writer")
+        self.commits = 0
+
+    @classmethod
+    async def open(cls, path: Path | str) -> Store:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = await aiosqlite.connect(str(path), isolation_level=None)
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute("PRAGMA synchronous=NORMAL")
+        await conn.execute("PRAGMA busy_timeout=5000")
+        await _migrate(conn)
+        return cls(conn)
+
+    async def aclose(self) -> None:
+        await self.flush()
+        self._writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._writer
+        await self._conn.close()
+
+    # --- the writer -----------------------------------------------------------------
+
+    async def write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement and return when it is committed."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(((sql, params), done))
+        self._wake.set()
+        await done
+
+    def write_soon(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Queue one statement for the next group commit without waiting for it."""
+        self._pending.append(((sql, params), None))
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed."""
+        if self._pending:
+            await self.write("SELECT 1")
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                continue
+            try:
+                await self._commit([statement for statement, _ in batch])
+            except Exception as exc:  # every waiter hears about it; the loop goes on
+                for _, done in batch:
+                    if done is not None and not done.done():
+                        done.set_exception(exc)
+                continue
+            for _, done in batch:
+                if done is not None and not done.done():
+                    done.set_result(None)
+
+    async def _commit(self, statements: list[_Statement]) -> None:
+        conn = self._conn
+        await conn.execute("BEGIN")
+        try:
+            for sql, group in _grouped(statements):
+                if len(group) == 1:
+                    await conn.execute(sql, group[0])
+                else:
+                    await conn.executemany(sql, group)
+            await conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await conn.execute("ROLLBACK")
+            raise
+        self.commits += 1
+
+    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
+        async with self._conn.execute(sql, params) as cursor:
+            return list(await cursor.fetchall())
+
+    async def _one(self, sql: str, params: Sequence[Any] = ()) -> aiosqlite.Row | None:
+        async with self._conn.execute(sql, params) as cursor:
+            return await cursor.fetchone()
+
+    # --- conversations, messages, snapshots -----------------------------------------
+
+    async def load_messages(self, conv: str) -> list[Message]:
+        rows = await self._all("SELECT body FROM messages WHERE conv = ? ORDER BY seq", (conv,))
+        return [Message.model_validate_json(row[0]) for row in rows]
+
+    def save_messages(self, conv: str, messages: Sequence[Message], start: int) -> None:
+        """Persist `messages[start:]` as rows `start…`, dropping any rows after them.
+        Queued; a later `write()` or `flush()` makes it durable."""
+        self.write_soon("DELETE FROM messages WHERE conv = ? AND seq >= ?", (conv, start))
+        for seq in range(start, len(messages)):
+            self.write_soon(
+                "INSERT INTO messages (conv, seq, body) VALUES (?, ?, ?)",
+                (conv, seq, messages[seq].model_dump_json()),
+            )
+
+    async def conversation(self, conv: str) -> ConversationRow | None:
+        row = await self._one(
+            "SELECT key, input_tokens, output_tokens, last_compaction, snapshot_at "
+            "FROM conversations WHERE key = ?",
+            (conv,),
+        )
+        return ConversationRow(*row) if row else None
+
+    def save_snapshot(
+        self,
+        key: tuple[str, str, str],
+        conv: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        last_compaction: str | None,
+    ) -> None:
+        """The session snapshot's totals (the messages are saved as they grow)."""
+        now = time.time()
+        self.write_soon(
+            "INSERT INTO conversations (key, channel, channel_id, thread_id, input_tokens, "
+            "output_tokens, last_compaction, snapshot_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+            "input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, "
+            "last_compaction = excluded.last_compaction, snapshot_at = excluded.snapshot_at, "
+            "updated_at = excluded.updated_at",
+            (conv, *key, input_tokens, output_tokens, last_compaction, now, now),
+        )
+
+    async def clear_conversation(self, conv: str) -> None:
+        """`/clear`: history, totals and journal go; provider preference and runs stay."""
+        self.write_soon("DELETE FROM messages WHERE conv = ?", (conv,))
+        self.write_soon("DELETE FROM conversations WHERE key = ?", (conv,))
+        self.write_soon("DELETE FROM journals WHERE conv = ?", (conv,))
+        self.write_soon("DELETE FROM goals WHERE conv = ?", (conv,))
+        self.write_soon("UPDATE runs SET resumable = 0 WHERE conv = ?", (conv,))
+        await self.flush()
+
+    # --- runs and checkpoints -------------------------------------------------------
+
+    def create_run(self, run_id: str, conv: str, trigger: str) -> None:
+        now = time.time()
+        self.write_soon(
+            "INSERT INTO runs (id, conv, state, trigger, created_at, started_at) "
+            "VALUES (?, ?, 'running', ?, ?, ?)",
+            (run_id, conv, trigger, now, now),
+        )
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        cols = ", ".join(f"{name} = ?" for name in fields)
+        self.write_soon(f"UPDATE runs SET {cols} WHERE id = ?", (*fields.values(), run_id))
+
+    def forget_resumable(self, conv: str) -> None:
+        """New input in a conversation supersedes its interrupted runs."""
+        self.write_soon("UPDATE runs SET resumable = 0 WHERE conv = ? AND resumable = 1", (conv,))
+
+    async def run(self, run_id: str) -> RunRow | None:
+        row = await self._one(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        return _run_row(row) if row else None
+
+    async def find_runs(self, prefix: str) -> list[RunRow]:
+        rows = await self._all(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id LIKE ? ORDER BY created_at DESC",
+            (prefix + "%",),
+        )
+        return [_run_row(r) for r in rows]
+
+    async def runs(
+        self, *, conv: str | None = None, states: Iterable[str] = (), limit: int = 20
+    ) -> list[RunRow]:
+        where, params = [], []
+        if conv is not None:
+            where.append("conv = ?")
+            params.append(conv)
+        states = list(states)
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            params.extend(states)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = await self._all(
+            f"SELECT {_RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [_run_row(r) for r in rows]
+
+    def checkpoint(self, cp: Checkpoint) -> None:
+        self.write_soon(
+            "INSERT OR REPLACE INTO checkpoints (run_id, seq, kind, iteration, cursor, "
+            "persisted, prompt_hash, completed, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                cp.run_id,
+                cp.seq,
+                cp.kind,
+                cp.iteration,
+                cp.cursor,
+                cp.persisted,
+                cp.prompt_hash,
+                json.dumps(list(cp.completed)),
+                cp.at,
+            ),
+        )
+
+    async def last_checkpoint(self, run_id: str) -> Checkpoint | None:
+        row = await self._one(
+            "SELECT run_id, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at "
+            "FROM checkpoints WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+            (run_id,),
+        )
+        if row is None:
+            return None
+        run, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at = row
+        done = tuple(json.loads(completed))
+        return Checkpoint(run, seq, kind, iteration, cursor, persisted, prompt_hash, done, at)
+
+    # --- the idempotency envelope ---------------------------------------------------
+
+    async def tool_started(
+        self, run_id: str, call_id: str, name: str, arguments: str, idempotent: bool
+    ) -> None:
+        """Durable before the tool runs: a crash after this line is visible on resume."""
+        await self.write(
+            "INSERT OR REPLACE INTO tool_calls (run_id, call_id, name, arguments, idempotent, "
+            "started_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, call_id, name, arguments, int(idempotent), time.time()),
+        )
+
+    async def tool_completed(self, run_id: str, call_id: str, result: str, is_error: bool) -> None:
+        await self.write(
+            "UPDATE tool_calls SET completed_at = ?, result = ?, is_error = ? "
+            "WHERE run_id = ? AND call_id = ?",
+            (time.time(), result, int(is_error), run_id, call_id),
+        )
+
+    async def tool_calls(self, run_id: str) -> dict[str, ToolCallRow]:
+        rows = await self._all(
+            "SELECT call_id, name, arguments, idempotent, started_at, completed_at, result, "
+            "is_error FROM tool_calls WHERE run_id = ?",
+            (run_id,),
+        )
+        return {
+            r[0]: ToolCallRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], bool(r[7]))
+            for r in rows
+        }
+
+    # --- journal, provider preferences, goals ---------------------------------------
+
+    async def journal(self, conv: str) -> dict[str, Any] | None:
+        row = await self._one("SELECT body FROM journals WHERE conv = ?", (conv,))
+        return dict(json.loads(row[0])) if row else None
+
+    def save_journal(self, conv: str, body: dict[str, Any]) -> None:
+        self.write_soon(
+            "INSERT OR REPLACE INTO journals (conv, body, updated_at) VALUES (?, ?, ?)",
+            (conv, json.dumps(body), time.time()),
+        )
+
+    async def provider_pref(self, channel: str, channel_id: str) -> str | None:
+        row = await self._one(
+            "SELECT provider FROM provider_prefs WHERE channel = ? AND channel_id = ?",
+            (channel, channel_id),
+        )
+        return str(row[0]) if row else None
+
+    async def set_provider_pref(self, channel: str, channel_id: str, provider: str) -> None:
+        await self.write(
+            "INSERT OR REPLACE INTO provider_prefs (channel, channel_id, provider, updated_at) "
+            "VALUES (?, ?, ?, ?)",
+            (channel, channel_id, provider, time.time()),
+        )
+
+    async def goal(self, conv: str) -> GoalRow | None:
+        row = await self._one(
+            "SELECT conv, text, state, auto, max_turns, turns, note FROM goals WHERE conv = ?",
+            (conv,),
+        )
+        if row is None:
+            return None
+        return GoalRow(row[0], row[1], row[2], bool(row[3]), row[4], row[5], row[6])
+
+    async def save_goal(self, goal: GoalRow | None, conv: str) -> None:
+        if goal is None:
+            await self.write("DELETE FROM goals WHERE conv = ?", (conv,))
+            return
+        await self.write(
+            "INSERT OR REPLACE INTO goals (conv, text, state, auto, max_turns, turns, note, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                conv,
+                goal.text,
+                goal.state,
+                int(goal.auto),
+                goal.max_turns,
+                goal.turns,
+                goal.note,
+                time.time(),
+            ),
+        )
+
+    # --- platform event dedupe, approvals -------------------------------------------
+
+    async def first_sight(self, channel: str, event_id: str) -> bool:
+        """Record a platform event id; False if it was seen before (a redelivery)."""
+        row = await self._one(
+            "SELECT 1 FROM seen_events WHERE channel = ? AND event_id = ?", (channel, event_id)
+        )
+        if row is not None:
+            return False
+        await self.write(
+            "INSERT OR IGNORE INTO seen_events (channel, event_id, at) VALUES (?, ?, ?)",
+            (channel, event_id, time.time()),
+        )
+        return True
+
+    def approval_requested(
+        self, approval_id: str, conv: str, run_id: str | None, tool: str, summary: str
+    ) -> None:
+        self.write_soon(
+            "INSERT OR REPLACE INTO approvals (id, conv, run_id, tool, summary, state, "
+            "requested_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+            (approval_id, conv, run_id, tool, summary, time.time()),
+        )
+
+    def approval_resolved(self, approval_id: str, state: str, by: str | None = None) -> None:
+        self.write_soon(
+            "UPDATE approvals SET state = ?, resolved_at = ?, resolved_by = ? WHERE id = ?",
+            (state, time.time(), by, approval_id),
+        )
+
+    async def pending_approvals(self) -> list[tuple[str, str, str]]:
+        rows = await self._all("SELECT id, conv, tool FROM approvals WHERE state = 'pending'")
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    # --- events -----------------------------------------------------------------------
+
+    def add_event(
+        self,
+        name: str,
+        data: dict[str, Any],
+        *,
+        run_id: str | None,
+        conv: str | None,
+        iteration: int | None,
+        at: float,
+    ) -> None:
+        self.write_soon(
+            "INSERT INTO events (at, run_id, conv, iteration, name, data) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (at, run_id, conv, iteration, name, json.dumps(data, default=str)),
+        )
+
+    async def events(self, run_id: str) -> list[tuple[float, str, int | None, dict[str, Any]]]:
+        rows = await self._all(
+            "SELECT at, name, iteration, data FROM events WHERE run_id = ? ORDER BY id", (run_id,)
+        )
+        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+    # --- scheduled jobs -----------------------------------------------------------------
+
+    async def job_last_fire(self, job: str) -> float | None:
+        row = await self._one("SELECT last_fire FROM jobs WHERE name = ?", (job,))
+        return float(row[0]) if row and row[0] is not None else None
+
+    async def claim_job_fire(self, job: str, fire_time: float) -> int | None:
+        """Record a fire before it runs; None if this fire was already claimed (a restart
+        must never run the same fire twice)."""
+        row = await self._one(
+            "SELECT 1 FROM job_runs WHERE job = ? AND fire_time = ?", (job, fire_time)
+        )
+        if row is not None:
+            return None
+        await self.write(
+            "INSERT OR IGNORE INTO job_runs (job, fire_time, started_at, state) "
+            "VALUES (?, ?, ?, 'running')",
+            (job, fire_time, time.time()),
+        )
+        await self.write(
+            "INSERT INTO jobs (name, last_fire) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET last_fire = excluded.last_fire",
+            (job, fire_time),
+        )
+        found = await self._one(
+            "SELECT id FROM job_runs WHERE job = ? AND fire_time = ?", (job, fire_time)
+        )
+        return int(found[0]) if found else None
+
+    async def finish_job_run(
+        self,
+        job_run_id: int,
+        *,
+        state: str,
+        run_id: str | None,
+        result: str | None,
+        delivered: bool,
+        error: str | None,
+    ) -> None:
+        await self.write(
+            "UPDATE job_runs SET ended_at = ?, state = ?, run_id = ?, result = ?, delivered = ?, "
+            "error = ? WHERE id = ?",
+            (time.time(), state, run_id, result, int(delivered), error, job_run_id),
+        )
+
+    async def job_runs(self, job: str, limit: int = 1) -> list[dict[str, Any]]:
+        rows = await self._all(
+            "SELECT id, fire_time, run_id, started_at, ended_at, state, result, delivered, error "
+            "FROM job_runs WHERE job = ? ORDER BY fire_time DESC LIMIT ?",
+            (job, limit),
+        )
+        keys = (
+            "id",
+            "fire_time",
+            "run_id",
+            "started_at",
+            "ended_at",
+            "state",
+            "result",
+            "delivered",
+            "error",
+        )
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def _run_row(row: aiosqlite.Row) -> RunRow:
+    values = list(row)
+    values[12] = bool(values[12])
+    return RunRow(*values)
+
+
+def _grouped(statements: list[_Statement]) -> list[tuple[str, list[Sequence[Any]]]]:
+    """Consecutive runs of the same SQL become one `executemany`."""
+    groups: list[tuple[str, list[Sequence[Any]]]] = []
+    for sql, params in statements:
+        if groups and groups[-1][0] == sql:
+            groups[-1][1].append(params)
+        else:
+            groups.append((sql, [params]))
+    return groups
+
+
+async def _migrate(conn: aiosqlite.Connection) -> None:
+    await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    async with conn.execute("SELECT MAX(version) FROM schema_version") as cursor:
+        row = await cursor.fetchone()
+    current = int(row[0]) if row and row[0] is not None else 0
+    if current > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the database is from a newer Parley (schema {current} > {SCHEMA_VERSION}); "
+            "upgrade Parley or point [store] path at another file"
+        )
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        await conn.executescript(
+            "BEGIN;\n"
+            + _MIGRATIONS[version]
+            + f"\nINSERT INTO schema_version (version) VALUES ({version});\nCOMMIT;"
+        )

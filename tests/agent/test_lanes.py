@@ -1,0 +1,117 @@
+"""Lanes (SPEC §7): order within a conversation, concurrency across conversations, /stop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from core.transcript import is_valid
+from tests.agentkit import RecordingResponder, inbound, running_agent
+from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+
+
+async def test_two_messages_in_one_lane_are_answered_in_order(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="first answer", chunk_delay=0.01), Reply(text="second answer"))
+    async with running_agent(fake_llm, tmp_path) as agent:
+        chat = RecordingResponder()
+        await agent.submit(inbound("one"), chat)
+        await agent.submit(inbound("two"), chat)
+        await agent.wait_idle()
+        assert chat.finals == ["first answer", "second answer"]
+        # The second request carried the first exchange: it ran after the first finished.
+        second = fake_llm.requests[1].json["messages"]
+        assert [m["content"] for m in second if m["role"] != "system"] == [
+            "one",
+            "first answer",
+            "two",
+        ]
+
+
+async def test_two_lanes_overlap_in_time(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.script(
+        Reply(text="a" * 40, chunk_size=4, chunk_delay=0.05),
+        Reply(text="b" * 40, chunk_size=4, chunk_delay=0.05),
+    )
+    async with running_agent(fake_llm, tmp_path) as agent:
+        first, second = RecordingResponder(), RecordingResponder()
+        await agent.submit(inbound("x", key=("test", "c1", "")), first)
+        await agent.submit(inbound("y", key=("test", "c2", "")), second)
+        await fake_llm.wait_for_requests(2)
+        # Both requests arrived before either stream finished: the lanes ran concurrently.
+        assert first.streams[0].final is None and second.streams[0].final is None
+        await agent.wait_idle()
+        assert sorted(first.finals + second.finals) == ["a" * 40, "b" * 40]
+
+
+async def _stop_after(agent, chat, started) -> float:  # type: ignore[no-untyped-def]
+    await started()
+    t0 = time.monotonic()
+    await agent.submit(inbound("/stop"), chat)
+    await agent.wait_idle()
+    return time.monotonic() - t0
+
+
+async def test_stop_while_streaming_leaves_a_valid_transcript(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="word " * 400, chunk_size=5, chunk_delay=0.05))
+    async with running_agent(fake_llm, tmp_path) as agent:
+        chat = RecordingResponder()
+        await agent.submit(inbound("talk a lot"), chat)
+
+        async def streaming() -> None:
+            while not (chat.streams and chat.streams[0].deltas):
+                await asyncio.sleep(0.01)
+
+        elapsed = await _stop_after(agent, chat, streaming)
+        assert elapsed < 2.0
+        assert chat.finals == ["Stopped."]
+        lane = agent.lanes[("test", "c1", "")]
+        assert lane.last_state == "cancelled"
+        assert lane.conversation is not None and is_valid(lane.conversation.messages)
+        runs = await agent.store.runs(conv=lane.conv)
+        assert runs[0].state == "cancelled"
+
+
+async def test_stop_during_sleep_30_in_bash(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.script(Reply(tool_calls=[ToolCallSpec("bash", {"command": "sleep 30"})]))
+    async with running_agent(fake_llm, tmp_path) as agent:
+        chat = RecordingResponder()
+        await agent.submit(inbound("wait"), chat)
+        lane = await agent.lane(("test", "c1", ""))
+
+        async def in_bash() -> None:
+            while not (await agent.store.tool_calls(lane.run_id or "")):
+                await asyncio.sleep(0.02)
+
+        elapsed = await _stop_after(agent, chat, in_bash)
+        assert elapsed < 2.0
+        assert lane.conversation is not None
+        messages = lane.conversation.messages
+        assert is_valid(messages)
+        assert messages[-1].role == "tool" and "cancelled" in messages[-1].content
+
+
+async def test_stop_between_tools(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    # The second LLM call is slow: /stop lands after the first tool, before the next call ends.
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("list_directory", {"path": "."})]),
+        Reply(text="never " * 200, chunk_size=2, chunk_delay=0.05),
+    )
+    async with running_agent(fake_llm, tmp_path) as agent:
+        chat = RecordingResponder()
+        await agent.submit(inbound("look"), chat)
+        lane = await agent.lane(("test", "c1", ""))
+
+        async def after_tool() -> None:
+            await fake_llm.wait_for_requests(2)
+
+        elapsed = await _stop_after(agent, chat, after_tool)
+        assert elapsed < 2.0
+        assert lane.conversation is not None
+        assert is_valid(lane.conversation.messages)
+        roles = [m.role for m in lane.conversation.messages]
+        assert roles == ["system", "user", "assistant", "tool"]
