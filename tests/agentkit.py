@@ -29,7 +29,10 @@ def agent_config(fake_llm: FakeLLM, tmp_path: Path, **overrides: Any) -> ParleyC
             "fake": {"kind": "openai_chat", "base_url": fake_llm.base_url, "model": "fake-model"},
             "other": {"kind": "openai_chat", "base_url": fake_llm.base_url, "model": "other-model"},
         },
-        "store": {"path": str(tmp_path / "parley.db"), "events_log": str(tmp_path / "events.jsonl")},
+        "store": {
+            "path": str(tmp_path / "parley.db"),
+            "events_log": str(tmp_path / "events.jsonl"),
+        },
         "tools": {
             "workspace": str(workspace),
             "artifacts_dir": str(tmp_path / "artifacts"),
@@ -42,8 +45,11 @@ def agent_config(fake_llm: FakeLLM, tmp_path: Path, **overrides: Any) -> ParleyC
 
 
 def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Deep merge; a None value removes the key (e.g. a provider gone from the config)."""
     for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
             _merge(into[key], value)
         else:
             into[key] = value

@@ -41,7 +41,8 @@ async def test_two_lanes_overlap_in_time(fake_llm: FakeLLM, tmp_path: Path) -> N
         await agent.submit(inbound("y", key=("test", "c2", "")), second)
         await fake_llm.wait_for_requests(2)
         # Both requests arrived before either stream finished: the lanes ran concurrently.
-        assert first.streams[0].final is None and second.streams[0].final is None
+        assert first.streams[0].final is None
+        assert second.streams[0].final is None
         await agent.wait_idle()
         assert sorted(first.finals + second.finals) == ["a" * 40, "b" * 40]
 
@@ -71,7 +72,8 @@ async def test_stop_while_streaming_leaves_a_valid_transcript(
         assert chat.finals == ["Stopped."]
         lane = agent.lanes[("test", "c1", "")]
         assert lane.last_state == "cancelled"
-        assert lane.conversation is not None and is_valid(lane.conversation.messages)
+        assert lane.conversation is not None
+        assert is_valid(lane.conversation.messages)
         runs = await agent.store.runs(conv=lane.conv)
         assert runs[0].state == "cancelled"
 
@@ -92,7 +94,8 @@ async def test_stop_during_sleep_30_in_bash(fake_llm: FakeLLM, tmp_path: Path) -
         assert lane.conversation is not None
         messages = lane.conversation.messages
         assert is_valid(messages)
-        assert messages[-1].role == "tool" and "cancelled" in messages[-1].content
+        assert messages[-1].role == "tool"
+        assert "cancelled" in messages[-1].content
 
 
 async def test_stop_between_tools(fake_llm: FakeLLM, tmp_path: Path) -> None:
