@@ -48,6 +48,7 @@ class App:
     registry: ToolRegistry
     providers: dict[str, Provider] = field(default_factory=dict)
     counter: TokenCounter = field(default_factory=TokenCounter)
+    fallback_provider: str | None = None  # used when the configured default is unusable
 
     def settings(self, name: str) -> ProviderSettings:
         return self.config.providers[name].settings(name, self.environ)
@@ -98,7 +99,7 @@ class App:
 
     @property
     def default_provider(self) -> str:
-        return self.config.default_provider
+        return self.fallback_provider or self.config.default_provider
 
     def provider_names(self) -> list[str]:
         return list(self.config.providers)

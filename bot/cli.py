@@ -62,17 +62,32 @@ def _build_app(config_path: Path) -> App:
 
 
 async def _chat(app: App, provider_name: str, message: str | None) -> int:
-    from channels.console import ConsoleApprover, LineReader, run_interactive, run_one_shot
+    from channels.console import (
+        ConsoleApprover,
+        ConsoleRenderer,
+        ConsoleResponder,
+        LineReader,
+        run_interactive,
+        run_one_shot,
+    )
 
     timeout = app.config.agent.approval_timeout_seconds
     try:
-        if message is not None:
+        if message is not None:  # one stateless turn, for scripts
             reader = LineReader() if sys.stdin.isatty() else None
             approver = ConsoleApprover(reader, sys.stderr, timeout)
             return await run_one_shot(app.conversation(provider_name, approver), message)
         reader = LineReader()
-        approver = ConsoleApprover(reader, sys.stderr, timeout)
-        return await run_interactive(app.conversation(provider_name, approver), reader)
+        renderer = ConsoleRenderer(
+            sys.stdout, sys.stderr, stream_text=True, color=sys.stdout.isatty()
+        )
+        responder = ConsoleResponder(renderer, ConsoleApprover(reader, sys.stderr, timeout))
+        app.fallback_provider = provider_name
+        agent = await app.open_agent(lambda key: responder if key[0] == "console" else None)
+        try:
+            return await run_interactive(agent, reader, responder)
+        finally:
+            await app.close_agent(agent)
     finally:
         await app.aclose()
 

@@ -7,12 +7,15 @@ The answer streams to stdout; tool activity, reasoning and notices go to stderr,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import AsyncIterator
 from typing import TextIO
 
-from core.agent import Conversation
+from core.agent import Agent, Conversation
+from core.chat import ApprovalRequest, Inbound, is_silent
 from core.errors import ContextLimitExceeded, ProviderError
 from core.events import (
     LoopEvent,
@@ -25,7 +28,9 @@ from core.events import (
 )
 
 DIM, RESET = "\x1b[2m", "\x1b[0m"
-HELP = "Type a message. Ctrl-C cancels the running turn; /exit (or Ctrl-D) quits."
+HELP = (
+    "Type a message. Ctrl-C stops the running turn; /help lists commands; /exit (or Ctrl-D) quits."
+)
 
 
 def _one_line(text: str, width: int = 100) -> str:
@@ -146,22 +151,75 @@ async def run_one_shot(conversation: Conversation, message: str) -> int:
     return 0 if outcome.reason == "final" else 1
 
 
-async def run_interactive(conversation: Conversation, reader: LineReader) -> int:
-    """`parley chat`: a REPL; Ctrl-C cancels the running turn, not the program."""
-    color = sys.stdout.isatty()
-    renderer = ConsoleRenderer(sys.stdout, sys.stderr, stream_text=True, color=color)
+CONSOLE_KEY = ("console", "local", "")
+
+
+class ConsoleStream:
+    """One streamed answer in the terminal (a `ReplyStream`)."""
+
+    def __init__(self, renderer: ConsoleRenderer) -> None:
+        self.renderer = renderer
+        self.streamed = ""
+
+    def __call__(self, event: LoopEvent) -> None:
+        if isinstance(event, TextDelta):
+            self.streamed += event.text
+        elif isinstance(event, StreamRestarted) and event.discard:
+            self.streamed = ""
+        self.renderer(event)
+
+    async def finish(self, text: str) -> None:
+        if is_silent(text):
+            self.renderer.finish()
+            return
+        if not self.streamed.strip() or text.strip() != self.streamed.strip():
+            # The answer was not (all) streamed: a stop notice, an error, a summary.
+            self.renderer.finish()
+            self.renderer.out.write(text.rstrip("\n") + "\n")
+            self.renderer.out.flush()
+            self.renderer.at_line_start = True
+        self.renderer.finish()
+
+
+class ConsoleResponder:
+    """The terminal as a conversation (`Responder`): answers on stdout, the rest on stderr."""
+
+    def __init__(self, renderer: ConsoleRenderer, approver: ConsoleApprover) -> None:
+        self.renderer, self.approver = renderer, approver
+
+    async def send(self, text: str) -> None:
+        if not is_silent(text):
+            self.renderer.finish()
+            self.renderer.out.write(text.rstrip("\n") + "\n")
+            self.renderer.out.flush()
+
+    def stream(self) -> ConsoleStream:
+        return ConsoleStream(self.renderer)
+
+    async def approve(self, request: ApprovalRequest) -> bool:
+        return await self.approver(request.tool, request.summary, request.reason)
+
+    @contextlib.asynccontextmanager
+    async def typing(self) -> AsyncIterator[None]:
+        yield
+
+
+async def run_interactive(agent: Agent, reader: LineReader, responder: ConsoleResponder) -> int:
+    """`parley chat`: a REPL over the durable agent. Ctrl-C stops the running turn, not the
+    program; every command (`/status`, `/resume`, …) works as typed."""
     loop = asyncio.get_running_loop()
-    running: list[asyncio.Task[object]] = []
+    lane = await agent.lane(CONSOLE_KEY)
 
     def on_sigint() -> None:
-        if running and not running[0].done():
-            running[0].cancel()  # a second Ctrl-C cancels again: force
+        if lane.run_task is not None and not lane.run_task.done():
+            lane.run_task.cancel()  # a second Ctrl-C cancels again: force
         else:
             sys.stderr.write("\n(type /exit or press Ctrl-D to quit)\nyou> ")
             sys.stderr.flush()
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     sys.stderr.write(HELP + "\n")
+    await agent.reconcile()
     try:
         while (line := await reader.readline("you> ", sys.stderr)) is not None:
             text = line.strip()
@@ -169,14 +227,12 @@ async def run_interactive(conversation: Conversation, reader: LineReader) -> int
                 continue
             if text in ("/exit", "/quit"):
                 break
-            task: asyncio.Task[object] = asyncio.create_task(conversation.turn(text, renderer))
-            running[:] = [task]
-            await asyncio.wait({task})
-            renderer.finish()
-            if task.cancelled():
-                sys.stderr.write("(cancelled)\n")
-            elif (exc := task.exception()) is not None:
-                _report_failure(exc, sys.stderr)
+            await agent.submit(
+                Inbound(*CONSOLE_KEY, user_id="console", user_name="you", text=text, is_dm=True),
+                responder,
+            )
+            await agent.wait_idle()
+            responder.renderer.finish()
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     return 0

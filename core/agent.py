@@ -27,7 +27,7 @@ from core.clock import Clock, SystemClock
 from core.config import GoalsConfig
 from core.errors import ParleyError
 from core.eventlog import EventLog, RunEvents
-from core.events import EventSink, Notice, discard
+from core.events import EventSink, discard
 from core.journal import JournalBox, RunJournal
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop, unanswered_calls
 from core.messages import Message, ToolCall
@@ -426,7 +426,6 @@ class Agent:
             if task is not None:
                 task.uncancel()
             state, text = "cancelled", STOPPED_TEXT
-            stream(Notice(STOPPED_TEXT, "warning"))
         except ParleyError as exc:
             state, text = "failed", f"Sorry, that failed: {exc}"
             log.warning("run %s failed: %s", run_id, exc)
@@ -539,8 +538,14 @@ class Agent:
             lane.last_state = "waiting_on_human"
             await self.store.flush()
             return text
-        await self.run_in_lane(lane, responder, user_text=None, trigger="resume", run_id=run.id)
+        lane.worker = asyncio.create_task(
+            self._resume_then_drain(lane, responder, run.id), name=f"resume {lane.conv}"
+        )
         return None
+
+    async def _resume_then_drain(self, lane: Lane, responder: Responder, run_id: str) -> None:
+        await self.run_in_lane(lane, responder, user_text=None, trigger="resume", run_id=run_id)
+        await self._drain(lane)
 
     @staticmethod
     def _close_unanswered(

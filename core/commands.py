@@ -157,7 +157,7 @@ class Commands:
         return f"Compacted: {before:,} → {after:,} tokens."
 
     async def _resume(self, lane: Lane, args: str, responder: Responder) -> str | None:
-        if lane.busy:
+        if lane.busy or (lane.worker is not None and not lane.worker.done()):
             return BUSY
         return await self.agent.resume(lane, responder)
 

@@ -46,6 +46,9 @@ def write_config(tmp_path: Path, extra: str = "") -> Path:
             workspace = "{tmp_path / "ws"}"
             artifacts_dir = "{tmp_path / "artifacts"}"
             tools_file = "tools.yaml"
+            [store]
+            path = "{tmp_path / "parley.db"}"
+            events_log = "{tmp_path / "events.jsonl"}"
             """
         )
         + extra
@@ -251,7 +254,7 @@ async def test_interactive_ctrl_c_cancels_turn_not_program(
     await proc.stdin.drain()
     out, err = await asyncio.wait_for(proc.communicate(), 15)
     assert proc.returncode == 0
-    assert b"(cancelled)" in err
+    assert b"Stopped." in out
     assert b"second answer" in out
     # The cancelled turn left a valid history: the second request was accepted by the fake,
     # which rejects malformed transcripts, and holds both user messages.
