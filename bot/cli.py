@@ -34,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="talk to the agent in this terminal")
     chat.add_argument("-m", "--message", help="run one turn non-interactively and print the answer")
     chat.add_argument("--provider", help="provider name from config.toml")
+    runs = sub.add_parser("runs", help="recent runs; `runs show ID` prints one run's events")
+    runs.add_argument("action", nargs="?", choices=["show"], help="show one run")
+    runs.add_argument("run_id", nargs="?", help="run id (a unique prefix is enough)")
+    runs.add_argument("-n", "--limit", type=int, default=20, help="how many runs to list")
     run = sub.add_parser("run", help="start every enabled channel (the console if none)")
     run.add_argument("--provider", help="provider name from config.toml")
     return parser
@@ -100,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         app = _build_app(_config_path(args.config))
     except ConfigError as exc:
         return _fail(f"configuration problem\n{exc}")
+    if args.command == "runs":
+        from bot.inspect import runs_command
+
+        return asyncio.run(runs_command(app.config, args.action, args.run_id, args.limit))
     wanted = args.provider
     if wanted and wanted not in app.config.providers:
         known = ", ".join(app.config.providers)

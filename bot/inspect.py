@@ -1,0 +1,99 @@
+"""`parley runs` and `parley runs show ID`: what the agent did, read from the store."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+
+from core.agent import parse_conv
+from core.config import ParleyConfig
+from core.journal import RunJournal
+from core.store import RunRow, Store
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _duration(run: RunRow) -> str:
+    if run.started_at is None or run.ended_at is None:
+        return "-"
+    return f"{run.ended_at - run.started_at:.1f}s"
+
+
+async def runs_command(
+    config: ParleyConfig, action: str | None, run_id: str | None, limit: int
+) -> int:
+    path = config.store.resolved()
+    if not path.exists():
+        sys.stdout.write(f"No runs yet ({path} does not exist).\n")
+        return 0
+    store = await Store.open(path)
+    try:
+        if action == "show":
+            return await _show(store, run_id)
+        return await _list(store, limit)
+    finally:
+        await store.aclose()
+
+
+async def _list(store: Store, limit: int) -> int:
+    runs = await store.runs(limit=limit)
+    if not runs:
+        sys.stdout.write("No runs yet.\n")
+        return 0
+    rows = [("RUN", "STARTED", "STATE", "TRIGGER", "ITER", "TOKENS", "TIME", "CONVERSATION")]
+    for run in runs:
+        state = run.state + (" (resumable)" if run.resumable else "")
+        rows.append(
+            (
+                run.id,
+                _when(run.started_at),
+                state,
+                run.trigger,
+                str(run.iterations),
+                f"{run.input_tokens}/{run.output_tokens}",
+                _duration(run),
+                run.conv,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        sys.stdout.write("\n")
+    return 0
+
+
+async def _show(store: Store, run_id: str | None) -> int:
+    if not run_id:
+        sys.stderr.write("parley: `runs show` needs a run id (see `parley runs`)\n")
+        return 2
+    found = await store.find_runs(run_id)
+    if len(found) != 1:
+        what = "no run" if not found else f"{len(found)} runs"
+        sys.stderr.write(f"parley: {what} with an id starting `{run_id}`\n")
+        return 1
+    run = found[0]
+    channel, channel_id, thread = parse_conv(run.conv)
+    out = sys.stdout
+    out.write(f"Run {run.id}: {run.state} ({run.reason or '-'}), trigger {run.trigger}\n")
+    out.write(f"Conversation: {channel} {channel_id}{' thread ' + thread if thread else ''}\n")
+    out.write(f"Started {_when(run.started_at)}, ended {_when(run.ended_at)} ({_duration(run)})\n")
+    out.write(
+        f"Iterations {run.iterations}, tokens {run.input_tokens} in / {run.output_tokens} out\n"
+    )
+    if run.text:
+        out.write(f"Final text: {run.text[:500]}\n")
+    out.write("\nEvents:\n")
+    events = await store.events(run.id)
+    start = events[0][0] if events else 0.0
+    for at, name, iteration, data in events:
+        detail = json.dumps(data, ensure_ascii=False, default=str)
+        step = "-" if iteration is None else str(iteration)
+        out.write(f"  +{at - start:7.3f}s  it={step}  {name}  {detail}\n")
+    journal = await store.journal(run.conv)
+    out.write("\n" + RunJournal.model_validate(journal or {}).render() + "\n")
+    return 0
