@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("-n", "--limit", type=int, default=20, help="how many runs to list")
     run = sub.add_parser("run", help="start every enabled channel (the console if none)")
     run.add_argument("--provider", help="provider name from config.toml")
+    run.add_argument("--console", action="store_true", help="also talk in this terminal")
     return parser
 
 
@@ -96,6 +97,16 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         await app.aclose()
 
 
+async def _run(app: App, provider_name: str, *, console: bool) -> int:
+    from bot.run import run_all
+
+    app.fallback_provider = provider_name
+    try:
+        return await run_all(app, console=console)
+    finally:
+        await app.aclose()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from core.errors import ConfigError
@@ -125,9 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if problems:
         sys.stderr.write(f"parley: using provider `{name}` ({'; '.join(problems.values())})\n")
-    message = args.message if args.command == "chat" else None
     try:
-        return asyncio.run(_chat(app, name, message))
+        if args.command == "run":
+            return asyncio.run(_run(app, name, console=args.console))
+        return asyncio.run(_chat(app, name, args.message))
     except KeyboardInterrupt:
         return 130
 

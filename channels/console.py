@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import TextIO
 
 from core.agent import Agent, Conversation
-from core.chat import ApprovalRequest, Inbound, is_silent
+from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, is_silent
 from core.errors import ContextLimitExceeded, ProviderError
 from core.events import (
     LoopEvent,
@@ -204,7 +204,9 @@ class ConsoleResponder:
         yield
 
 
-async def run_interactive(agent: Agent, reader: LineReader, responder: ConsoleResponder) -> int:
+async def run_interactive(
+    agent: Agent, reader: LineReader, responder: ConsoleResponder, *, handle_sigint: bool = True
+) -> int:
     """`parley chat`: a REPL over the durable agent. Ctrl-C stops the running turn, not the
     program; every command (`/status`, `/resume`, …) works as typed."""
     loop = asyncio.get_running_loop()
@@ -217,9 +219,10 @@ async def run_interactive(agent: Agent, reader: LineReader, responder: ConsoleRe
             sys.stderr.write("\n(type /exit or press Ctrl-D to quit)\nyou> ")
             sys.stderr.flush()
 
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    if handle_sigint:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        await agent.reconcile()  # `parley run` reconciles once for every channel
     sys.stderr.write(HELP + "\n")
-    await agent.reconcile()
     try:
         while (line := await reader.readline("you> ", sys.stderr)) is not None:
             text = line.strip()
@@ -234,5 +237,54 @@ async def run_interactive(agent: Agent, reader: LineReader, responder: ConsoleRe
             await agent.wait_idle()
             responder.renderer.finish()
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        if handle_sigint:
+            loop.remove_signal_handler(signal.SIGINT)
     return 0
+
+
+class ConsoleChannel:
+    """The terminal as a channel of `parley run --console` (a `Channel`)."""
+
+    name = "console"
+
+    def __init__(self, approval_timeout: float) -> None:
+        self.approval_timeout = approval_timeout
+        self.closed = asyncio.Event()
+        self._responder: ConsoleResponder | None = None
+        self._task: asyncio.Task[int] | None = None
+
+    def _ensure_responder(self) -> ConsoleResponder:
+        if self._responder is None:
+            renderer = ConsoleRenderer(
+                sys.stdout, sys.stderr, stream_text=True, color=sys.stdout.isatty()
+            )
+            reader = LineReader()
+            approver = ConsoleApprover(reader, sys.stderr, self.approval_timeout)
+            self._responder = ConsoleResponder(renderer, approver)
+        return self._responder
+
+    async def start(self, agent: AgentPort) -> None:
+        responder = self._ensure_responder()
+        reader = responder.approver.reader
+        assert reader is not None
+        assert isinstance(agent, Agent)
+
+        async def repl() -> int:
+            try:
+                return await run_interactive(agent, reader, responder, handle_sigint=False)
+            finally:
+                self.closed.set()
+
+        self._task = asyncio.create_task(repl(), name="console")
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def responder(self, key: ConversationKey) -> ConsoleResponder:
+        return self._ensure_responder()
+
+    def access(self) -> str:
+        return "whoever types at this terminal"

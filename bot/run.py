@@ -1,0 +1,110 @@
+"""`parley run`: every enabled channel (and the console, if asked) in one process, sharing
+one agent and one store; scheduled jobs too. SIGTERM (or Ctrl-C) stops taking input, lets
+running turns reach a checkpoint and closes every connection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import signal
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from core.chat import ConversationKey, Responder
+
+if TYPE_CHECKING:
+    from bot.app import App
+    from channels.base import Channel
+
+ADAPTERS = {
+    "telegram": ("channels.telegram", "TelegramChannel"),
+    "slack": ("channels.slack", "SlackChannel"),
+    "discord": ("channels.discord", "DiscordChannel"),
+}
+SHUTDOWN_GRACE = 20.0
+
+
+def build_channels(app: App) -> dict[str, Channel]:
+    """The enabled platform adapters (imported only when enabled)."""
+    built: dict[str, Channel] = {}
+    timeout = app.config.agent.approval_timeout_seconds
+    for name, (module, cls) in ADAPTERS.items():
+        config = getattr(app.config.channels, name)
+        if not config.enabled:
+            continue
+        adapter: Any = getattr(importlib.import_module(module), cls)
+        built[name] = adapter(config, app.environ, approval_timeout=timeout)
+    return built
+
+
+def responders_of(channels: Mapping[str, Channel]) -> Any:
+    def responder(key: ConversationKey) -> Responder | None:
+        channel = channels.get(key[0])
+        return channel.responder(key) if channel is not None else None
+
+    return responder
+
+
+async def run_all(app: App, *, console: bool, out: Any = None) -> int:
+    """Start everything, wait for SIGTERM/SIGINT (or the console's /exit), stop cleanly."""
+    out = out or sys.stderr
+    channels = build_channels(app)
+    if not channels and not console:
+        out.write(
+            "parley: no channel is enabled in config.toml ([channels.slack] enabled = true, …); "
+            "starting the terminal console instead\n"
+        )
+        console = True
+    all_channels: dict[str, Any] = dict(channels)
+    console_channel = None
+    if console:
+        from channels.console import ConsoleChannel
+
+        console_channel = ConsoleChannel(app.config.agent.approval_timeout_seconds)
+        all_channels["console"] = console_channel
+    agent = await app.open_agent(responders_of(all_channels))
+    scheduler = None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    started: list[Any] = []
+    try:
+        out.write(f"parley: provider {app.default_provider}; store {app.config.store.resolved()}\n")
+        for name, channel in all_channels.items():
+            out.write(f"parley: {name}: may talk to it: {channel.access()}\n")
+        for channel in all_channels.values():
+            await channel.start(agent)
+            started.append(channel)
+        if app.config.jobs:
+            from bot.jobs import Scheduler
+
+            scheduler = Scheduler(app, agent, all_channels)
+            scheduler.validate()
+            await scheduler.start()
+            out.write(f"parley: {len(app.config.jobs)} scheduled job(s)\n")
+        await agent.reconcile()
+        out.write("parley: ready\n")
+        out.flush()
+        waiters = [asyncio.create_task(stop.wait())]
+        if console_channel is not None:
+            waiters.append(asyncio.create_task(console_channel.closed.wait()))
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+        out.write("parley: stopping (letting running turns reach a checkpoint)\n")
+        out.flush()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if scheduler is not None:
+            await scheduler.shutdown()
+        await app.close_agent(agent, grace=SHUTDOWN_GRACE)
+        for channel in reversed(started):
+            with contextlib.suppress(Exception):
+                await channel.stop()
+        out.write("parley: stopped\n")
+        out.flush()
+    return 0
