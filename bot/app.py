@@ -15,11 +15,31 @@ from core.journal import JournalBox
 from core.loop import Guards, LoopConfig
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
+from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
 from core.tokens import TokenCounter
 from core.tools.base import Approver, ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
+
+
+def secret_env_names(config: ParleyConfig) -> set[str]:
+    """Every environment variable named by a `*_env` key (except model/base-URL overrides)."""
+    names: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key.endswith("_env") and key not in ("model_env", "base_url_env") and value:
+                    names.add(str(value))
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(config.model_dump())
+    return names
+
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal"}
 
@@ -49,6 +69,11 @@ class App:
     providers: dict[str, Provider] = field(default_factory=dict)
     counter: TokenCounter = field(default_factory=TokenCounter)
     fallback_provider: str | None = None  # used when the configured default is unusable
+    redactor: Redactor = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Masks the values of every `*_env` variable the configuration names.
+        self.redactor = Redactor(self.environ.get(n, "") for n in secret_env_names(self.config))
 
     def settings(self, name: str) -> ProviderSettings:
         return self.config.providers[name].settings(name, self.environ)
@@ -120,6 +145,7 @@ class App:
             self.registry,
             policy or ToolPolicy(session="interactive", approver=approver),
             ToolContext(sandbox=self.config.tools, extra=extra),
+            redact=self.redactor,
         )
         provider = self.provider(provider_name)
         summary = self.provider(agent.summary_provider) if agent.summary_provider else provider

@@ -14,6 +14,7 @@ errors are never retried, and cancellation (also during a backoff sleep) propaga
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -71,6 +72,7 @@ class ToolExecutor:
     clock: Clock = field(default_factory=SystemClock)
     sink: EventSink = discard
     envelope: Envelope | None = None
+    redact: Callable[[str], str] | None = None  # secrets out of tool output (SPEC §13)
 
     def prepare(self, call: ToolCall) -> PreparedCall:
         tool = self.registry.get(call.name)
@@ -95,7 +97,8 @@ class ToolExecutor:
             if (stored := await envelope.begin(prepared.call, idempotent)) is not None:
                 return stored
         result = await self._execute(prepared)
-        message = Message.tool_result(prepared.call, result.text, is_error=result.is_error)
+        text = self.redact(result.text) if self.redact is not None else result.text
+        message = Message.tool_result(prepared.call, text, is_error=result.is_error)
         if envelope is not None:
             await envelope.end(prepared.call, message)
         return message

@@ -1,0 +1,47 @@
+"""Secret redaction (SPEC §13): tool output loses known secret values and common token
+shapes before it is stored, posted or sent to the model; the model is told."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+TOKEN_SHAPES = re.compile(
+    "|".join(
+        (
+            r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack bot/user tokens
+            r"xapp-[A-Za-z0-9-]{10,}",  # Slack app-level tokens
+            r"sk-[A-Za-z0-9_-]{16,}",  # OpenAI / Anthropic style keys
+            r"\b\d{6,12}:[A-Za-z0-9_-]{30,}",  # Telegram bot tokens
+            r"\b[MN][A-Za-z\d]{23,27}\.[\w-]{6}\.[\w-]{27,}",  # Discord bot tokens
+            r"\bgh[pousr]_[A-Za-z0-9]{30,}",  # GitHub tokens
+            r"\bAKIA[0-9A-Z]{16}\b",  # AWS access key ids
+        )
+    )
+)
+MASK = "[REDACTED]"
+MIN_SECRET_LENGTH = 8  # shorter values would mask ordinary words
+
+
+class Redactor:
+    """Masks the given secret values and anything shaped like a token."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        values = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+        self._values = re.compile("|".join(re.escape(v) for v in values)) if values else None
+
+    def redact(self, text: str) -> tuple[str, int]:
+        """The text with secrets masked, and how many were."""
+        count = 0
+        if self._values is not None:
+            text, n = self._values.subn(MASK, text)
+            count += n
+        text, n = TOKEN_SHAPES.subn(MASK, text)
+        return text, count + n
+
+    def __call__(self, text: str) -> str:
+        redacted, count = self.redact(text)
+        if not count:
+            return text
+        plural = "s" if count != 1 else ""
+        return f"{redacted}\n[Parley redacted {count} secret{plural} from this output.]"
