@@ -1,0 +1,128 @@
+"""Approval prompts: an admin tool call waits for an approver's click (SPEC §4, §13).
+
+The adapter shows the prompt with two buttons whose data comes from
+`approval_button_id`; a click goes to `Approvals.resolve`. Only approvers decide; anyone
+else is told privately that they cannot. A timeout denies, and the prompt is always
+settled: edited to show the outcome with its buttons removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, Literal
+
+from core.chat import ApprovalRequest
+from core.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+
+Show = Callable[[ApprovalRequest], Awaitable[object]]
+Settle = Callable[[ApprovalRequest, str], Awaitable[None]]
+Resolution = Literal["ok", "not_approver", "unknown"]
+
+TIMED_OUT = "⌛ Timed out — denied"
+CANCELLED = "🚫 Cancelled"
+
+_BUTTON = re.compile(r"^apv:([A-Za-z0-9_-]{1,48}):([yn])$")
+
+
+def approval_button_id(request_id: str, allow: bool) -> str:
+    """Button data for approving (`allow`) or denying request `request_id`; at most
+    56 bytes, within Telegram's 64-byte callback data."""
+    data = f"apv:{request_id}:{'y' if allow else 'n'}"
+    if _BUTTON.match(data) is None:
+        raise ValueError(f"unusable approval request id {request_id!r}")
+    return data
+
+
+def parse_approval_button(data: str) -> tuple[str, bool] | None:
+    """`(request_id, allow)` from button data, or None if it is not an approval button."""
+    m = _BUTTON.match(data)
+    return None if m is None else (m[1], m[2] == "y")
+
+
+def approved_text(user_name: str) -> str:
+    return f"✅ Approved by {user_name}"
+
+
+def denied_text(user_name: str) -> str:
+    return f"❌ Denied by {user_name}"
+
+
+class Approvals:
+    """Pending approval requests of one adapter, and who may decide them."""
+
+    button_id = staticmethod(approval_button_id)
+    parse_button = staticmethod(parse_approval_button)
+
+    def __init__(self, approvers: Collection[str], clock: Clock | None = None) -> None:
+        self._approvers = frozenset(approvers)
+        self._clock = clock or SystemClock()
+        self._pending: dict[str, asyncio.Future[tuple[bool, str]]] = {}
+
+    def is_approver(self, user_id: str) -> bool:
+        return user_id in self._approvers
+
+    def is_pending(self, request_id: str) -> bool:
+        return request_id in self._pending
+
+    async def request(self, request: ApprovalRequest, show: Show, settle: Settle) -> bool:
+        """Show the prompt, wait for a decision or `request.timeout` seconds, settle the
+        prompt with the outcome; True only if an approver allowed it."""
+        if request.id in self._pending:
+            raise ValueError(f"approval {request.id} is already pending")
+        decision: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
+        self._pending[request.id] = decision
+        try:
+            await show(request)
+            outcome = await self._wait(decision, request.timeout)
+        except asyncio.CancelledError:
+            await self._settle_quietly(settle, request, CANCELLED)
+            raise
+        finally:
+            self._pending.pop(request.id, None)
+            decision.cancel()
+        if outcome is None:
+            allowed, text = False, TIMED_OUT
+        else:
+            allowed, name = outcome
+            text = approved_text(name) if allowed else denied_text(name)
+        log.info("approval %s for %s: %s", request.id, request.tool, text)
+        await settle(request, text)
+        return allowed
+
+    async def _wait(
+        self, decision: asyncio.Future[tuple[bool, str]], seconds: float
+    ) -> tuple[bool, str] | None:
+        timer = asyncio.ensure_future(self._clock.sleep(seconds))
+        either: set[asyncio.Future[Any]] = {decision, timer}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            await asyncio.wait({timer})
+        return decision.result() if decision.done() else None
+
+    @staticmethod
+    async def _settle_quietly(settle: Settle, request: ApprovalRequest, text: str) -> None:
+        try:
+            await settle(request, text)
+        except Exception:
+            log.warning("could not settle approval prompt %s", request.id, exc_info=True)
+
+    def resolve(self, request_id: str, user_id: str, user_name: str, allow: bool) -> Resolution:
+        """A click on a prompt button: "ok" if it decided the request, "not_approver" if
+        the user may not decide (tell them privately), "unknown" if the request is not
+        pending (already decided, timed out, or never existed)."""
+        decision = self._pending.get(request_id)
+        if decision is None or decision.done():
+            return "unknown"
+        if user_id not in self._approvers:
+            log.info("approval %s: %s is not an approver", request_id, user_id)
+            return "not_approver"
+        decision.set_result((allow, user_name))
+        del self._pending[request_id]
+        return "ok"

@@ -1,0 +1,396 @@
+"""Streaming a reply into a chat: one post, throttled edits, then the final text (SPEC §9).
+
+A `Surface` is one place in one platform conversation (a chat, a thread) that can post,
+edit and delete messages; the adapter maps its platform's errors onto `RateLimited`
+(429 with `retry_after`) and `TransientError` (5xx, connection trouble). Everything else
+a surface raises is a refusal.
+
+`ReplyStreamer` turns the agent's text deltas into that post-then-edit sequence and makes
+sure the final text arrives whatever happened to the intermediate edits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from functools import partial
+from types import TracebackType
+from typing import Protocol, TypeVar
+
+from channels.text import split_message
+from core.chat import SILENT_REPLIES, DeliveryError, is_silent
+from core.clock import Clock, SystemClock
+from core.events import LoopEvent, StreamRestarted, TextDelta
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+BACKOFF = (0.5, 1.0, 2.0, 4.0)
+"""Waits between tries after a `TransientError` (so five tries in all)."""
+MAX_RATE_LIMITS = 10
+"""Consecutive 429s after which a final post is given up."""
+
+
+class RateLimited(Exception):
+    """The platform said "too many requests": wait `retry_after` seconds, then retry."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"rate limited; retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
+class TransientError(Exception):
+    """A 5xx answer or connection trouble: worth retrying with backoff."""
+
+
+class _Refused(DeliveryError):
+    """The platform refused a call outright (not a rate limit, not transient)."""
+
+
+class Surface(Protocol):
+    """One conversation target on a platform, as the streamer sees it."""
+
+    limit: int
+    """Largest size of one message, in `measure` units."""
+
+    def measure(self, text: str) -> int:
+        """Size of `text` as the platform counts it against `limit`."""
+
+    async def post(self, text: str, *, final: bool) -> str:
+        """Post a new message; returns its id. `final` text is formatted by the surface
+        (falling back to plain text if the platform rejects the markup); other text is
+        sent plain."""
+
+    async def edit(self, message_id: str, text: str, *, final: bool) -> None:
+        """Replace the text of message `message_id` (`final` as for `post`)."""
+
+    async def delete(self, message_id: str) -> None:
+        """Delete message `message_id`."""
+
+
+class EditBudget:
+    """At most `max_calls` calls in any `window` seconds (a sliding window), e.g.
+    Discord's 5 edits per 5 s per channel. Share one per platform channel."""
+
+    def __init__(self, max_calls: int, window: float, clock: Clock) -> None:
+        if max_calls < 1:
+            raise ValueError("max_calls must be at least 1")
+        self.max_calls = max_calls
+        self.window = window
+        self._clock = clock
+        self._calls: deque[float] = deque()
+
+    async def acquire(self) -> None:
+        """Wait until one more call fits in the window, and count it."""
+        while True:
+            now = self._clock.monotonic()
+            while self._calls and self._calls[0] <= now - self.window:
+                self._calls.popleft()
+            if len(self._calls) < self.max_calls:
+                self._calls.append(now)
+                return
+            await self._clock.sleep(self._calls[0] + self.window - now)
+
+
+async def _call(
+    op: Callable[[], Awaitable[T]], clock: Clock, budget: EditBudget | None, what: str
+) -> T:
+    """Run one platform call with the retry rules: a 429 waits `retry_after` and retries,
+    transient errors retry with backoff; raises `DeliveryError` when it cannot succeed
+    (`_Refused` when the platform refused outright)."""
+    tries = limited = 0
+    while True:
+        if budget is not None:
+            await budget.acquire()
+        try:
+            return await op()
+        except RateLimited as exc:
+            limited += 1
+            if limited > MAX_RATE_LIMITS:
+                raise DeliveryError(f"{what}: still rate limited") from exc
+            log.info("%s rate limited; waiting %.1f s", what, exc.retry_after)
+            await clock.sleep(max(exc.retry_after, 0.0))
+        except TransientError as exc:
+            if tries >= len(BACKOFF):
+                raise DeliveryError(f"{what} failed {tries + 1} times: {exc}") from exc
+            log.info("%s failed (%s); retrying", what, exc)
+            await clock.sleep(BACKOFF[tries])
+            tries += 1
+        except Exception as exc:
+            raise _Refused(f"{what} refused: {type(exc).__name__}: {exc}") from exc
+
+
+async def _post_final(surface: Surface, text: str, clock: Clock, budget: EditBudget | None) -> str:
+    """Post finished text; if the platform refuses it, post it once more unformatted."""
+    try:
+        return await _call(lambda: surface.post(text, final=True), clock, budget, "post")
+    except _Refused:
+        log.warning("final post refused; posting it as plain text", exc_info=True)
+    return await _call(lambda: surface.post(text, final=False), clock, budget, "plain post")
+
+
+async def deliver(surface: Surface, text: str, *, clock: Clock | None = None) -> list[str]:
+    """Post a complete message (split over several if long); returns the message ids.
+    Silent or empty text posts nothing. Raises `DeliveryError` if the platform refused."""
+    if is_silent(text):
+        return []
+    clock = clock or SystemClock()
+    return [
+        await _post_final(surface, piece, clock, None)
+        for piece in split_message(text, surface.limit, surface.measure)
+    ]
+
+
+def _may_become_silent(text: str) -> bool:
+    """True while the text so far could still turn out to be a silent reply."""
+    stripped = text.strip()
+    return not stripped or any(marker.startswith(stripped) for marker in SILENT_REPLIES)
+
+
+class ReplyStreamer:
+    """A `core.chat.ReplyStream` over a `Surface`.
+
+    Text deltas grow the reply; a background task posts the first text, then edits at
+    most every `min_interval` seconds (and within `budget`), skipping edits that change
+    nothing; text past the surface's limit continues in a new message. `typing`, if
+    given, is called after each intermediate post (posting clears the typing indicator
+    on some platforms while the run goes on). `finish` makes the messages read exactly
+    the final text.
+    """
+
+    def __init__(
+        self,
+        surface: Surface,
+        *,
+        clock: Clock | None = None,
+        min_interval: float = 1.0,
+        budget: EditBudget | None = None,
+        typing: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._surface = surface
+        self._clock = clock or SystemClock()
+        self._min_interval = min_interval
+        self._budget = budget
+        self._typing = typing
+        self._text = ""
+        self._ids: list[str] = []
+        self._shown: list[tuple[str, bool]] = []  # (text, final) last sent per message
+        self._last_sent = float("-inf")
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._sending = False
+        self._closed = False
+
+    @property
+    def message_ids(self) -> list[str]:
+        """Ids of the messages this reply currently occupies, in order."""
+        return list(self._ids)
+
+    def __call__(self, event: LoopEvent) -> None:
+        if self._closed:
+            return
+        match event:
+            case TextDelta(text=text):
+                self._text += text
+            case StreamRestarted(discard=True):
+                self._text = ""
+            case _:
+                return
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="reply stream")
+
+    async def _run(self) -> None:
+        while not self._closed:
+            await self._wake.wait()
+            self._wake.clear()
+            wait = self._last_sent + self._min_interval - self._clock.monotonic()
+            if wait > 0:
+                await self._clock.sleep(wait)
+            if self._closed:
+                return
+            self._sending = True
+            try:
+                await self._flush()
+            finally:
+                self._sending = False
+
+    async def _flush(self) -> None:
+        """Show the current text (plain) if it changed; failures are left to `finish`."""
+        text = self._text
+        if _may_become_silent(text):
+            return
+        pieces = split_message(text, self._surface.limit, self._surface.measure)
+        for i, piece in enumerate(pieces):
+            final = i < len(pieces) - 1  # earlier messages are complete
+            if i < len(self._ids):
+                shown, was_final = self._shown[i]
+                if was_final == final and shown.rstrip() == piece.rstrip():
+                    continue
+                edit = partial(self._surface.edit, self._ids[i], piece, final=final)
+                if await self._once(edit, "edit") is None:
+                    return
+                self._shown[i] = (piece, final)
+            else:
+                posted = await self._once(partial(self._surface.post, piece, final=final), "post")
+                if posted is None:
+                    return
+                self._ids.append(posted[0])
+                self._shown.append((piece, final))
+                await self._typing_again()
+        for message_id in self._ids[len(pieces) :]:  # the text shrank (a discarded attempt)
+            await self._once(partial(self._surface.delete, message_id), "delete")
+        del self._ids[len(pieces) :], self._shown[len(pieces) :]
+
+    async def _once(self, op: Callable[[], Awaitable[T]], what: str) -> tuple[T] | None:
+        """One intermediate call, not retried (a later edit or `finish` shows newer text);
+        `(result,)`, or None if it failed."""
+        if self._budget is not None:
+            await self._budget.acquire()
+        try:
+            return (await op(),)
+        except RateLimited as exc:
+            log.info("stream %s rate limited; waiting %.1f s", what, exc.retry_after)
+            await self._clock.sleep(max(exc.retry_after, 0.0))
+            self._wake.set()  # show the latest text once the wait is over
+            return None
+        except Exception as exc:
+            log.info("stream %s failed: %s: %s", what, type(exc).__name__, exc)
+            return None
+        finally:
+            self._last_sent = self._clock.monotonic()
+
+    async def _typing_again(self) -> None:
+        if self._typing is None:
+            return
+        try:
+            await self._typing()
+        except Exception:
+            log.debug("typing indicator failed", exc_info=True)
+
+    async def finish(self, text: str) -> None:
+        """Make the reply read exactly `split_message(text)`; silent or empty text posts
+        nothing and deletes what was shown. Raises `DeliveryError` if the platform
+        refused the final text."""
+        try:
+            await self._stop_background()
+            if is_silent(text):
+                await self._delete_from(0)
+                return
+            pieces = split_message(text, self._surface.limit, self._surface.measure)
+            await self._finish_pieces(pieces)
+        finally:
+            await self.aclose()
+
+    async def _finish_pieces(self, pieces: list[str]) -> None:
+        kept = 0
+        for i, piece in enumerate(pieces):
+            if i < len(self._ids):
+                if self._shown[i] == (piece, True):
+                    kept = i + 1
+                    continue
+                if await self._edit_final(i, piece):
+                    kept = i + 1
+                    continue
+                # The old message cannot be edited: post the rest anew, in order.
+                await self._delete_from(i)
+            self._ids.append(await _post_final(self._surface, piece, self._clock, self._budget))
+            self._shown.append((piece, True))
+            kept = len(self._ids)
+        await self._delete_from(kept)
+
+    async def _edit_final(self, index: int, piece: str) -> bool:
+        """Edit message `index` to its final piece (formatted, else plain); False if the
+        platform refused both. Transient failures that outlast retries raise."""
+        wait = self._last_sent + self._min_interval - self._clock.monotonic()
+        if wait > 0:
+            await self._clock.sleep(wait)
+        message_id = self._ids[index]
+        for final in (True, False):
+            try:
+                edit = partial(self._surface.edit, message_id, piece, final=final)
+                await _call(edit, self._clock, self._budget, "final edit")
+            except _Refused:
+                log.warning("final edit refused (formatted=%s)", final, exc_info=True)
+                continue
+            finally:
+                self._last_sent = self._clock.monotonic()
+            self._shown[index] = (piece, True)
+            return True
+        return False
+
+    async def _delete_from(self, index: int) -> None:
+        """Delete messages `index…` (best effort: a stale extra message is not fatal)."""
+        for message_id in self._ids[index:]:
+            try:
+                delete = partial(self._surface.delete, message_id)
+                await _call(delete, self._clock, self._budget, "delete")
+            except DeliveryError:
+                log.warning("could not delete message %s", message_id, exc_info=True)
+        del self._ids[index:], self._shown[index:]
+
+    async def _stop_background(self) -> None:
+        """Stop the edit timer; a call already in flight is let finish (cancelling it
+        could lose track of a message that was in fact posted)."""
+        self._closed = True
+        task = self._task
+        if task is None or task.done():
+            return
+        if not self._sending:
+            task.cancel()
+        await asyncio.wait({task})
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("reply stream task failed", exc_info=exc)
+
+    async def aclose(self) -> None:
+        """Stop background work (idempotent); what was shown stays as it is."""
+        self._closed = True
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+
+
+class Typing:
+    """Shows a typing indicator: calls `send()` now and every `interval` seconds until
+    the block ends (also on error or cancellation). Errors from `send` are ignored."""
+
+    def __init__(
+        self,
+        send: Callable[[], Awaitable[None]],
+        interval: float = 4.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self._send = send
+        self._interval = interval
+        self._clock = clock or SystemClock()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def __aenter__(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="typing")
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._send()
+            except Exception:
+                log.debug("typing indicator failed", exc_info=True)
+            await self._clock.sleep(self._interval)
