@@ -1,0 +1,597 @@
+"""Slack adapter on slack-bolt's `AsyncApp`: Socket Mode by default, HTTP Events API optional.
+
+Where a reply goes: always in the thread of the triggering message (`thread_ts` = the
+message's `thread_ts`, or its own `ts` when it starts a thread). A channel conversation is
+keyed by that root ts, so a thread and its parent channel never both answer; a DM is one
+conversation (thread id "") unless the DM message was itself in a thread.
+
+Each message maps to one conversation: Slack sends both `app_mention` and `message` for a
+mention, and retries late acks, so inbound events are de-duplicated by `channel:ts` (kept
+here for the moment, and in the agent's store across restarts).
+
+Bot threads: the bot answers un-mentioned channel messages only in threads it is part of —
+those it posted in, and the root of every conversation it answered (kept in memory).
+
+Slack has no typing indicator for bots outside assistant threads; receipt is shown with
+`ack_reaction` instead, so `typing()` does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from channels.approvals import Approvals, approval_button_id, parse_approval_button
+from channels.gate import Gate
+from channels.stream import RateLimited, ReplyStreamer, TransientError, deliver
+from channels.text import split_message, to_slack_mrkdwn, utf8_len
+from core.chat import (
+    AgentPort,
+    ApprovalRequest,
+    ConversationKey,
+    DeliveryError,
+    Inbound,
+    ReplyStream,
+)
+from core.clock import Clock, SystemClock
+from core.config import SlackConfig
+from core.errors import ChannelError, ConfigError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+LIMIT_BYTES = 3900  # chat.update refuses text over about 4,000 UTF-8 bytes (msg_too_long)
+COMMANDS = frozenset(
+    {"help", "status", "clear", "compact", "stop", "resume", "provider", "goal", "journal"}
+)
+APPROVE_ACTION, DENY_ACTION = "parley_approve", "parley_deny"
+EVENTS_PATH = "/slack/events"
+STOP_GRACE = 2.0  # seconds stop() lets in-flight events reach the agent
+_HANDLED_SUBTYPES = frozenset({None, "bot_message", "thread_broadcast", "file_share", "me_message"})
+_BANG_COMMAND = re.compile(r"^!([a-z]+)\b", re.IGNORECASE)
+
+
+def escape(text: str) -> str:
+    """Slack reads `&`, `<`, `>` as markup in any text: send them escaped."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def unescape(text: str) -> str:
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def slack_size(text: str) -> int:
+    """UTF-8 bytes of `text` as sent: the larger of its mrkdwn (final) and escaped plain
+    (streaming) forms, so a piece that fits never grows past the limit when formatted."""
+    return max(utf8_len(to_slack_mrkdwn(text)), utf8_len(escape(text)))
+
+
+def _retry_after(response: AsyncSlackResponse) -> float:
+    try:
+        return max(float(response.headers.get("Retry-After", "1")), 0.0)
+    except ValueError:
+        return 1.0
+
+
+def _error_code(exc: SlackApiError) -> str:
+    data = exc.response.data
+    return str(data.get("error", "")) if isinstance(data, dict) else ""
+
+
+async def slack_call(call: Callable[[], Awaitable[T]]) -> T:
+    """Run one Web API call, mapping 429 → RateLimited, 5xx / network → TransientError;
+    other `SlackApiError`s (the platform refused) pass through."""
+    try:
+        return await call()
+    except SlackApiError as exc:
+        status = exc.response.status_code
+        if status == 429 or _error_code(exc) == "ratelimited":
+            raise RateLimited(_retry_after(exc.response)) from exc
+        if status >= 500:
+            raise TransientError(f"slack answered {status}") from exc
+        raise
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise TransientError(f"slack unreachable: {type(exc).__name__}") from exc
+
+
+async def patient_call(call: Callable[[], Awaitable[T]], clock: Clock, tries: int = 5) -> T:
+    """`slack_call` that waits out 429s and retries transient failures (approval prompts,
+    reactions, ephemeral notes — what the reply streamer does not carry)."""
+    for attempt in range(tries):
+        try:
+            return await slack_call(call)
+        except RateLimited as exc:
+            if attempt == tries - 1:
+                raise
+            await clock.sleep(exc.retry_after)
+        except TransientError:
+            if attempt == tries - 1:
+                raise
+            await clock.sleep(0.5 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+class SlackSurface:
+    """One place to post: a channel's thread (or a DM / channel top level)."""
+
+    limit = LIMIT_BYTES
+
+    def __init__(self, slack: SlackChannel, channel_id: str, thread_ts: str | None) -> None:
+        self._slack, self._channel_id, self._thread_ts = slack, channel_id, thread_ts
+
+    def measure(self, text: str) -> int:
+        return slack_size(text)
+
+    @staticmethod
+    def _body(text: str, final: bool) -> str:
+        # A refused mrkdwn body propagates: the streamer then sends the text plain.
+        return to_slack_mrkdwn(text) if final else escape(text)
+
+    async def post(self, text: str, *, final: bool) -> str:
+        client, body = self._slack.client, self._body(text, final)
+        response = await slack_call(
+            lambda: client.chat_postMessage(
+                channel=self._channel_id,
+                thread_ts=self._thread_ts,
+                text=body,
+                unfurl_links=False,
+                unfurl_media=False,
+            )
+        )
+        ts = str(response["ts"])
+        self._slack.remember_thread(self._channel_id, self._thread_ts or ts)
+        return ts
+
+    async def edit(self, message_id: str, text: str, *, final: bool) -> None:
+        client, body = self._slack.client, self._body(text, final)
+        await slack_call(
+            lambda: client.chat_update(channel=self._channel_id, ts=message_id, text=body)
+        )
+
+    async def delete(self, message_id: str) -> None:
+        try:
+            await slack_call(
+                lambda: self._slack.client.chat_delete(channel=self._channel_id, ts=message_id)
+            )
+        except SlackApiError as exc:
+            if _error_code(exc) != "message_not_found":
+                raise
+
+
+class SlackResponder:
+    """Answers one conversation: in `thread_ts` of `channel_id` (top level when None)."""
+
+    def __init__(
+        self,
+        slack: SlackChannel,
+        channel_id: str,
+        thread_ts: str | None,
+        *,
+        response_url: str | None = None,
+    ) -> None:
+        self._slack, self._channel_id, self._thread_ts = slack, channel_id, thread_ts
+        self._response_url = response_url
+
+    def _surface(self) -> SlackSurface:
+        return SlackSurface(self._slack, self._channel_id, self._thread_ts)
+
+    async def send(self, text: str) -> None:
+        try:
+            await deliver(self._surface(), text, clock=self._slack.clock)
+        except DeliveryError:
+            if self._response_url is None:
+                raise
+            # A slash command from a channel the bot is not in: answer through response_url.
+            await self._respond(text)
+
+    async def _respond(self, text: str) -> None:
+        assert self._response_url is not None
+        webhook = AsyncWebhookClient(self._response_url)
+        for piece in split_message(text, LIMIT_BYTES, slack_size):
+            response = await webhook.send(text=to_slack_mrkdwn(piece), response_type="in_channel")
+            if response.status_code != 200:
+                raise DeliveryError(f"response_url answered {response.status_code}")
+
+    def stream(self) -> ReplyStream:
+        return ReplyStreamer(
+            self._surface(),
+            clock=self._slack.clock,
+            min_interval=self._slack.config.edit_interval_seconds,
+        )
+
+    def typing(self) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    async def approve(self, request: ApprovalRequest) -> bool:
+        client, clock = self._slack.client, self._slack.clock
+        prompt: dict[str, str] = {}
+
+        async def show(req: ApprovalRequest) -> str:
+            response = await patient_call(
+                lambda: client.chat_postMessage(
+                    channel=self._channel_id,
+                    thread_ts=self._thread_ts,
+                    text=f"Approval needed: {escape(req.reason)}",
+                    blocks=approval_blocks(req),
+                ),
+                clock,
+            )
+            prompt["ts"] = str(response["ts"])
+            return prompt["ts"]
+
+        async def settle(req: ApprovalRequest, outcome: str) -> None:
+            if "ts" not in prompt:
+                return
+            await patient_call(
+                lambda: client.chat_update(
+                    channel=self._channel_id,
+                    ts=prompt["ts"],
+                    text=escape(outcome),
+                    blocks=approval_blocks(req, outcome=outcome),
+                ),
+                clock,
+            )
+
+        if request.timeout <= 0:
+            request = replace(request, timeout=self._slack.approval_timeout)
+        return await self._slack.approvals.request(request, show, settle)
+
+
+def approval_blocks(
+    request: ApprovalRequest, *, outcome: str | None = None
+) -> list[dict[str, Any]]:
+    """The prompt: what is asked and why, then Approve / Deny buttons — or, once settled,
+    the outcome instead of the buttons."""
+    summary = escape(request.summary).replace("```", "'''")[:2500]
+    text = f"*Approval needed* for `{escape(request.tool)}`: {escape(request.reason)[:300]}"
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": f"{text}\n```{summary}```"}}
+    if outcome is not None:
+        note = {"type": "mrkdwn", "text": escape(outcome)}
+        return [section, {"type": "context", "elements": [note]}]
+    buttons = [
+        (APPROVE_ACTION, "Approve", "primary", True),
+        (DENY_ACTION, "Deny", "danger", False),
+    ]
+    elements = [
+        {
+            "type": "button",
+            "action_id": action_id,
+            "text": {"type": "plain_text", "text": label},
+            "style": style,
+            "value": approval_button_id(request.id, allow),
+        }
+        for action_id, label, style, allow in buttons
+    ]
+    return [section, {"type": "actions", "block_id": "approval", "elements": elements}]
+
+
+def command_text(text: str) -> str:
+    """`!stop` (and `!compact …`) typed in a message is the command `/stop`."""
+    match = _BANG_COMMAND.match(text)
+    if match and match[1].lower() in COMMANDS:
+        return "/" + text[1:]
+    return text
+
+
+class _Recent:
+    """A bounded set: remembers the last `size` keys."""
+
+    def __init__(self, size: int) -> None:
+        self._keys: OrderedDict[object, None] = OrderedDict()
+        self._size = size
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def add(self, key: object) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > self._size:
+            self._keys.popitem(last=False)
+
+
+class SlackChannel:
+    """The Slack adapter (SPEC §9): bolt handlers → `Inbound` → `agent.submit`."""
+
+    name = "slack"
+
+    def __init__(
+        self,
+        config: SlackConfig,
+        environ: Mapping[str, str],
+        *,
+        clock: Clock | None = None,
+        approval_timeout: float = 300.0,
+    ) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.approval_timeout = approval_timeout
+        self._bot_token = _secret(environ, config.bot_token_env, "bot_token_env", "xoxb-…")
+        self._app_token = self._signing_secret = ""
+        if config.mode == "socket":
+            self._app_token = _secret(environ, config.app_token_env, "app_token_env", "xapp-…")
+        else:
+            self._signing_secret = _secret(
+                environ, config.signing_secret_env, "signing_secret_env", "the signing secret"
+            )
+        self.client = AsyncWebClient(token=self._bot_token, base_url=config.base_url)
+        self.approvals = Approvals(config.approvers, clock=self.clock)
+        self._gate = Gate(config, clock=self.clock)
+        self._agent: AgentPort | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._seen = _Recent(4096)
+        self._threads = _Recent(10_000)
+        self._names: dict[str, str] = {}
+        self.bot_user_id = self.bot_id = ""
+        self.http_url = ""  # HTTP mode: where Slack posts events, once started
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def start(self, agent: AgentPort) -> None:
+        self._agent = agent
+        auth = await self._checked("auth.test", self.config.bot_token_env, self.client.auth_test)
+        self.bot_user_id, self.bot_id = str(auth.get("user_id", "")), str(auth.get("bot_id", ""))
+        app = AsyncApp(
+            client=self.client,
+            signing_secret=self._signing_secret,
+            request_verification_enabled=self.config.mode == "http",
+            # Listeners only hand work to tracked tasks, so running them before the ack is
+            # quick, and bolt keeps no untracked listener tasks of its own.
+            process_before_response=True,
+            logger=log,
+        )
+        app.event("message")(self._on_event)
+        app.event("app_mention")(self._on_event)
+        app.command(re.compile(r"^/.+"))(self._on_command)
+        app.action(re.compile(f"^({APPROVE_ACTION}|{DENY_ACTION})$"))(self._on_action)
+        try:
+            if self.config.mode == "socket":
+                await self._connect_socket(app)
+            else:
+                await self._serve_http(app)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("slack connected as %s (%s mode)", self.bot_user_id, self.config.mode)
+
+    async def _connect_socket(self, app: AsyncApp) -> None:
+        self._socket = AsyncSocketModeHandler(app, app_token=self._app_token, logger=log)
+        client = self._socket.client
+        # Fetch the first URL here so a bad app token fails start() instead of being
+        # retried forever inside the socket client.
+        client.wss_uri = await self._checked(
+            "apps.connections.open", self.config.app_token_env, client.issue_new_wss_url
+        )
+        await self._socket.connect_async()  # type: ignore[no-untyped-call]
+
+    async def _serve_http(self, app: AsyncApp) -> None:
+        """Bolt's aiohttp app (signature checks included) on http_listen:http_port."""
+        self._runner = web.AppRunner(app.web_app(path=EVENTS_PATH), handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.http_listen, self.config.http_port)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.http_url = f"http://{host}:{port}{EVENTS_PATH}"
+
+    async def _checked(self, what: str, token_env: str, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await patient_call(call, self.clock)
+        except (SlackApiError, RateLimited, TransientError) as exc:
+            detail = _error_code(exc) if isinstance(exc, SlackApiError) else str(exc)
+            raise ChannelError(f"slack {what} failed: {detail} (check {token_env})") from exc
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            socket, self._socket = self._socket, None
+            await socket.close_async()  # type: ignore[no-untyped-call]
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+        if self._tasks:  # let events already received reach the agent, briefly
+            await asyncio.wait(set(self._tasks), timeout=STOP_GRACE)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def settled(self) -> None:
+        """Wait until every event received so far has been handled (handed to the agent,
+        or dropped)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    def responder(self, key: ConversationKey) -> SlackResponder:
+        _, channel_id, thread_id = key
+        return SlackResponder(self, channel_id, thread_id or None)
+
+    def access(self) -> str:
+        return self.config.who()
+
+    def remember_thread(self, channel_id: str, thread_ts: str) -> None:
+        if not channel_id.startswith("D"):
+            self._threads.add((channel_id, thread_ts))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("slack handler failed: %s", exc, exc_info=exc)
+
+    # ---- bolt listeners: acknowledge, hand over, return -----------------------------------
+
+    async def _on_event(self, event: dict[str, Any]) -> None:
+        self._spawn(self._handle_message(event))
+
+    async def _on_command(
+        self, ack: Callable[[], Awaitable[None]], command: dict[str, Any]
+    ) -> None:
+        await ack()
+        self._spawn(self._handle_command(command))
+
+    async def _on_action(
+        self, ack: Callable[[], Awaitable[None]], body: dict[str, Any], action: dict[str, Any]
+    ) -> None:
+        await ack()
+        self._spawn(self._handle_click(body, action))
+
+    # ---- inbound ----------------------------------------------------------------------------
+
+    def _normalise(self, event: dict[str, Any]) -> tuple[Inbound, bool, bool, bool] | None:
+        """(inbound, from_bot, from_self, in_bot_thread) for a message event, or None for
+        edits, joins, empty text and other events that are not someone writing to the bot."""
+        channel_id, ts = str(event.get("channel", "")), str(event.get("ts", ""))
+        if event.get("subtype") not in _HANDLED_SUBTYPES or not channel_id or not ts:
+            return None
+        bot_id = event.get("bot_id")
+        user_id = str(event.get("user") or bot_id or "")
+        from_self = user_id == self.bot_user_id or (bot_id is not None and bot_id == self.bot_id)
+        from_bot = bool(bot_id) or event.get("subtype") == "bot_message"
+        is_dm = event.get("channel_type") == "im" or channel_id.startswith("D")
+        thread_ts = str(event.get("thread_ts") or "")
+        raw = str(event.get("text") or "")
+        mention = re.compile(rf"<@{re.escape(self.bot_user_id)}(?:\|[^>]*)?>")
+        text = command_text(unescape(mention.sub("", raw)).strip())
+        if not text:  # a bare mention, a file without a caption: nothing to answer
+            return None
+        inbound = Inbound(
+            channel=self.name,
+            channel_id=channel_id,
+            thread_id=thread_ts if is_dm else (thread_ts or ts),
+            user_id=user_id,
+            user_name=user_id,
+            text=text,
+            is_dm=is_dm,
+            mentions_bot=event.get("type") == "app_mention" or mention.search(raw) is not None,
+            event_id=f"{channel_id}:{ts}",
+            message_id=ts,
+        )
+        in_bot_thread = bool(thread_ts) and (channel_id, thread_ts) in self._threads
+        return inbound, from_bot, from_self, in_bot_thread
+
+    async def _handle_message(self, event: dict[str, Any]) -> None:
+        normalised = self._normalise(event)
+        if normalised is None:
+            return
+        inbound, from_bot, from_self, in_bot_thread = normalised
+        # app_mention + message for one ts, and Slack's retries, collapse here.
+        if inbound.event_id in self._seen:
+            return
+        self._seen.add(inbound.event_id)
+        if not self._gate.admit(
+            inbound, from_bot=from_bot, from_self=from_self, in_bot_thread=in_bot_thread
+        ):
+            return
+        if not inbound.is_dm:
+            self.remember_thread(inbound.channel_id, inbound.thread_id)
+        inbound = replace(inbound, user_name=await self._user_name(inbound.user_id))
+        reply_in = str(event.get("thread_ts") or event["ts"])
+        responder = SlackResponder(self, inbound.channel_id, reply_in)
+        if await self._submit(inbound, responder) and self.config.ack_reaction:
+            await self._react(inbound.channel_id, inbound.message_id, self.config.ack_reaction)
+
+    async def _handle_command(self, command: dict[str, Any]) -> None:
+        name, args = str(command.get("command", "")), str(command.get("text", "")).strip()
+        if name == "/parley":
+            text = "/" + args.lstrip("/!") if args else "/help"
+        else:
+            text = f"{name} {args}".strip()
+        channel_id = str(command.get("channel_id", ""))
+        inbound = Inbound(
+            channel=self.name,
+            channel_id=channel_id,
+            thread_id="",
+            user_id=str(command.get("user_id", "")),
+            user_name=str(command.get("user_name") or command.get("user_id", "")),
+            text=text,
+            is_dm=channel_id.startswith("D"),
+            mentions_bot=True,  # a slash command is addressed to the bot
+            event_id=f"command:{command.get('trigger_id', '')}",
+        )
+        if not self._gate.admit(inbound, from_bot=False, from_self=False):
+            return
+        responder = SlackResponder(
+            self, channel_id, None, response_url=command.get("response_url") or None
+        )
+        await self._submit(inbound, responder)
+
+    async def _submit(self, inbound: Inbound, responder: SlackResponder) -> bool:
+        assert self._agent is not None, "start() first"
+        return await self._agent.submit(inbound, responder)
+
+    async def _handle_click(self, body: dict[str, Any], action: dict[str, Any]) -> None:
+        parsed = parse_approval_button(str(action.get("value", "")))
+        user = body.get("user") or {}
+        user_id = str(user.get("id", ""))
+        container = body.get("container") or {}
+        channel_id = str(container.get("channel_id") or (body.get("channel") or {}).get("id", ""))
+        if parsed is None or not user_id or not channel_id:
+            return
+        name = str(user.get("name") or user.get("username") or user_id)
+        outcome = self.approvals.resolve(parsed[0], user_id, name, parsed[1])
+        if outcome == "ok":
+            return
+        note = (
+            "Only the configured approvers can answer this request."
+            if outcome == "not_approver"
+            else "This request is no longer waiting for an answer."
+        )
+        thread_ts = (body.get("message") or {}).get("thread_ts")
+        await patient_call(
+            lambda: self.client.chat_postEphemeral(
+                channel=channel_id, user=user_id, text=note, thread_ts=thread_ts
+            ),
+            self.clock,
+        )
+
+    async def _user_name(self, user_id: str) -> str:
+        if user_id not in self._names:
+            try:
+                info = await slack_call(lambda: self.client.users_info(user=user_id))
+            except (SlackApiError, RateLimited, TransientError):
+                return user_id
+            user = info.get("user") or {}
+            profile = user.get("profile") or {}
+            self._names[user_id] = str(profile.get("display_name") or user.get("name") or user_id)
+        return self._names[user_id]
+
+    async def _react(self, channel_id: str, ts: str, name: str) -> None:
+        try:
+            await patient_call(
+                lambda: self.client.reactions_add(channel=channel_id, timestamp=ts, name=name),
+                self.clock,
+                tries=2,
+            )
+        except (SlackApiError, RateLimited, TransientError) as exc:
+            log.debug("slack: no ack reaction (%s)", type(exc).__name__)
+
+
+def _secret(environ: Mapping[str, str], var: str, key: str, what: str) -> str:
+    value = environ.get(var, "").strip()
+    if not value:
+        raise ConfigError(
+            f"channels.slack.{key}",
+            f"environment variable {var} is not set",
+            f"export {var}={what} (or point `{key}` at the variable that holds it)",
+        )
+    return value
