@@ -1,0 +1,479 @@
+"""The Discord channel (discord.py 2.x): gateway in, REST out (SPEC §9).
+
+Answers DMs, mentions in guild channels and messages in threads the bot is part of, in
+the same channel or thread. The nine agent commands are app (slash) commands on a
+`CommandTree`, synced at start; an invocation is acknowledged at once with an ephemeral
+note to the invoker and becomes Inbound text "/name args"; the agent's replies to it are
+ordinary channel posts (they work past the 15-minute interaction token and share the
+channel's edit budget). Approvals are buttons; clicks are handled here by custom_id, so
+a click on a prompt posted before a restart is still answered.
+
+discord.py has no endpoint option: `start()` points two class attributes at the
+configured REST root and gateway (process-wide, like the library itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import warnings
+from collections.abc import Awaitable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar, cast
+
+import aiohttp
+import yarl
+
+from channels.approvals import Approvals, approval_button_id, parse_approval_button
+from channels.gate import Gate
+from channels.stream import EditBudget, RateLimited, ReplyStreamer, TransientError, Typing, deliver
+from channels.text import to_discord
+from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, ReplyStream
+from core.clock import Clock, SystemClock
+from core.config import DiscordConfig
+from core.errors import ChannelError, ConfigError
+
+with warnings.catch_warnings():
+    # discord.py imports `audioop` (voice support), deprecated since Python 3.11.
+    warnings.filterwarnings("ignore", "'audioop' is deprecated", DeprecationWarning)
+    import discord
+    from discord import app_commands
+
+__all__ = ["COMMANDS", "DiscordChannel", "DiscordRefused", "point_library_at"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MESSAGE_LIMIT = 2000
+EDITS_PER_WINDOW, EDIT_WINDOW = 5, 5.0  # Discord: 5 message edits per 5 s per channel
+TYPING_INTERVAL = 8.0  # the indicator lasts 10 s
+CONNECT_TIMEOUT = 30.0
+# on_ready waits this long after the last GUILD_CREATE; nothing here needs on_ready.
+GUILD_READY_TIMEOUT = 0.5
+# Longer 429 waits are raised (as RateLimited) instead of slept inside discord.py, so the
+# reply streamer waits them out on our clock. discord.py's minimum is 30 s.
+MAX_RATELIMIT_WAIT = 30.0
+INTENTS = discord.Intents(guilds=True, guild_messages=True, dm_messages=True, message_content=True)
+ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
+
+COMMANDS: dict[str, str] = {
+    "help": "What the bot can do",
+    "status": "Provider, model, context use and run state",
+    "clear": "Start this conversation afresh",
+    "compact": "Compact the conversation's context now",
+    "stop": "Stop the running turn",
+    "resume": "Resume an interrupted run",
+    "provider": "Show or switch this channel's LLM provider",
+    "goal": "Show, create, finish or clear the goal",
+    "journal": "Show the journal",
+}
+COMMANDS_WITH_ARGS = frozenset({"provider", "goal"})
+
+
+class DiscordRefused(ChannelError):
+    """Discord answered a call with a client error (4xx other than 429)."""
+
+    def __init__(self, status: int, code: int, text: str) -> None:
+        super().__init__(f"Discord refused the call: HTTP {status} (code {code}): {text}")
+        self.status, self.code = status, code
+
+
+def point_library_at(config: DiscordConfig) -> None:
+    """Aim discord.py's REST root and gateway at `config` (class attributes; no options)."""
+    route, websocket = discord.http.Route, discord.gateway.DiscordWebSocket
+    if not hasattr(route, "BASE") or not hasattr(websocket, "DEFAULT_GATEWAY"):
+        raise RuntimeError(
+            "discord.py no longer has Route.BASE / DiscordWebSocket.DEFAULT_GATEWAY; "
+            "the Discord channel cannot be pointed at its endpoints"
+        )
+    route.BASE = config.api_base_url.rstrip("/")
+    if config.gateway_url:
+        websocket.DEFAULT_GATEWAY = yarl.URL(config.gateway_url)
+
+
+def _retry_after(exc: discord.HTTPException) -> float:
+    header = exc.response.headers.get("Retry-After") if exc.response is not None else None
+    try:
+        return float(header) if header else 5.0
+    except ValueError:
+        return 5.0
+
+
+async def _call(awaitable: Awaitable[T]) -> T:
+    """Await one discord.py call, mapping its failures onto the stream error tree."""
+    try:
+        return await awaitable
+    except discord.RateLimited as exc:  # a wait longer than MAX_RATELIMIT_WAIT
+        raise RateLimited(exc.retry_after) from exc
+    except discord.HTTPException as exc:
+        if exc.status == 429:  # no `Via` header: discord.py did not retry it
+            raise RateLimited(_retry_after(exc)) from exc
+        if exc.status >= 500:
+            raise TransientError(f"Discord: HTTP {exc.status}") from exc
+        raise DiscordRefused(exc.status, exc.code, exc.text) from exc
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise TransientError(f"Discord unreachable: {exc!r}") from exc
+
+
+class _Surface:
+    """One Discord channel, thread or DM as a `channels.stream.Surface`."""
+
+    limit = MESSAGE_LIMIT
+
+    def __init__(self, channel: discord.PartialMessageable) -> None:
+        self._channel = channel
+
+    def measure(self, text: str) -> int:
+        return len(text)
+
+    async def post(self, text: str, *, final: bool) -> str:
+        content = to_discord(text) if final else text
+        try:
+            message = await _call(self._channel.send(content))
+        except DiscordRefused:
+            if content == text:
+                raise
+            message = await _call(self._channel.send(text))  # plain fallback
+        return str(message.id)
+
+    async def edit(self, message_id: str, text: str, *, final: bool) -> None:
+        content = to_discord(text) if final else text
+        partial = self._channel.get_partial_message(int(message_id))
+        try:
+            await _call(partial.edit(content=content))
+        except DiscordRefused:
+            if content == text:
+                raise
+            await _call(partial.edit(content=text))
+
+    async def delete(self, message_id: str) -> None:
+        try:
+            await _call(self._channel.get_partial_message(int(message_id)).delete())
+        except DiscordRefused as exc:
+            if exc.status != 404:  # already gone is fine
+                raise
+
+
+class _Responder:
+    """Posts into one Discord channel, thread or DM (`core.chat.Responder`)."""
+
+    def __init__(self, adapter: DiscordChannel, target: int) -> None:
+        self._adapter, self._target = adapter, target
+
+    def _surface(self) -> _Surface:
+        return _Surface(self._adapter.client().get_partial_messageable(self._target))
+
+    async def send(self, text: str) -> None:
+        await deliver(self._surface(), text, clock=self._adapter.clock)
+
+    def stream(self) -> ReplyStream:
+        adapter = self._adapter
+        return ReplyStreamer(
+            self._surface(),
+            clock=adapter.clock,
+            min_interval=adapter.config.edit_interval_seconds,
+            budget=adapter.edit_budget(self._target),
+            typing=self._send_typing,
+        )
+
+    async def approve(self, request: ApprovalRequest) -> bool:
+        return await self._adapter.ask_approval(self._target, request)
+
+    def typing(self) -> AbstractAsyncContextManager[None]:
+        return Typing(self._send_typing, interval=TYPING_INTERVAL, clock=self._adapter.clock)
+
+    async def _send_typing(self) -> None:
+        await _call(self._adapter.client().http.send_typing(self._target))
+
+
+class _Client(discord.Client):
+    """discord.Client that hands events to the adapter."""
+
+    def __init__(self, adapter: DiscordChannel) -> None:
+        super().__init__(
+            intents=INTENTS,
+            guild_ready_timeout=GUILD_READY_TIMEOUT,
+            allowed_mentions=discord.AllowedMentions.none(),  # model output pings nobody
+            max_ratelimit_timeout=MAX_RATELIMIT_WAIT,
+        )
+        self.adapter = adapter
+        self.tree: app_commands.CommandTree[_Client] = app_commands.CommandTree(self)
+        self.connected = asyncio.Event()
+        for name, description in COMMANDS.items():
+            callback = _command_with_args if name in COMMANDS_WITH_ARGS else _command
+            self.tree.add_command(
+                app_commands.Command(name=name, description=description, callback=callback)
+            )
+
+    async def on_connect(self) -> None:
+        self.connected.set()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self.adapter.on_message(message)
+
+    async def on_interaction(self, interaction: discord.Interaction[_Client]) -> None:
+        if interaction.type is discord.InteractionType.component:
+            await self.adapter.on_button(interaction)
+
+
+async def _command(interaction: discord.Interaction[_Client]) -> None:
+    await interaction.client.adapter.on_command(interaction, None)
+
+
+@app_commands.describe(args="Arguments, e.g. a provider name or `create <text> --auto`")
+async def _command_with_args(
+    interaction: discord.Interaction[_Client], args: str | None = None
+) -> None:
+    await interaction.client.adapter.on_command(interaction, args)
+
+
+class DiscordChannel:
+    """The Discord adapter (`channels.base.Channel`).
+
+    `approval_timeout` is accepted like the other adapters'; each `ApprovalRequest`
+    carries the timeout that applies to it.
+    """
+
+    name = "discord"
+
+    def __init__(
+        self,
+        config: DiscordConfig,
+        environ: Mapping[str, str],
+        *,
+        clock: Clock | None = None,
+        approval_timeout: float = 300.0,
+    ) -> None:
+        token = environ.get(config.token_env, "").strip()
+        if not token:
+            raise ConfigError(
+                "channels.discord.token_env",
+                f"the environment variable {config.token_env} is not set",
+                f"export {config.token_env}=<bot token from the Discord developer portal>",
+            )
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.approval_timeout = approval_timeout
+        self._token = token
+        self._gate = Gate(config, self.clock)
+        self._approvals = Approvals(config.approvers, self.clock)
+        self._budgets: dict[int, EditBudget] = {}
+        self._prompts: dict[str, tuple[int, int, str]] = {}  # request id → target, msg, text
+        self._threads: set[int] = set()  # threads the bot answered in
+        self._client: _Client | None = None
+        self._gateway: asyncio.Task[None] | None = None
+        self._agent: AgentPort | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def client(self) -> _Client:
+        if self._client is None:
+            raise ChannelError("the Discord channel is not started")
+        return self._client
+
+    async def start(self, agent: AgentPort) -> None:
+        """Log in, sync the app commands, connect the gateway and wait for its READY."""
+        self._agent = agent
+        point_library_at(self.config)
+        client = _Client(self)
+        try:
+            await client.login(self._token)
+            if self.config.sync_commands:
+                await client.tree.sync()
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            await client.close()
+            raise ChannelError(f"Discord login failed: {exc}") from exc
+        self._client = client
+        self._gateway = asyncio.create_task(client.connect(), name="discord-gateway")
+        self._gateway.add_done_callback(_log_gateway_end)
+        connected = asyncio.create_task(client.connected.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {connected, self._gateway}, timeout=CONNECT_TIMEOUT, return_when="FIRST_COMPLETED"
+            )
+        except asyncio.CancelledError:
+            await self.stop()
+            raise
+        finally:
+            connected.cancel()
+            await asyncio.wait({connected})
+        if self._gateway in done:
+            error = self._gateway.exception()
+            await self.stop()
+            raise ChannelError(f"Discord gateway closed at start: {error}") from error
+        if not done:
+            log.warning("Discord gateway not connected after %.0f s; still trying", CONNECT_TIMEOUT)
+
+    async def stop(self) -> None:
+        client, self._client = self._client, None
+        gateway, self._gateway = self._gateway, None
+        if client is not None:
+            await client.close()
+        if gateway is not None:
+            with contextlib.suppress(Exception):
+                await gateway
+
+    def responder(self, key: ConversationKey) -> _Responder:
+        _, channel_id, thread_id = key
+        try:
+            target = int(thread_id or channel_id)
+        except ValueError:
+            raise ChannelError(f"not a Discord channel id: {thread_id or channel_id!r}") from None
+        return _Responder(self, target)
+
+    def access(self) -> str:
+        return self.config.who()
+
+    def edit_budget(self, channel_id: int) -> EditBudget:
+        """The edit budget of one Discord channel (a thread counts as its own channel)."""
+        budget = self._budgets.get(channel_id)
+        if budget is None:
+            budget = EditBudget(EDITS_PER_WINDOW, EDIT_WINDOW, self.clock)
+            self._budgets[channel_id] = budget
+        return budget
+
+    # ---------------------------------------------------------------- inbound
+
+    async def on_message(self, message: discord.Message) -> None:
+        me = self.client().user
+        if self._agent is None or me is None or message.type not in ANSWERED_TYPES:
+            return
+        channel = message.channel
+        thread = channel if isinstance(channel, discord.Thread) else None
+        mentioned = me.id in message.raw_mentions
+        inbound = Inbound(
+            channel=self.name,
+            channel_id=str(thread.parent_id if thread else channel.id),
+            thread_id=str(thread.id) if thread else "",
+            user_id=str(message.author.id),
+            user_name=message.author.display_name,
+            text=_without_mention(message.content, me.id),
+            is_dm=message.guild is None,
+            mentions_bot=mentioned,
+            event_id=str(message.id),  # stable across a gateway RESUME's redelivery
+            message_id=str(message.id),
+        )
+        in_bot_thread = thread is not None and (
+            thread.me is not None or thread.owner_id == me.id or thread.id in self._threads
+        )
+        admitted = self._gate.admit(
+            inbound,
+            from_bot=message.author.bot,
+            from_self=message.author.id == me.id,
+            in_bot_thread=in_bot_thread,
+        )
+        if not admitted or not inbound.text:
+            return
+        if thread is not None:
+            self._threads.add(thread.id)
+        await self._agent.submit(inbound, _Responder(self, channel.id))
+
+    async def on_command(self, interaction: discord.Interaction[_Client], args: str | None) -> None:
+        """A slash command: acknowledge it at once, then hand "/name args" to the agent."""
+        command = interaction.command
+        if self._agent is None or command is None or interaction.channel_id is None:
+            return
+        text = f"/{command.name} {args.strip()}" if args and args.strip() else f"/{command.name}"
+        channel = interaction.channel
+        thread = channel if isinstance(channel, discord.Thread) else None
+        inbound = Inbound(
+            channel=self.name,
+            channel_id=str(thread.parent_id if thread else interaction.channel_id),
+            thread_id=str(thread.id) if thread else "",
+            user_id=str(interaction.user.id),
+            user_name=interaction.user.display_name,
+            text=text,
+            is_dm=interaction.guild_id is None,
+            mentions_bot=True,  # a slash command is addressed to the bot
+            event_id=f"interaction:{interaction.id}",
+        )
+        admitted = self._gate.admit(
+            inbound, from_bot=interaction.user.bot, from_self=False, in_bot_thread=True
+        )
+        note = f"➜ `{text[:1900]}`" if admitted else "You are not allowed to use this bot here."
+        try:
+            await _call(interaction.response.send_message(note, ephemeral=True))
+        except (ChannelError, RateLimited, TransientError) as exc:
+            log.warning("Discord: could not acknowledge /%s: %s", command.name, exc)
+        if admitted:
+            await self._agent.submit(inbound, _Responder(self, interaction.channel_id))
+
+    async def on_button(self, interaction: discord.Interaction[_Client]) -> None:
+        """An approval button: only approvers resolve it; anyone else is told privately."""
+        data = cast("dict[str, Any]", interaction.data or {})
+        custom_id = data.get("custom_id")
+        parsed = parse_approval_button(custom_id) if isinstance(custom_id, str) else None
+        if parsed is None:
+            return
+        request_id, allow = parsed
+        user = interaction.user
+        outcome = self._approvals.resolve(request_id, str(user.id), user.display_name, allow)
+        if outcome == "ok":
+            await _call(interaction.response.defer())  # the prompt is edited by settle()
+        elif outcome == "not_approver":
+            refusal = "Only the configured approvers can answer this request."
+            await _call(interaction.response.send_message(refusal, ephemeral=True))
+        else:
+            gone = "This request is no longer waiting for an answer."
+            await _call(interaction.response.send_message(gone, ephemeral=True))
+
+    # ---------------------------------------------------------------- approvals
+
+    async def ask_approval(self, target: int, request: ApprovalRequest) -> bool:
+        async def show(req: ApprovalRequest) -> object:
+            text = _prompt_text(req)
+            channel = self.client().get_partial_messageable(target)
+            message = await _call(channel.send(text, view=_approval_view(req.id)))
+            self._prompts[req.id] = (target, message.id, text)
+            return message
+
+        async def settle(req: ApprovalRequest, outcome: str) -> None:
+            shown = self._prompts.pop(req.id, None)
+            if shown is None:
+                return
+            channel_id, message_id, text = shown
+            partial = self.client().get_partial_messageable(channel_id)
+            content = f"{text}\n{outcome}"
+            await _call(partial.get_partial_message(message_id).edit(content=content, view=None))
+
+        return await self._approvals.request(request, show, settle)
+
+
+def _log_gateway_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("Discord gateway stopped: %r", exc)
+
+
+def _without_mention(content: str, bot_id: int) -> str:
+    return re.sub(rf"\s*<@!?{bot_id}>\s*", " ", content).strip()
+
+
+def _prompt_text(request: ApprovalRequest) -> str:
+    summary = request.summary.replace("```", "`\u200b``")
+    if len(summary) > 1200:
+        summary = summary[:1200] + "…"
+    minutes = max(1, round(request.timeout / 60))
+    return (
+        f"⚠️ **Approval needed** for `{request.tool}`: {request.reason[:300]}\n"
+        f"```\n{summary}\n```\n"
+        f"An approver has {minutes} min to answer; no answer denies it."
+    )
+
+
+def _approval_view(request_id: str) -> discord.ui.View:
+    view = discord.ui.View(timeout=None)
+    for label, allow, style in (
+        ("Approve", True, discord.ButtonStyle.success),
+        ("Deny", False, discord.ButtonStyle.danger),
+    ):
+        view.add_item(
+            discord.ui.Button(
+                label=label, style=style, custom_id=approval_button_id(request_id, allow)
+            )
+        )
+    # Clicks are handled by custom_id in on_button (also after a restart); a stopped view
+    # is only rendered, never stored in discord.py's view store.
+    view.stop()
+    return view
