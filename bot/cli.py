@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("action", nargs="?", choices=["show"], help="show one run")
     runs.add_argument("run_id", nargs="?", help="run id (a unique prefix is enough)")
     runs.add_argument("-n", "--limit", type=int, default=20, help="how many runs to list")
+    jobs = sub.add_parser("jobs", help="scheduled jobs: `jobs list`, `jobs run NAME`")
+    jobs.add_argument("action", choices=["list", "run"])
+    jobs.add_argument("name", nargs="?", help="the job to fire now (jobs run)")
     run = sub.add_parser("run", help="start every enabled channel (the console if none)")
     run.add_argument("--provider", help="provider name from config.toml")
     run.add_argument("--console", action="store_true", help="also talk in this terminal")
@@ -97,6 +100,42 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         await app.aclose()
 
 
+async def _jobs(app: App, action: str, name: str | None) -> int:
+    from bot.jobs import Scheduler, jobs_list, jobs_run
+    from bot.run import build_channels
+    from core.errors import ConfigError
+
+    try:
+        if action == "list":
+            sys.stdout.write((await jobs_list(app)).rstrip("\n") + "\n")
+            return 0
+        if not name:
+            return _fail("`jobs run` needs a job name (see `parley jobs list`)")
+        job = next((j for j in app.config.jobs if j.name == name), None)
+        if job is None:
+            return _fail(f"no job named `{name}` in the configuration", 1)
+        kind = job.channel.split(":", 1)[0]
+        channels = {k: c for k, c in build_channels(app).items() if k == kind}
+        agent = await app.open_agent()
+        try:
+            Scheduler(app, agent, channels).validate()
+            for channel in channels.values():
+                await channel.start(agent)
+            result = await jobs_run(app, agent, channels, name)
+        finally:
+            await app.close_agent(agent)
+            for channel in channels.values():
+                await channel.stop()
+    except ConfigError as exc:
+        return _fail(f"configuration problem\n{exc}")
+    finally:
+        await app.aclose()
+    sys.stdout.write(f"{name}: {result.state}, delivered: {'yes' if result.delivered else 'no'}\n")
+    if result.error:
+        sys.stdout.write(f"error: {result.error}\n")
+    return 0 if result.ok and result.delivered else 1
+
+
 async def _run(app: App, provider_name: str, *, console: bool) -> int:
     from bot.run import run_all
 
@@ -119,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         from bot.inspect import runs_command
 
         return asyncio.run(runs_command(app.config, args.action, args.run_id, args.limit))
+    if args.command == "jobs":
+        return asyncio.run(_jobs(app, args.action, args.name))
     wanted = args.provider
     if wanted and wanted not in app.config.providers:
         known = ", ".join(app.config.providers)

@@ -75,14 +75,15 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
         out.write(f"parley: provider {app.default_provider}; store {app.config.store.resolved()}\n")
         for name, channel in all_channels.items():
             out.write(f"parley: {name}: may talk to it: {channel.access()}\n")
-        for channel in all_channels.values():
-            await channel.start(agent)
-            started.append(channel)
         if app.config.jobs:
             from bot.jobs import Scheduler
 
             scheduler = Scheduler(app, agent, all_channels)
-            scheduler.validate()
+            scheduler.validate()  # a bad job stops start-up before anything connects
+        for channel in all_channels.values():
+            await channel.start(agent)
+            started.append(channel)
+        if scheduler is not None:
             await scheduler.start()
             out.write(f"parley: {len(app.config.jobs)} scheduled job(s)\n")
         await agent.reconcile()
@@ -100,8 +101,8 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         if scheduler is not None:
-            await scheduler.shutdown()
-        await app.close_agent(agent, grace=SHUTDOWN_GRACE)
+            await scheduler.shutdown(grace=SHUTDOWN_GRACE)
+        await app.close_agent(agent, grace=SHUTDOWN_GRACE)  # before channels: replies still post
         for channel in reversed(started):
             with contextlib.suppress(Exception):
                 await channel.stop()

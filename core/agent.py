@@ -160,6 +160,7 @@ class Lane:
     goal: GoalRow | None = None
     goal_task: asyncio.Task[None] | None = None
     last_compaction: str | None = None
+    pinned: bool = False  # a conversation built by its owner (a cron job): never rebuilt
 
     @property
     def busy(self) -> bool:
@@ -295,8 +296,10 @@ class Agent:
         self, lane: Lane, messages: list[Message] | None = None
     ) -> Conversation:
         """Build (or rebuild, after `/provider`) the lane's conversation."""
-        wanted = await self.provider_for(lane.key)
         current = lane.conversation
+        if current is not None and lane.pinned:
+            return current
+        wanted = await self.provider_for(lane.key)
         if current is not None and lane.provider_name == wanted:
             return current
         conversation = self.wiring.conversation(wanted, self._approver(lane), lane.journal)
@@ -311,6 +314,13 @@ class Agent:
             )
         lane.conversation, lane.provider_name = conversation, wanted
         return conversation
+
+    def drop_lane(self, key: ConversationKey) -> None:
+        """Forget an idle lane (a finished cron run's); the store keeps its history."""
+        lane = self.lanes.pop(key, None)
+        self._lane_locks.pop(key, None)
+        if lane is not None and lane.busy:  # never drop a running lane
+            self.lanes[key] = lane
 
     async def provider_for(self, key: ConversationKey) -> str:
         """The stored preference of this channel, silently the default when it is gone."""

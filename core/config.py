@@ -249,7 +249,8 @@ class ParleyConfig(_Section):
         return self
 
     def tools_path(self) -> Path | None:
-        if self.tools.tools_file is None:
+        """The CLI tools file; None when `tools_file` is unset or empty."""
+        if self.tools.tools_file is None or str(self.tools.tools_file) in ("", "."):
             return None
         base = self.source.parent if self.source else Path.cwd()
         return (base / os.path.expanduser(self.tools.tools_file)).resolve()

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -539,26 +540,31 @@ class Store:
 
     async def claim_job_fire(self, job: str, fire_time: float) -> int | None:
         """Record a fire before it runs; None if this fire was already claimed (a restart
-        must never run the same fire twice)."""
+        must never run the same fire twice). Atomic across tasks and processes: the unique
+        (job, fire_time) row is won by whoever's claim token it carries."""
         row = await self._one(
             "SELECT 1 FROM job_runs WHERE job = ? AND fire_time = ?", (job, fire_time)
         )
         if row is not None:
             return None
+        token = f"claim:{uuid.uuid4().hex}"  # replaced by the agent's run id when it ends
         await self.write(
-            "INSERT OR IGNORE INTO job_runs (job, fire_time, started_at, state) "
-            "VALUES (?, ?, ?, 'running')",
-            (job, fire_time, time.time()),
-        )
-        await self.write(
-            "INSERT INTO jobs (name, last_fire) VALUES (?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET last_fire = excluded.last_fire",
-            (job, fire_time),
+            "INSERT OR IGNORE INTO job_runs (job, fire_time, run_id, started_at, state) "
+            "VALUES (?, ?, ?, ?, 'running')",
+            (job, fire_time, token, time.time()),
         )
         found = await self._one(
-            "SELECT id FROM job_runs WHERE job = ? AND fire_time = ?", (job, fire_time)
+            "SELECT id, run_id FROM job_runs WHERE job = ? AND fire_time = ?", (job, fire_time)
         )
-        return int(found[0]) if found else None
+        if found is None or found[1] != token:
+            return None
+        await self.write(
+            "INSERT INTO jobs (name, last_fire) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET "
+            "last_fire = MAX(COALESCE(last_fire, excluded.last_fire), excluded.last_fire)",
+            (job, fire_time),
+        )
+        return int(found[0])
 
     async def finish_job_run(
         self,

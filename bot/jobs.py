@@ -1,0 +1,542 @@
+"""Scheduled jobs (SPEC §10): `[[jobs]]` fired by APScheduler as cron sessions.
+
+A fire is named by its scheduled time and claimed in the store before it runs
+(`Store.claim_job_fire`), so neither a restart nor a duplicate trigger runs it twice. At
+start-up the latest fire missed while Parley was down runs once, if it is within the
+job's misfire grace (coalesced: only the latest). Each fire runs in its own lane under the
+cron policy (write tools only if listed, admin tools blocked unless listed, no approvals)
+and posts its answer — or a short failure notice — to the job's target; it counts as
+delivered only when the platform accepted the post.
+
+Schedules are standard 5-field cron (`minute hour day month weekday`, 0 or 7 = Sunday),
+or 6 fields with seconds first. Unlike classic cron, a restricted day-of-month and a
+restricted weekday must BOTH match (APScheduler's rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
+from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
+
+from core.chat import ApprovalRequest, DeliveryError, is_silent
+from core.config import AccessConfig, JobConfig
+from core.errors import ConfigError
+from core.events import LoopEvent
+from core.store import Store
+from core.tools.policy import ToolPolicy
+
+if TYPE_CHECKING:
+    from bot.app import App
+    from channels.base import Channel
+    from core.agent import Agent
+
+log = logging.getLogger(__name__)
+
+TARGET_TYPES = ("slack", "telegram", "discord")
+_TICK = timedelta(microseconds=1)
+_CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """What one fire did. `state` is the run's end state (`completed`, `failed`,
+    `cancelled`, `timed_out`, `waiting_on_human`) or `skipped` (this fire already ran)."""
+
+    job: str
+    fire_time: datetime
+    state: str
+    text: str = ""  # what was posted (the answer, or the failure notice)
+    delivered: bool = False
+    error: str | None = None
+    run_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "completed" and (self.delivered or is_silent(self.text))
+
+
+# --- schedules ----------------------------------------------------------------------------
+
+
+def job_zone(name: str) -> tzinfo:
+    """The job's timezone. Raises ValueError for an unknown name."""
+    if name == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown timezone `{name}`") from exc
+
+
+def build_trigger(schedule: str, zone: tzinfo) -> CronTrigger:
+    """A trigger for a 5-field cron expression (6 fields: seconds first). Raises ValueError."""
+    fields = schedule.split()
+    if len(fields) not in (5, 6):
+        raise ValueError(f"`{schedule}` has {len(fields)} fields; a cron expression has 5")
+    second = fields.pop(0) if len(fields) == 6 else "0"
+    minute, hour, day, month, weekday = fields
+    return CronTrigger(
+        second=second,
+        minute=minute,
+        hour=hour,
+        day=day,
+        month=month,
+        day_of_week=_weekdays(weekday),
+        timezone=zone,
+    )
+
+
+def _weekdays(field: str) -> str:
+    """Cron weekday numbers (0 and 7 = Sunday) as names: APScheduler 3 counts 0 as Monday."""
+    names: list[str] = []
+    for item in field.split(","):
+        body, slash, step_text = item.partition("/")
+        low_text, dash, high_text = body.partition("-")
+        if body == "*" and not slash:
+            return "*"
+        if body == "*":
+            low, high = 0, 6
+        elif low_text.isdigit() and (not dash or high_text.isdigit()):
+            low = int(low_text)
+            high = int(high_text) if dash else (6 if slash else low)
+        else:
+            names.append(item)  # names (`mon-fri`): APScheduler reads those right
+            continue
+        step = int(step_text) if step_text.isdigit() else (1 if not slash else 0)
+        if not (0 <= low <= high <= 7) or step < 1:
+            raise ValueError(f"bad weekday `{item}` (0-7, Sunday is 0 or 7)")
+        names.extend(_CRON_DAYS[day] for day in range(low, high + 1, step))
+    return ",".join(dict.fromkeys(names))
+
+
+def latest_fire(trigger: CronTrigger, after: datetime, now: datetime) -> datetime | None:
+    """The latest fire time t of `trigger` with `after` < t <= `now`, or None.
+
+    Binary search on "is there a fire in (s, now]": a few dozen trigger calls whatever
+    the span, since cron fires fall on whole seconds."""
+
+    def next_after(moment: datetime) -> datetime | None:
+        fire: datetime | None = trigger.get_next_fire_time(None, moment + _TICK)
+        return fire
+
+    def fires_by_now(moment: datetime) -> bool:
+        fire = next_after(moment)
+        return fire is not None and fire <= now
+
+    low, high = after.astimezone(UTC), now.astimezone(UTC)
+    if low >= high or not fires_by_now(low):
+        return None
+    while high - low > timedelta(seconds=1):  # a fire in (low, now]; none in (high, now]
+        middle = low + (high - low) / 2
+        if fires_by_now(middle):
+            low = middle
+        else:
+            high = middle
+    return next_after(low)
+
+
+def parse_target(target: str) -> tuple[str, str] | None:
+    """`slack:C0123` → ("slack", "C0123"); None if it is not a known platform target."""
+    kind, colon, ident = target.partition(":")
+    if not colon or kind not in TARGET_TYPES or not ident or ident != ident.strip():
+        return None
+    return kind, ident
+
+
+# --- one fire's channel end ------------------------------------------------------------------
+
+
+class _Collector:
+    """The responder of a cron run: streams nowhere, keeps the final text, asks no one."""
+
+    def __init__(self) -> None:
+        self.final = ""
+
+    async def send(self, text: str) -> None:
+        log.info("cron run notice (not posted): %s", text)
+
+    def stream(self) -> _Collector:
+        return self
+
+    def __call__(self, event: LoopEvent) -> None:
+        pass
+
+    async def finish(self, text: str) -> None:
+        self.final = text
+
+    async def approve(self, request: ApprovalRequest) -> bool:
+        return False  # cron sessions never ask (their policy has no "ask" verdict)
+
+    @contextlib.asynccontextmanager
+    async def typing(self) -> AsyncIterator[None]:
+        yield
+
+
+def failure_notice(job: str, state: str, text: str) -> str:
+    """The short post for a run that did not complete."""
+    reason = text.removeprefix("Sorry, that failed: ").strip() or state
+    if state == "waiting_on_human":
+        reason = f"it stopped to ask a question, and a cron job has nobody to answer: {reason}"
+    elif state == "timed_out":
+        reason = f"it ran out of time: {reason}"
+    if len(reason) > 300:
+        reason = reason[:299] + "…"
+    return f"⚠ Job `{job}` failed: {reason}"
+
+
+# --- the scheduler -------------------------------------------------------------------------
+
+
+class Scheduler:
+    """Fires the configured jobs; one per process, started after the channels.
+
+    Args:
+        app: the application (config, providers, conversations).
+        agent: the running agent (its store records fires; its lanes run them).
+        channels: the running channels by type (`slack`, …): where reports are posted.
+        now: the clock for catch-up and fire times (tests inject one); default UTC now.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        agent: Agent,
+        channels: Mapping[str, Channel],
+        *,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.app, self.agent, self.channels = app, agent, channels
+        self.now = now or (lambda: datetime.now(UTC))
+        self._triggers: dict[str, CronTrigger] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[JobResult]] = set()
+        self._aps: AsyncIOScheduler | None = None
+
+    @property
+    def jobs(self) -> list[JobConfig]:
+        return self.app.config.jobs
+
+    def job(self, name: str) -> JobConfig:
+        """The job called `name`. Raises ConfigError if there is none."""
+        for job in self.jobs:
+            if job.name == name:
+                return job
+        known = ", ".join(f"`{j.name}`" for j in self.jobs) or "none"
+        raise self._error("jobs", f"there is no job named `{name}`", f"configured jobs: {known}")
+
+    # --- validation ---------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Check every job. Raises ConfigError naming the first bad job and its key."""
+        seen: set[str] = set()
+        for index, job in enumerate(self.jobs):
+            if job.name in seen:
+                raise self._error(
+                    f"jobs.{index}.name",
+                    f"job `{job.name}`: an earlier job has the same name",
+                    "give every job its own name",
+                )
+            seen.add(job.name)
+            self.check(job, index)
+
+    def check(self, job: JobConfig, index: int | None = None) -> CronTrigger:
+        """Check one job (schedule, timezone, target) and keep its trigger."""
+        at = f"jobs.{self.jobs.index(job) if index is None else index}"
+        try:
+            zone = job_zone(job.timezone)
+        except ValueError as exc:
+            raise self._error(
+                f"{at}.timezone",
+                f"job `{job.name}`: {exc}",
+                "use an IANA name such as `UTC` or `Europe/Berlin`",
+            ) from exc
+        try:
+            trigger = build_trigger(job.schedule, zone)
+        except ValueError as exc:
+            raise self._error(
+                f"{at}.schedule",
+                f"job `{job.name}`: not a valid cron expression: {exc}",
+                "use `minute hour day month weekday`, e.g. `0 9 * * 1-5` (6 fields: seconds first)",
+            ) from exc
+        self._check_target(job, f"{at}.channel")
+        self._triggers[job.name] = trigger
+        return trigger
+
+    def _check_target(self, job: JobConfig, key: str) -> None:
+        target = parse_target(job.channel)
+        if target is None:
+            raise self._error(
+                key,
+                f"job `{job.name}`: `{job.channel}` is not a delivery target",
+                "write `slack:CHANNEL_ID`, `telegram:CHAT_ID` or `discord:CHANNEL_ID`",
+            )
+        kind, ident = target
+        access: AccessConfig = getattr(self.app.config.channels, kind)
+        if not access.enabled:
+            raise self._error(
+                key,
+                f"job `{job.name}` posts to {kind}, which is not enabled",
+                f"set `channels.{kind}.enabled = true`, or point the job at an enabled channel",
+            )
+        if kind not in self.channels:
+            raise self._error(
+                key,
+                f"job `{job.name}` posts to {kind}, which is not running",
+                f"check the {kind} channel's start-up errors, or point the job elsewhere",
+            )
+        if not access.open and ident not in access.allow_channels:
+            raise self._error(
+                key,
+                f"job `{job.name}` posts to {kind} `{ident}`, which the allowlist does not admit",
+                f"add `{ident}` to `channels.{kind}.allow_channels`",
+            )
+
+    def _error(self, key: str, problem: str, fix: str) -> ConfigError:
+        source = self.app.config.source
+        return ConfigError(key, problem, fix, source=str(source) if source else "config.toml")
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Validate, start each job's missed fire (if any) in the background, then
+        schedule. Raises ConfigError for a bad job."""
+        self.validate()
+        now = self.now()
+        for job in self.jobs:
+            missed = await self._missed_fire(job, now)
+            if missed is not None:
+                log.info("job %s: running the fire missed at %s", job.name, missed)
+                self._spawn(job, missed)
+        aps = AsyncIOScheduler(timezone=UTC)
+        for job in self.jobs:
+            aps.add_job(
+                self._due,
+                trigger=self._triggers[job.name],
+                args=(job.name,),
+                id=job.name,
+                name=f"job {job.name}",
+                coalesce=True,
+                misfire_grace_time=job.misfire_grace_seconds,
+                max_instances=1,
+            )
+        aps.start()
+        self._aps = aps
+
+    async def _missed_fire(self, job: JobConfig, now: datetime) -> datetime | None:
+        """The latest fire after the stored last fire, if within the misfire grace. A job
+        that never fired has nothing to catch up."""
+        last = await self.agent.store.job_last_fire(job.name)
+        if last is None:
+            return None
+        grace_start = now - timedelta(seconds=job.misfire_grace_seconds) - _TICK
+        after = max(datetime.fromtimestamp(last, UTC), grace_start)
+        return latest_fire(self._triggers[job.name], after, now)
+
+    async def _due(self, name: str) -> None:
+        """APScheduler's callback: fire the scheduled time that just came due."""
+        job = self.job(name)
+        now = self.now()
+        grace_start = now - timedelta(seconds=job.misfire_grace_seconds) - _TICK
+        fire_time = latest_fire(self._triggers[name], grace_start, now)
+        if fire_time is None:
+            log.warning("job %s came due with no scheduled time in its grace window", name)
+            return
+        # Waiting (not awaiting) leaves the fire to us if APScheduler cancels this callback.
+        await asyncio.wait({self._spawn(job, fire_time)})
+
+    def _spawn(self, job: JobConfig, fire_time: datetime) -> asyncio.Task[JobResult]:
+        task = asyncio.create_task(self.fire(job, fire_time), name=f"job {job.name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[JobResult]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("job fire crashed", exc_info=exc)
+
+    async def wait_idle(self) -> None:
+        """Until no fire is running (tests; catch-up fires run in the background)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def shutdown(self, grace: float = 30.0) -> None:
+        """Stop firing; let running fires finish (up to `grace` seconds), cancel the rest."""
+        aps, self._aps = self._aps, None
+        if aps is not None and aps.running:
+            aps.pause()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=grace)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
+        if aps is not None and aps.running:
+            aps.shutdown(wait=False)
+            await asyncio.sleep(0)  # APScheduler shuts down in a loop callback
+
+    # --- one fire -----------------------------------------------------------------------
+
+    async def fire(self, job: JobConfig, fire_time: datetime) -> JobResult:
+        """Run `job` for its scheduled `fire_time` (aware) once, post the result, record it.
+        A fire already claimed (before a restart, or by a duplicate trigger) is skipped."""
+        store, events = self.agent.store, self.agent.events
+        async with self._locks.setdefault(job.name, asyncio.Lock()):
+            job_run = await store.claim_job_fire(job.name, fire_time.timestamp())
+            data: dict[str, Any] = {"job": job.name, "fire_time": fire_time.isoformat()}
+            if job_run is None:
+                events.emit("job.skipped", data)
+                return JobResult(job.name, fire_time, "skipped", error="this fire already ran")
+            events.emit("job.started", data)
+            try:
+                state, text, run_id = await self._run(job, fire_time)
+            except asyncio.CancelledError:
+                await store.finish_job_run(
+                    job_run,
+                    state="cancelled",
+                    run_id=None,
+                    result=None,
+                    delivered=False,
+                    error="interrupted: Parley stopped",
+                )
+                raise
+            except Exception as exc:
+                log.exception("job %s could not run", job.name)
+                state, text, run_id = "failed", f"{type(exc).__name__}: {exc}", None
+            failed = state != "completed"
+            post = failure_notice(job.name, state, text) if failed else text
+            delivered, delivery_error = await self._deliver(job, post)
+            error = "; ".join(e for e in (text if failed else None, delivery_error) if e) or None
+            await store.finish_job_run(
+                job_run,
+                state=state,
+                run_id=run_id,
+                result=post[:500],
+                delivered=delivered,
+                error=error[:500] if error else None,
+            )
+            events.emit("job.finished", {**data, "state": state, "delivered": delivered})
+            return JobResult(job.name, fire_time, state, post, delivered, error, run_id)
+
+    async def _run(self, job: JobConfig, fire_time: datetime) -> tuple[str, str, str | None]:
+        """One cron session in a fresh lane; returns (run state, final text, run id)."""
+        agent, app = self.agent, self.app
+        key = ("cron", job.name, str(int(fire_time.timestamp())))
+        lane = await agent.lane(key)
+        try:
+            provider = job.provider or app.default_provider
+            policy = ToolPolicy(session="cron", allow_tools=frozenset(job.allow_tools))
+            lane.conversation = app.conversation(
+                provider, None, lane.journal, policy=policy, max_iterations=job.max_iterations
+            )
+            lane.provider_name, lane.pinned = provider, True
+            collector = _Collector()
+            await agent.run_in_lane(lane, collector, user_text=job.prompt, trigger="cron")
+            runs = await agent.store.runs(conv=lane.conv, limit=1)
+        finally:
+            agent.drop_lane(key)
+        return lane.last_state or "failed", collector.final, runs[0].id if runs else None
+
+    async def _deliver(self, job: JobConfig, text: str) -> tuple[bool, str | None]:
+        """Post `text` to the job's target: (accepted by the platform, why not)."""
+        if is_silent(text):
+            return False, None  # the model chose to stay quiet: nothing to post
+        target = parse_target(job.channel)
+        channel = self.channels.get(target[0]) if target else None
+        if target is None or channel is None:
+            return False, f"no running channel for `{job.channel}`"
+        try:
+            await channel.responder((target[0], target[1], "")).send(text)
+        except DeliveryError as exc:
+            log.warning("job %s: the post was not delivered: %s", job.name, exc)
+            return False, f"not delivered: {exc}"
+        except Exception as exc:
+            log.warning("job %s: posting failed", job.name, exc_info=True)
+            return False, f"not delivered: {type(exc).__name__}: {exc}"
+        return True, None
+
+
+# --- `parley jobs` ------------------------------------------------------------------------
+
+
+async def jobs_run(app: App, agent: Agent, channels: Mapping[str, Channel], name: str) -> JobResult:
+    """`parley jobs run NAME`: fire the job now, under the same policy, and post the result.
+    Raises ConfigError for an unknown name or a bad job."""
+    scheduler = Scheduler(app, agent, channels)
+    job = scheduler.job(name)
+    scheduler.check(job)
+    return await scheduler.fire(job, scheduler.now().replace(microsecond=0))
+
+
+async def jobs_list(app: App, store: Store | None = None) -> str:
+    """`parley jobs list`: name, schedule, next fire, last run, last result, delivered."""
+    jobs = app.config.jobs
+    if not jobs:
+        return "No jobs are configured (add [[jobs]] to config.toml)."
+    own = store is None
+    if store is None:
+        store = await Store.open(app.config.store.resolved())
+    try:
+        now = datetime.now(UTC)
+        rows = [await _list_row(store, job, now) for job in jobs]
+    finally:
+        if own:
+            await store.aclose()
+    header = ("name", "schedule", "next fire", "last run", "last result", "delivered")
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    )
+
+
+async def _list_row(store: Store, job: JobConfig, now: datetime) -> tuple[str, ...]:
+    try:
+        zone = job_zone(job.timezone)
+        upcoming = build_trigger(job.schedule, zone).get_next_fire_time(None, now)
+        next_fire = _when(upcoming, zone) if upcoming else "never"
+    except ValueError as exc:
+        zone, next_fire = UTC, f"invalid: {exc}"
+    runs = await store.job_runs(job.name, 1)
+    if not runs:
+        return job.name, job.schedule, next_fire, "never", "", ""
+    last = runs[0]
+    fired = _when(datetime.fromtimestamp(last["fire_time"], UTC), zone)
+    detail = " ".join(str(last["error"] or last["result"] or "").split())
+    result = f"{last['state']}: {detail}" if detail else str(last["state"])
+    if len(result) > 50:
+        result = result[:49] + "…"
+    if last["state"] == "running":
+        delivered = "…"
+    elif last["delivered"]:
+        delivered = "yes"
+    elif last["state"] == "completed" and is_silent(last["result"] or ""):
+        delivered = "silent"
+    else:
+        delivered = "no"
+    return job.name, job.schedule, next_fire, fired, result, delivered
+
+
+def _when(moment: datetime, zone: tzinfo) -> str:
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+__all__ = [
+    "JobResult",
+    "Scheduler",
+    "build_trigger",
+    "failure_notice",
+    "jobs_list",
+    "jobs_run",
+    "latest_fire",
+    "parse_target",
+]

@@ -1,0 +1,123 @@
+"""`parley run` with Slack, Discord and Telegram enabled, against the three fakes: one
+process answers on each platform, then stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.fakes.discord import DM_CHANNEL_ID, TOKEN, USER, FakeDiscord
+from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
+from tests.fakes.slack import FakeSlack
+from tests.fakes.telegram import FakeTelegram, TgUser
+from tests.test_cli import REPO, child_env
+
+ALICE = TgUser(111, "Alice", "alice")
+TELEGRAM_TOKEN = "123456:TEST-token"
+
+
+def _answer(request: RecordedRequest) -> Reply:
+    last = request.json["messages"][-1]["content"]
+    return Reply(text=f"pong: {last}", chunk_size=3)
+
+
+async def _wait(condition, what: str, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.05)
+    assert condition(), what
+
+
+async def test_parley_run_answers_on_all_three_platforms(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.responder = _answer
+    async with (
+        FakeTelegram(token=TELEGRAM_TOKEN) as telegram,
+        FakeSlack() as slack,
+        FakeDiscord() as discord,
+    ):
+        config = tmp_path / "config.toml"
+        config.write_text(
+            textwrap.dedent(
+                f"""
+                default_provider = "fake"
+                [providers.fake]
+                kind = "openai_chat"
+                base_url = "{fake_llm.base_url}"
+                model = "fake-model"
+                [tools]
+                workspace = "{tmp_path / "ws"}"
+                artifacts_dir = "{tmp_path / "artifacts"}"
+                tools_file = ""
+                [store]
+                path = "{tmp_path / "parley.db"}"
+                events_log = "{tmp_path / "events.jsonl"}"
+                [channels.telegram]
+                enabled = true
+                base_url = "{telegram.url}"
+                allow_users = ["{ALICE.id}"]
+                [channels.slack]
+                enabled = true
+                base_url = "{slack.url}"
+                allow_users = ["U1"]
+                [channels.discord]
+                enabled = true
+                api_base_url = "{discord.url}"
+                gateway_url = "{discord.gateway_url}"
+                allow_users = ["{USER.id}"]
+                """
+            )
+        )
+        env = child_env(
+            TELEGRAM_BOT_TOKEN=TELEGRAM_TOKEN,
+            SLACK_BOT_TOKEN=slack.bot_token,
+            SLACK_APP_TOKEN=slack.app_token,
+            DISCORD_BOT_TOKEN=TOKEN,
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot",
+            "--config",
+            str(config),
+            "run",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=REPO,
+        )
+        assert proc.stderr is not None
+        banner = []
+        try:
+            async with asyncio.timeout(60):
+                while True:
+                    line = (await proc.stderr.readline()).decode()
+                    assert line, "parley run exited early:\n" + "".join(banner)
+                    banner.append(line)
+                    if "parley: ready" in line:
+                        break
+            text = "".join(banner)
+            assert f"telegram: may talk to it: users {ALICE.id}" in text
+            assert "slack: may talk to it: users U1" in text
+            assert f"discord: may talk to it: users {USER.id}" in text
+
+            telegram.dm(ALICE, "hello telegram")
+            await slack.connected()
+            await slack.dm("hello slack")
+            await discord.dm("hello discord")
+
+            await _wait(lambda: "pong: hello telegram" in telegram.texts(ALICE.id), "telegram")
+            await _wait(
+                lambda: any(m.text == "pong: hello slack" for m in slack.live_messages()), "slack"
+            )
+            await _wait(lambda: "pong: hello discord" in discord.texts(DM_CHANNEL_ID), "discord")
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+            rest = await asyncio.wait_for(proc.stderr.read(), 60)
+            await proc.wait()
+        assert proc.returncode == 0, rest.decode()
+        assert b"parley: stopped" in rest
