@@ -44,6 +44,9 @@ RunState = Literal[
 ]
 TERMINAL_STATES = ("completed", "cancelled", "failed", "timed_out", "waiting_on_human")
 STOPPED_TEXT = "Stopped."
+RESTARTING_TEXT = (
+    "I am restarting and had to pause this turn; send /resume once I am back to continue."
+)
 
 
 def conv_id(key: ConversationKey) -> str:
@@ -147,7 +150,7 @@ class Lane:
     journal: JournalBox
     conversation: Conversation | None = None
     provider_name: str = ""
-    queue: deque[tuple[Inbound, Responder]] = field(default_factory=deque)
+    queue: deque[tuple[Inbound, Responder, str]] = field(default_factory=deque)  # + run id
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one run at a time
     worker: asyncio.Task[None] | None = None
     run_task: asyncio.Task[LoopOutcome | None] | None = None
@@ -264,7 +267,11 @@ class Agent:
         if self._closing:
             await _safe_send(responder, "Parley is restarting; please send that again shortly.")
             return True
-        lane.queue.append((inbound, responder))
+        # The message is durable (a queued run) before the platform hears "received": a
+        # crash before its turn re-queues it at start-up instead of losing it.
+        run_id = new_run_id()
+        await self.store.create_run(run_id, lane.conv, "user", state="queued", text=inbound.text)
+        lane.queue.append((inbound, responder, run_id))
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain(lane), name=f"lane {lane.conv}")
         return True
@@ -365,9 +372,9 @@ class Agent:
     async def _drain(self, lane: Lane) -> None:
         """The lane's worker: one queued message at a time, in order."""
         while lane.queue and not self._closing:
-            inbound, responder = lane.queue.popleft()
+            inbound, responder, run_id = lane.queue.popleft()
             lane.responder = responder
-            await self.run_in_lane(lane, responder, user_text=inbound.text)
+            await self.run_in_lane(lane, responder, user_text=inbound.text, run_id=run_id)
 
     async def run_in_lane(
         self,
@@ -377,12 +384,14 @@ class Agent:
         user_text: str | None,
         trigger: str = "user",
         run_id: str | None = None,
+        resume: bool = False,
     ) -> LoopOutcome | None:
         """Run one turn as the lane's run task (so `/stop` can cancel it alone); one run
         at a time per lane, whoever asks (the queue worker, `/resume`, a goal driver)."""
         async with lane.lock:
             task = asyncio.create_task(
-                self._run(lane, responder, user_text, trigger, run_id), name=f"run {lane.conv}"
+                self._run(lane, responder, user_text, trigger, run_id, resume),
+                name=f"run {lane.conv}",
             )
             lane.run_task = task
             try:
@@ -400,19 +409,23 @@ class Agent:
         responder: Responder,
         user_text: str | None,
         trigger: str,
-        resume_id: str | None,
+        given_id: str | None,
+        resume: bool,
     ) -> LoopOutcome | None:
         conversation = await self._ensure_conversation(lane)
-        run_id = resume_id or new_run_id()
+        run_id = given_id or new_run_id()
         lane.run_id, lane.state = run_id, "running"
         recorder = _Recorder(self.store, lane, run_id, conversation.prompt_hash())
         recorder.persisted = list(conversation.messages)
         conversation.executor.envelope = recorder
-        if resume_id is None:
-            self.store.forget_resumable(lane.conv)
-            self.store.create_run(run_id, lane.conv, trigger)
-        else:
+        if resume:
             self.store.update_run(run_id, state="running", resumable=0, ended_at=None)
+        else:
+            self.store.forget_resumable(lane.conv)
+            if given_id is None:
+                await self.store.create_run(run_id, lane.conv, trigger)
+            else:  # a queued run starts
+                self.store.update_run(run_id, state="running", started_at=time.time())
         conversation.refresh_system()
         if user_text is not None:
             if pending := unanswered_calls(conversation.messages):
@@ -436,6 +449,9 @@ class Agent:
             if task is not None:
                 task.uncancel()
             state, text = "cancelled", STOPPED_TEXT
+            if self._closing:  # cut off by a shutdown, not by /stop: resumable
+                state, text = "timed_out", RESTARTING_TEXT
+                self.store.update_run(run_id, resumable=1)
         except ParleyError as exc:
             state, text = "failed", f"Sorry, that failed: {exc}"
             log.warning("run %s failed: %s", run_id, exc)
@@ -554,7 +570,9 @@ class Agent:
         return None
 
     async def _resume_then_drain(self, lane: Lane, responder: Responder, run_id: str) -> None:
-        await self.run_in_lane(lane, responder, user_text=None, trigger="resume", run_id=run_id)
+        await self.run_in_lane(
+            lane, responder, user_text=None, trigger="resume", run_id=run_id, resume=True
+        )
         await self._drain(lane)
 
     @staticmethod
@@ -604,10 +622,26 @@ class Agent:
                         f"I was interrupted while working on your last request (run {run.id}). "
                         "Send /resume to continue where I stopped.",
                     )
+        for run in reversed(await self.store.runs(states=["queued"], limit=10_000)):
+            await self._requeue(run.id, run.conv, run.text or "")
         for approval_id, _conv, _tool in await self.store.pending_approvals():
             self.store.approval_resolved(approval_id, "expired")
         await self.store.flush()
         return announced
+
+    async def _requeue(self, run_id: str, conv: str, text: str) -> None:
+        """A message that was queued when the process stopped gets its turn now."""
+        key = parse_conv(conv)
+        responder = self.responders(key)
+        if responder is None:
+            self.store.update_run(run_id, state="failed", reason="no channel to answer in")
+            return
+        lane = await self.lane(key)
+        inbound = Inbound(*key, user_id="", user_name="", text=text)
+        lane.queue.append((inbound, responder, run_id))
+        self.events.emit("agent_run.requeued", {}, run_id=run_id, conv=conv)
+        if lane.worker is None or lane.worker.done():
+            lane.worker = asyncio.create_task(self._drain(lane), name=f"lane {lane.conv}")
 
     # --- lifecycle -----------------------------------------------------------------------
 

@@ -316,12 +316,16 @@ class Store:
 
     # --- runs and checkpoints -------------------------------------------------------
 
-    def create_run(self, run_id: str, conv: str, trigger: str) -> None:
+    async def create_run(
+        self, run_id: str, conv: str, trigger: str, *, state: str = "running", text: str = ""
+    ) -> None:
+        """A new run, committed (`queued` ones keep the user's message in `text` until
+        they start)."""
         now = time.time()
-        self.write_soon(
-            "INSERT INTO runs (id, conv, state, trigger, created_at, started_at) "
-            "VALUES (?, ?, 'running', ?, ?, ?)",
-            (run_id, conv, trigger, now, now),
+        await self.write(
+            "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run_id, conv, state, trigger, now, None if state == "queued" else now, text),
         )
 
     def update_run(self, run_id: str, **fields: Any) -> None:

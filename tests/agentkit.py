@@ -62,6 +62,7 @@ async def running_agent(
     *,
     approval_timeout: float = 300.0,
     responders: Any = None,
+    shutdown_grace: float = 5.0,
     **config: Any,
 ) -> AsyncIterator[Agent]:
     """The real `Agent` (store in tmp_path); shut down and closed on exit."""
@@ -72,7 +73,7 @@ async def running_agent(
     try:
         yield agent
     finally:
-        await app.close_agent(agent, grace=5.0)
+        await app.close_agent(agent, grace=shutdown_grace)
         await app.aclose()
 
 

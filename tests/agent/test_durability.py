@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from core.agent import RESTARTING_TEXT
 from core.messages import Message, ToolCall
 from core.store import Checkpoint
 from core.transcript import is_valid
@@ -36,7 +37,7 @@ async def _crash_after_tool_calls(
         store = agent.store
         store.save_messages(CONV, messages, 0)
         run_id = "deadbeef00000001"
-        store.create_run(run_id, CONV, "user")
+        await store.create_run(run_id, CONV, "user")
         store.checkpoint(
             Checkpoint(run_id, 1, "llm", 1, 1, len(messages), conversation.prompt_hash(), (), 0.0)
         )
@@ -184,3 +185,41 @@ async def test_session_snapshot_is_restored_after_restart(
         await agent.wait_idle()
         sent = fake_llm.requests[-1].json["messages"]
         assert [m["content"] for m in sent if m["role"] == "user"] == ["hello", "what did I say?"]
+
+
+async def test_queued_messages_survive_a_restart(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.script(Reply(text="answer one", chunk_delay=0.05), Reply(text="answer two"))
+    first = RecordingResponder()
+    async with running_agent(fake_llm, tmp_path) as agent:
+        await agent.submit(inbound("one"), first)
+        await agent.submit(inbound("two"), first)
+        await fake_llm.wait_for_requests(1)
+    # The shutdown let "one" finish; "two" was still queued and is stored as such.
+    assert first.finals == ["answer one"]
+    later = RecordingResponder()
+    async with running_agent(fake_llm, tmp_path, responders=lambda key: later) as agent:
+        await agent.reconcile()
+        await agent.wait_idle()
+        assert later.finals == ["answer two"]
+        sent = fake_llm.requests[-1].json["messages"]
+        assert [m["content"] for m in sent if m["role"] == "user"] == ["one", "two"]
+        runs = await agent.store.runs(conv=CONV)
+        assert [r.state for r in runs] == ["completed", "completed"]
+
+
+async def test_a_turn_cut_off_by_shutdown_is_resumable(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.script(Reply(text="slow " * 400, chunk_size=4, chunk_delay=0.05))
+    chat = RecordingResponder()
+    async with running_agent(fake_llm, tmp_path, shutdown_grace=0.2) as agent:
+        await agent.submit(inbound("long job"), chat)
+        await fake_llm.wait_for_requests(1)
+    assert chat.finals == [RESTARTING_TEXT]
+    fake_llm.script(Reply(text="resumed and done"))
+    async with running_agent(fake_llm, tmp_path) as agent:
+        await agent.reconcile()
+        run = (await agent.store.runs(conv=CONV))[0]
+        assert run.state == "timed_out"
+        assert run.resumable
+        await agent.submit(inbound("/resume"), chat)
+        await agent.wait_idle()
+        assert chat.finals[-1] == "resumed and done"
