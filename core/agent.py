@@ -18,9 +18,9 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from core.chat import ApprovalRequest, ConversationKey, DeliveryError, Inbound, Responder
 from core.clock import Clock, SystemClock
@@ -30,9 +30,10 @@ from core.eventlog import EventLog, RunEvents
 from core.events import EventSink, discard
 from core.journal import JournalBox, RunJournal
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop, unanswered_calls
-from core.messages import Message, ToolCall
+from core.messages import Message
 from core.providers.base import Provider
-from core.store import Checkpoint, GoalRow, Store, ToolCallRow
+from core.runs import RunRecorder, close_unanswered, reconcile_runs, resume_blocker
+from core.store import GoalRow, Store
 from core.tokens import TokenCounter
 from core.tools.base import Approver
 from core.tools.executor import ToolExecutor
@@ -112,7 +113,7 @@ class Conversation:
         return await self.run(sink)
 
     async def run(
-        self, sink: EventSink = discard, recorder: _Recorder | None = None
+        self, sink: EventSink = discard, recorder: RunRecorder | None = None
     ) -> LoopOutcome:
         return await run_loop(
             self.messages,
@@ -170,60 +171,6 @@ class Lane:
         return self.run_task is not None and not self.run_task.done()
 
 
-class _Recorder:
-    """Checkpoints and the idempotency envelope of one run (SPEC §7)."""
-
-    def __init__(self, store: Store, lane: Lane, run_id: str, prompt_hash: str) -> None:
-        self.store, self.lane, self.run_id = store, lane, run_id
-        self.prompt_hash = prompt_hash
-        self.seq = 0
-        self.iteration = 0
-        self.cursor = len(lane.conversation.messages) if lane.conversation else 0
-        self.completed: list[str] = []
-        self.persisted: list[Message] = []
-
-    def persist(self, messages: list[Message]) -> None:
-        """Save the messages that changed since the last save (appends, or a rewrite
-        after compaction) — found by identity, messages being immutable."""
-        old = self.persisted
-        start = 0
-        limit = min(len(old), len(messages))
-        while start < limit and old[start] is messages[start]:
-            start += 1
-        if start < len(messages) or len(old) != len(messages):
-            self.store.save_messages(self.lane.conv, messages, start)
-        self.persisted = list(messages)
-
-    def checkpoint(self, kind: str, iteration: int, messages: list[Message]) -> None:
-        self.iteration = max(self.iteration, iteration)
-        self.persist(messages)
-        self.seq += 1
-        self.store.checkpoint(
-            Checkpoint(
-                self.run_id,
-                self.seq,
-                kind,
-                self.iteration,
-                self.cursor,
-                len(messages),
-                self.prompt_hash,
-                tuple(self.completed),
-                time.time(),
-            )
-        )
-
-    async def begin(self, call: ToolCall, idempotent: bool) -> Message | None:
-        stored = (await self.store.tool_calls(self.run_id)).get(call.id)
-        if stored is not None and stored.completed:
-            return Message.tool_result(call, stored.result or "", is_error=stored.is_error)
-        await self.store.tool_started(self.run_id, call.id, call.name, call.arguments, idempotent)
-        return None
-
-    async def end(self, call: ToolCall, result: Message) -> None:
-        await self.store.tool_completed(self.run_id, call.id, result.content, result.is_error)
-        self.completed.append(call.id)
-
-
 class Agent:
     """One per process: lanes keyed by conversation, all sharing one store."""
 
@@ -273,7 +220,7 @@ class Agent:
         await self.store.create_run(run_id, lane.conv, "user", state="queued", text=inbound.text)
         lane.queue.append((inbound, responder, run_id))
         if lane.worker is None or lane.worker.done():
-            lane.worker = asyncio.create_task(self._drain(lane), name=f"lane {lane.conv}")
+            lane.worker = _spawn(self._drain(lane), f"lane {lane.conv}")
         return True
 
     async def lane(self, key: ConversationKey) -> Lane:
@@ -415,7 +362,9 @@ class Agent:
         conversation = await self._ensure_conversation(lane)
         run_id = given_id or new_run_id()
         lane.run_id, lane.state = run_id, "running"
-        recorder = _Recorder(self.store, lane, run_id, conversation.prompt_hash())
+        recorder = RunRecorder(
+            self.store, lane.conv, run_id, conversation.prompt_hash(), resumed=resume
+        )
         recorder.persisted = list(conversation.messages)
         conversation.executor.envelope = recorder
         if resume:
@@ -430,7 +379,7 @@ class Agent:
         if user_text is not None:
             if pending := unanswered_calls(conversation.messages):
                 # New input supersedes an interrupted run: close its calls, never re-run them.
-                self._close_unanswered(conversation, pending, {})
+                close_unanswered(conversation.messages, pending, {})
             conversation.messages.append(Message.user(user_text))
         recorder.cursor = len(conversation.messages)
         recorder.checkpoint("input", 0, conversation.messages)
@@ -509,9 +458,7 @@ class Agent:
         """Drive the lane's goal without user input (`/goal create … --auto`)."""
         from core.goals import drive_goal
 
-        lane.goal_task = asyncio.create_task(
-            drive_goal(self, lane, responder), name=f"goal {lane.conv}"
-        )
+        lane.goal_task = _spawn(drive_goal(self, lane, responder), f"goal {lane.conv}")
 
     async def stop_goal(self, lane: Lane) -> bool:
         task = lane.goal_task
@@ -531,27 +478,7 @@ class Agent:
         if run is None:
             return "There is no interrupted run to resume here."
         conversation = await self._ensure_conversation(lane)
-        checkpoint = await self.store.last_checkpoint(run.id)
-        why = None
-        if checkpoint is None:
-            why = "it stopped before its first checkpoint"
-        elif checkpoint.prompt_hash != conversation.prompt_hash():
-            why = "the configuration or the tools changed since it was interrupted"
-        pending = unanswered_calls(conversation.messages)
-        if why is None and pending:
-            rows = await self.store.tool_calls(run.id)
-            half = [
-                c
-                for c in pending
-                if (row := rows.get(c.id)) is not None and not row.completed and not row.idempotent
-            ]
-            if half:
-                names = ", ".join(f"`{c.name}`" for c in half)
-                why = (
-                    f"{names} had started but not finished, and running it again could repeat "
-                    "its effect"
-                )
-                self._close_unanswered(conversation, pending, rows)
+        why = await resume_blocker(self.store, run.id, conversation)
         if why is not None:
             text = (
                 f"I can't safely resume run {run.id}: {why}. Please check what happened and "
@@ -564,9 +491,8 @@ class Agent:
             lane.last_state = "waiting_on_human"
             await self.store.flush()
             return text
-        lane.worker = asyncio.create_task(
-            self._resume_then_drain(lane, responder, run.id), name=f"resume {lane.conv}"
-        )
+        resumed = self._resume_then_drain(lane, responder, run.id)
+        lane.worker = _spawn(resumed, f"resume {lane.conv}")
         return None
 
     async def _resume_then_drain(self, lane: Lane, responder: Responder, run_id: str) -> None:
@@ -575,59 +501,24 @@ class Agent:
         )
         await self._drain(lane)
 
-    @staticmethod
-    def _close_unanswered(
-        conversation: Conversation, pending: list[ToolCall], rows: Mapping[str, ToolCallRow]
-    ) -> None:
-        """Give every unanswered call a result, so the transcript stays valid."""
-        for call in pending:
-            row = rows.get(call.id)
-            if row is not None and row.completed and row.result is not None:
-                conversation.messages.append(
-                    Message.tool_result(call, row.result, is_error=row.is_error)
-                )
-            else:
-                conversation.messages.append(
-                    Message.tool_result(
-                        call,
-                        "interrupted by a restart: this call may or may not have taken effect; "
-                        "it was not run again",
-                        is_error=True,
-                    )
-                )
-
     async def reconcile(self) -> list[str]:
         """At start-up: runs left `running` by a crash become `timed_out`; those with a
         checkpoint to go on from are announced in their conversation with a /resume hint."""
-        announced: list[str] = []
-        for run in await self.store.runs(states=["running"], limit=10_000):
-            checkpoint = await self.store.last_checkpoint(run.id)
-            resumable = checkpoint is not None and checkpoint.kind != "final"
-            self.store.update_run(
-                run.id,
-                state="timed_out",
-                ended_at=time.time(),
-                resumable=int(resumable),
-                reason="interrupted",
-            )
-            self.events.emit(
-                "agent_run.reconcile", {"resumable": resumable}, run_id=run.id, conv=run.conv
-            )
-            if resumable:
-                announced.append(run.id)
-                responder = self.responders(parse_conv(run.conv))
-                if responder is not None:
-                    await _safe_send(
-                        responder,
-                        f"I was interrupted while working on your last request (run {run.id}). "
-                        "Send /resume to continue where I stopped.",
-                    )
+        interrupted = await reconcile_runs(self.store, self.events)
+        for run in interrupted:
+            responder = self.responders(parse_conv(run.conv))
+            if responder is not None:
+                await _safe_send(
+                    responder,
+                    f"I was interrupted while working on your last request (run {run.id}). "
+                    "Send /resume to continue where I stopped.",
+                )
         for run in reversed(await self.store.runs(states=["queued"], limit=10_000)):
             await self._requeue(run.id, run.conv, run.text or "")
         for approval_id, _conv, _tool in await self.store.pending_approvals():
             self.store.approval_resolved(approval_id, "expired")
         await self.store.flush()
-        return announced
+        return [run.id for run in interrupted]
 
     async def _requeue(self, run_id: str, conv: str, text: str) -> None:
         """A message that was queued when the process stopped gets its turn now."""
@@ -641,7 +532,7 @@ class Agent:
         lane.queue.append((inbound, responder, run_id))
         self.events.emit("agent_run.requeued", {}, run_id=run_id, conv=conv)
         if lane.worker is None or lane.worker.done():
-            lane.worker = asyncio.create_task(self._drain(lane), name=f"lane {lane.conv}")
+            lane.worker = _spawn(self._drain(lane), f"lane {lane.conv}")
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -679,6 +570,18 @@ def _state_of(outcome: LoopOutcome) -> RunState:
             return "timed_out"
         case _:
             return "completed"
+
+
+def _spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    """A task whose failure is logged, never lost ("exception was never retrieved")."""
+    task = asyncio.create_task(coro, name=name)
+    task.add_done_callback(_log_failure)
+    return task
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("%s failed", task.get_name(), exc_info=exc)
 
 
 async def _safe_send(responder: Responder, text: str) -> bool:

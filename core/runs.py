@@ -1,0 +1,141 @@
+"""Durable runs (SPEC §7): checkpoints, the idempotency envelope, resume and reconcile.
+
+`RunRecorder` is told of every safe boundary of a run by the loop and wraps every tool call
+(it is the executor's `Envelope`). The functions decide whether an interrupted run can go
+on, and turn the runs a crash left `running` into `timed_out` ones at start-up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, MutableSequence
+from typing import TYPE_CHECKING
+
+from core.eventlog import EventLog
+from core.loop import unanswered_calls
+from core.messages import Message, ToolCall
+from core.store import Checkpoint, RunRow, Store, ToolCallRow
+
+if TYPE_CHECKING:
+    from core.agent import Conversation
+
+INTERRUPTED_RESULT = (
+    "interrupted by a restart: this call may or may not have taken effect; it was not run again"
+)
+
+
+class RunRecorder:
+    """Checkpoints and the idempotency envelope of one run."""
+
+    def __init__(
+        self, store: Store, conv: str, run_id: str, prompt_hash: str, *, resumed: bool = False
+    ) -> None:
+        self.store, self.conv, self.run_id = store, conv, run_id
+        self.prompt_hash = prompt_hash
+        self.resumed = resumed  # only a resumed run can meet calls that already completed
+        self.seq = 0
+        self.iteration = 0
+        self.cursor = 0  # where this run's messages start
+        self.completed: list[str] = []
+        self.persisted: list[Message] = []
+
+    def persist(self, messages: list[Message]) -> None:
+        """Save the messages that changed since the last save (appends, or a rewrite after
+        compaction), found by identity: messages are immutable."""
+        old = self.persisted
+        start = 0
+        limit = min(len(old), len(messages))
+        while start < limit and old[start] is messages[start]:
+            start += 1
+        if start < len(messages) or len(old) != len(messages):
+            self.store.save_messages(self.conv, messages, start)
+        self.persisted = list(messages)
+
+    def checkpoint(self, kind: str, iteration: int, messages: list[Message]) -> None:
+        self.iteration = max(self.iteration, iteration)
+        self.persist(messages)
+        self.seq += 1
+        self.store.checkpoint(
+            Checkpoint(
+                self.run_id,
+                self.seq,
+                kind,
+                self.iteration,
+                self.cursor,
+                len(messages),
+                self.prompt_hash,
+                tuple(self.completed),
+                time.time(),
+            )
+        )
+
+    async def begin(self, call: ToolCall, idempotent: bool) -> Message | None:
+        """Committed before the tool runs; a completed call is replayed instead."""
+        if self.resumed:
+            stored = (await self.store.tool_calls(self.run_id)).get(call.id)
+            if stored is not None and stored.completed:
+                return Message.tool_result(call, stored.result or "", is_error=stored.is_error)
+        await self.store.tool_started(self.run_id, call.id, call.name, call.arguments, idempotent)
+        return None
+
+    async def end(self, call: ToolCall, result: Message) -> None:
+        await self.store.tool_completed(self.run_id, call.id, result.content, result.is_error)
+        self.completed.append(call.id)
+
+
+def close_unanswered(
+    messages: MutableSequence[Message], pending: list[ToolCall], rows: Mapping[str, ToolCallRow]
+) -> None:
+    """Give every unanswered call a result (its stored one, else "interrupted"), so the
+    transcript stays valid without running anything."""
+    for call in pending:
+        row = rows.get(call.id)
+        if row is not None and row.completed and row.result is not None:
+            messages.append(Message.tool_result(call, row.result, is_error=row.is_error))
+        else:
+            messages.append(Message.tool_result(call, INTERRUPTED_RESULT, is_error=True))
+
+
+async def resume_blocker(store: Store, run_id: str, conversation: Conversation) -> str | None:
+    """Why run `run_id` must not simply go on, or None. A changed system prompt or tool set
+    blocks it, and so does a side-effecting call that started but never finished (running
+    it again could repeat its effect); then the open calls are closed in the transcript."""
+    checkpoint = await store.last_checkpoint(run_id)
+    if checkpoint is None:
+        return "it stopped before its first checkpoint"
+    if checkpoint.prompt_hash != conversation.prompt_hash():
+        return "the configuration or the tools changed since it was interrupted"
+    pending = unanswered_calls(conversation.messages)
+    if not pending:
+        return None
+    rows = await store.tool_calls(run_id)
+    half = [
+        c
+        for c in pending
+        if (row := rows.get(c.id)) is not None and not row.completed and not row.idempotent
+    ]
+    if not half:
+        return None
+    close_unanswered(conversation.messages, pending, rows)
+    names = ", ".join(f"`{c.name}`" for c in half)
+    return f"{names} had started but not finished, and running it again could repeat its effect"
+
+
+async def reconcile_runs(store: Store, events: EventLog) -> list[RunRow]:
+    """Runs left `running` by a crash become `timed_out`; returns those with a checkpoint to
+    go on from (now marked resumable)."""
+    interrupted: list[RunRow] = []
+    for run in await store.runs(states=["running"], limit=10_000):
+        checkpoint = await store.last_checkpoint(run.id)
+        resumable = checkpoint is not None and checkpoint.kind != "final"
+        store.update_run(
+            run.id,
+            state="timed_out",
+            ended_at=time.time(),
+            resumable=int(resumable),
+            reason="interrupted",
+        )
+        events.emit("agent_run.reconcile", {"resumable": resumable}, run_id=run.id, conv=run.conv)
+        if resumable:
+            interrupted.append(run)
+    return interrupted
