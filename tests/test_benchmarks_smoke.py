@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
     [
         ("loop_overhead.py", ["| 20 |", "per-iteration overhead ratio"]),
         ("context.py", ["| 5,000 |", "R1 compaction"]),
+        ("relay.py", ["| telegram |", "| slack |", "| discord |", "max edits in window"]),
     ],
 )
 def test_quick_run_prints_the_tables(tmp_path: Path, script: str, expected: list[str]) -> None:
