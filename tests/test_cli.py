@@ -62,20 +62,27 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-async def parley(
-    *args: str, env: dict[str, str], stdin: bytes | None = None, cwd: Path | None = None
-) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
+async def start_parley(
+    *args: str, env: dict[str, str], stdin: bool = True, cwd: Path | None = None
+) -> asyncio.subprocess.Process:
+    """`python -m bot ARGS` with piped stdout/stderr (and stdin unless told otherwise)."""
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bot",
         *args,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
         cwd=cwd or REPO,
     )
+
+
+async def parley(
+    *args: str, env: dict[str, str], stdin: bytes | None = None, cwd: Path | None = None
+) -> tuple[int, str, str]:
+    proc = await start_parley(*args, env=env, stdin=stdin is not None, cwd=cwd)
     out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
@@ -228,19 +235,7 @@ async def test_interactive_ctrl_c_cancels_turn_not_program(
     )
     config = write_config(tmp_path)
     env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "--config",
-        str(config),
-        "chat",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-        cwd=REPO,
-    )
+    proc = await start_parley("--config", str(config), "chat", env=env)
     assert proc.stdin
     assert proc.stdout
     assert proc.stderr
@@ -252,7 +247,7 @@ async def test_interactive_ctrl_c_cancels_turn_not_program(
     await fake_llm.wait_for_disconnects(1, timeout=5)
     proc.stdin.write(b"and now?\n/exit\n")
     await proc.stdin.drain()
-    out, err = await asyncio.wait_for(proc.communicate(), 15)
+    out, _err = await asyncio.wait_for(proc.communicate(), 15)
     assert proc.returncode == 0
     assert b"Stopped." in out
     assert b"second answer" in out

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import sqlite3
-import sys
 from pathlib import Path
 
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
-from tests.test_cli import REPO, child_env, parley, write_config
+from tests.test_cli import child_env, parley, start_parley, write_config
 
 # A tool that blocks until the test creates the file `go` in the workspace.
 TOOLS_YAML = """
@@ -26,19 +25,7 @@ tools:
 
 
 async def _start_chat(config: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "--config",
-        str(config),
-        "chat",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-        cwd=REPO,
-    )
+    return await start_parley("--config", str(config), "chat", env=env)
 
 
 def _started_calls(db: Path) -> set[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import textwrap
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from tests.fakes.discord import DM_CHANNEL_ID, TOKEN, USER, FakeDiscord
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram, TgUser
-from tests.test_cli import REPO, child_env
+from tests.test_cli import child_env, start_parley
 
 ALICE = TgUser(111, "Alice", "alice")
 TELEGRAM_TOKEN = "123456:TEST-token"
@@ -76,19 +75,7 @@ async def test_parley_run_answers_on_all_three_platforms(fake_llm: FakeLLM, tmp_
             SLACK_APP_TOKEN=slack.app_token,
             DISCORD_BOT_TOKEN=TOKEN,
         )
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bot",
-            "--config",
-            str(config),
-            "run",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            cwd=REPO,
-        )
+        proc = await start_parley("--config", str(config), "run", env=env, stdin=False)
         assert proc.stderr is not None
         banner = []
         try:
