@@ -17,6 +17,14 @@ os.environ.setdefault("PTB_TIMEDELTA", "1")
 
 
 @pytest.fixture(autouse=True)
+def _private_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Defaults such as `~/.parley/parley.db` land in a temporary home, never the real one."""
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+
+
+@pytest.fixture(autouse=True)
 def _scrub_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
     """Proxies would route 127.0.0.1 traffic away (and some clients ignore NO_PROXY)."""
     for key in list(os.environ):
