@@ -41,12 +41,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 from aiohttp import WSMsgType, web
+
+from core.clock import Clock
+from tests.fakes.calls import Call, CallLog, Failure, FailureQueue, LogsCalls
 
 __all__ = [
     "APP_ID",
@@ -119,23 +120,6 @@ STRANGER = User("940000000000000002", "mallory")
 OTHER_BOT = User("940000000000000003", "otherbot", bot=True)
 
 
-@dataclass(frozen=True)
-class Call:
-    """One request the client made: `params` merges path parameters, query and JSON body."""
-
-    method: str
-    params: dict[str, Any]
-    headers: dict[str, str]
-    at: float
-
-
-@dataclass
-class _Failure:
-    status: int
-    retry_after: float | None
-    times: int
-
-
 @dataclass
 class _Channel:
     id: str
@@ -157,18 +141,18 @@ def _error(status: int, code: int, message: str) -> web.Response:
     return _json({"message": message, "code": code}, status)
 
 
-class FakeDiscord:
-    """A fake Discord REST API + gateway. `url` is the REST root (`…/api/v10`)."""
+class FakeDiscord(LogsCalls):
+    """A fake Discord REST API + gateway. `url` is the REST root (`…/api/v10`). A REST
+    call's `params` merge path parameters, query and JSON body."""
 
     def __init__(
-        self, *, host: str = "127.0.0.1", heartbeat_ms: int = 41250, clock: Any = None
+        self, *, host: str = "127.0.0.1", heartbeat_ms: int = 41250, clock: Clock | None = None
     ) -> None:
         self.host = host
-        self.clock = clock  # stamps `Call.at` if set (a core.clock.Clock); else time.monotonic
+        self.log = CallLog("Discord", clock=clock)
         self.failed: list[Call] = []  # calls answered with an injected failure
         self.port = 0
         self.heartbeat_ms = heartbeat_ms
-        self.calls: list[Call] = []
         self.identify_intents: int | None = None
         self.session_id = "fake-session-1"
         self.commands: list[dict[str, Any]] = []
@@ -180,8 +164,7 @@ class FakeDiscord:
         self.ephemeral: list[dict[str, Any]] = []  # messages only their recipient sees
         self._ids = itertools.count(1_300_000_000_000_000_001)
         self._seq = 0
-        self._failures: dict[str, list[_Failure]] = {}
-        self._changed = asyncio.Event()
+        self._failures = FailureQueue()
         self._runner: web.AppRunner | None = None
         self._sockets: set[web.WebSocketResponse] = set()
         self._ws: web.WebSocketResponse | None = None
@@ -235,54 +218,27 @@ class FakeDiscord:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
-    # ------------------------------------------------------------------ recording
+    # ------------------------------------------------------------------ clock and failures
 
-    def _record(self, method: str, params: dict[str, Any], headers: dict[str, str]) -> None:
-        at = self.clock.monotonic() if self.clock is not None else time.monotonic()
-        self.calls.append(Call(method, params, headers, at))
-        self._changed.set()
-        self._changed = asyncio.Event()
+    @property
+    def clock(self) -> Clock | None:
+        """Stamps `Call.at` if set (a `core.clock.Clock`); else `time.monotonic`."""
+        return self.log.clock
 
-    async def wait_until(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
-        """Wait until `condition()` holds; it is checked after every recorded call."""
-        async with asyncio.timeout(timeout):
-            while not condition():
-                await self._changed.wait()
-
-    def calls_of(self, method: str) -> list[Call]:
-        return [c for c in self.calls if c.method == method]
-
-    async def wait_for(
-        self,
-        method: str,
-        count: int = 1,
-        timeout: float = 10.0,
-        where: Callable[[Call], bool] | None = None,
-    ) -> list[Call]:
-        """Wait until `count` calls of `method` (matching `where`) were made; return them."""
-
-        def matching() -> list[Call]:
-            return [c for c in self.calls_of(method) if where is None or where(c)]
-
-        async with asyncio.timeout(timeout):
-            while len(found := matching()) < count:
-                await self._changed.wait()
-        return found
+    @clock.setter
+    def clock(self, clock: Clock | None) -> None:
+        self.log.clock = clock
 
     def fail_next(
         self, method: str, status: int, retry_after: float | None = None, times: int = 1
     ) -> None:
         """Answer the next `times` calls of `method` with `status` (429: Discord's shape)."""
-        self._failures.setdefault(method, []).append(_Failure(status, retry_after, times))
+        self._failures.add(method, Failure(status, retry_after, times=times))
 
     def _failure(self, method: str) -> web.Response | None:
-        queue = self._failures.get(method)
-        if not queue:
+        failure = self._failures.take(method)
+        if failure is None:
             return None
-        failure = queue[0]
-        failure.times -= 1
-        if failure.times <= 0:
-            queue.pop(0)
         if failure.status == 429:
             retry_after = 1.0 if failure.retry_after is None else failure.retry_after
             # Without `Via` discord.py takes a 429 for a Cloudflare ban and raises.
@@ -311,7 +267,7 @@ class FakeDiscord:
     # ------------------------------------------------------------------ REST
 
     async def _not_found(self, request: web.Request) -> web.Response:
-        self._record(f"unknown {request.method} {request.path}", {}, dict(request.headers))
+        self.log.record(f"unknown {request.method} {request.path}", {}, dict(request.headers))
         return _error(404, 0, "404: Not Found")
 
     def _route(self, verb: str, parts: list[str]) -> tuple[str, dict[str, str]] | None:
@@ -362,14 +318,14 @@ class FakeDiscord:
         params = {**path_params, **request.query, **(body if isinstance(body, dict) else {})}
         if isinstance(body, list):
             params["items"] = body
-        self._record(method, params, dict(request.headers))
+        call = self.log.record(method, params, dict(request.headers))
         if request.headers.get("Authorization") != f"Bot {TOKEN}" and not method.endswith(
             ("_followup", "interaction_callback")
         ):
             return _error(401, 0, "401: Unauthorized")
         failure = self._failure(method)
         if failure is not None:
-            self.failed.append(self.calls[-1])
+            self.failed.append(call)
             return failure
         handler = getattr(self, f"_do_{method}")
         response: web.Response = await handler(params)
@@ -546,7 +502,7 @@ class FakeDiscord:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         self._sockets.add(ws)
-        self._record("gateway.connect", {"path": request.path, **request.query}, {})
+        self.log.record("gateway.connect", {"path": request.path, **request.query}, {})
         try:
             await self._send(ws, {"op": 10, "d": {"heartbeat_interval": self.heartbeat_ms}})
             async for frame in ws:
@@ -571,10 +527,10 @@ class FakeDiscord:
     async def _on_op(self, ws: web.WebSocketResponse, payload: dict[str, Any]) -> None:
         op, data = payload.get("op"), payload.get("d")
         if op == 1:
-            self._record("gateway.heartbeat", {"seq": data}, {})
+            self.log.record("gateway.heartbeat", {"seq": data}, {})
             await self._send(ws, {"op": 11})
         elif op == 2:
-            self._record("gateway.identify", dict(data), {})
+            self.log.record("gateway.identify", dict(data), {})
             if data.get("token") != TOKEN:
                 await ws.close(code=4004, message=b"Authentication failed.")
                 return
@@ -585,7 +541,7 @@ class FakeDiscord:
             self._ws = ws
             self._identified.set()
         elif op == 6:
-            self._record("gateway.resume", dict(data), {})
+            self.log.record("gateway.resume", dict(data), {})
             if data.get("session_id") != self.session_id:
                 await self._send(ws, {"op": 9, "d": False})
                 return

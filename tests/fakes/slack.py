@@ -17,7 +17,6 @@ or, when `fake.http_target` is set, are POSTed signed to the adapter's HTTP endp
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import itertools
@@ -26,12 +25,14 @@ import re
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 import aiohttp
 from aiohttp import web
+
+from tests.fakes.calls import Call, CallLog, Failure, FailureQueue, LogsCalls
 
 __all__ = [
     "BOT_ID",
@@ -69,16 +70,6 @@ def sign(secret: str, timestamp: str, body: str) -> str:
     """The `X-Slack-Signature` value Slack sends for `body` at `timestamp`."""
     base = f"v0:{timestamp}:{body}".encode()
     return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
-
-
-@dataclass(frozen=True)
-class Call:
-    """One request the adapter made (Web API method, `response_url`, or a socket ack)."""
-
-    method: str
-    params: dict[str, Any]
-    headers: dict[str, str]
-    at: float
 
 
 @dataclass
@@ -119,27 +110,21 @@ class Posted:
 
 
 @dataclass
-class _Fault:
-    status: int
-    retry_after: float | None
-    error: str | None
-
-
-@dataclass
 class _Sockets:
     open: list[web.WebSocketResponse] = field(default_factory=list)
     hellos: int = 0
 
 
-class FakeSlack:
+class FakeSlack(LogsCalls):
     """Fake Slack on a free port. Tokens are checked: bot methods want `bot_token`,
-    `apps.connections.open` wants `app_token`."""
+    `apps.connections.open` wants `app_token`. Calls (`fake.calls`) are Web API methods,
+    `response_url` posts and `socket.ack`s."""
 
     def __init__(
         self, *, bot_token: str = "xoxb-fake-bot-token", app_token: str = "xapp-fake-app-token"
     ) -> None:
         self.bot_token, self.app_token = bot_token, app_token
-        self.calls: list[Call] = []
+        self.log = CallLog("Slack")
         self.envelopes: list[Envelope] = []
         self.acks: dict[str, dict[str, Any]] = {}
         self.messages: dict[tuple[str, str], Posted] = {}
@@ -147,9 +132,8 @@ class FakeSlack:
         self.users: dict[str, str] = {"U1": "alice", "U2": "bob", "U3": "carol", "U9": "mallory"}
         self.not_in_channel: set[str] = set()
         self.http_target: tuple[str, str] | None = None  # (events URL, signing secret)
-        self._faults: dict[str, list[_Fault]] = {}
+        self._failures = FailureQueue()
         self._sockets = _Sockets()
-        self._changed = asyncio.Event()
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -185,44 +169,6 @@ class FakeSlack:
         return f"http://127.0.0.1:{self.port}"
 
     # ---- waiting and inspecting -----------------------------------------------------------
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def until(
-        self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = ""
-    ) -> Any:
-        """Wait until `predicate()` is truthy (re-checked on every recorded change)."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not (result := predicate()):
-                    await self._changed.wait()
-                return result
-        except TimeoutError:
-            seen = ", ".join(c.method for c in self.calls)
-            raise AssertionError(
-                f"timed out waiting for {what or predicate}; calls: {seen}"
-            ) from None
-
-    def calls_of(self, method: str, where: Callable[[Call], bool] | None = None) -> list[Call]:
-        return [c for c in self.calls if c.method == method and (where is None or where(c))]
-
-    async def wait_for(
-        self,
-        method: str,
-        count: int = 1,
-        timeout: float = 10.0,
-        where: Callable[[Call], bool] | None = None,
-    ) -> list[Call]:
-        """Wait until at least `count` calls of `method` (matching `where`) were made."""
-
-        def enough() -> list[Call] | None:
-            found = self.calls_of(method, where)
-            return found if len(found) >= count else None
-
-        result: list[Call] = await self.until(enough, timeout, f"{count} × {method}")
-        return result
 
     async def connected(self, timeout: float = 10.0) -> None:
         """Wait until a Socket Mode client is connected and greeted."""
@@ -263,19 +209,13 @@ class FakeSlack:
         """Answer the next `times` calls of `method` with an error: 429 (ratelimited, with a
         `Retry-After` header), 5xx (an HTML error page), or 200 with `{"ok": false, "error"}`
         when `error` is given."""
-        if status == 429 and retry_after is None:
-            retry_after = 1
-        self._faults.setdefault(method, []).extend([_Fault(status, retry_after, error)] * times)
+        self._failures.add(method, Failure(status, retry_after, error, times=times))
 
     # ---- the Web API ------------------------------------------------------------------------
 
     def _next_ts(self) -> str:
         n = next(self._ts)
         return f"{1_700_000_000 + n}.{n:06d}"
-
-    def _record(self, method: str, params: dict[str, Any], headers: dict[str, str]) -> None:
-        self.calls.append(Call(method, params, headers, time.monotonic()))
-        self._notify()
 
     @staticmethod
     async def _params(request: web.Request) -> dict[str, Any]:
@@ -295,15 +235,15 @@ class FakeSlack:
     async def _web_api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         params = await self._params(request)
-        self._record(method, params, dict(request.headers))
+        self.log.record(method, params, dict(request.headers))
         handler = getattr(self, "_api_" + method.replace(".", "_"), None)
         if handler is None:
             return web.json_response({"ok": False, "error": "unknown_method"}, status=404)
         want = self.app_token if method in APP_TOKEN_METHODS else self.bot_token
         if request.headers.get("Authorization") != f"Bearer {want}":
             return web.json_response({"ok": False, "error": "invalid_auth"})
-        if faults := self._faults.get(method):
-            return _fault_response(faults.pop(0))
+        if failure := self._failures.take(method):
+            return _fault_response(failure)
         result: dict[str, Any] = handler(params)
         return web.json_response(result)
 
@@ -386,7 +326,7 @@ class FakeSlack:
 
     async def _response_url(self, request: web.Request) -> web.Response:
         body = await request.json()
-        self._record("response_url", body | {"id": request.match_info["id"]}, {})
+        self.log.record("response_url", body | {"id": request.match_info["id"]}, {})
         return web.Response(text="ok")
 
     # ---- Socket Mode ----------------------------------------------------------------------
@@ -398,7 +338,7 @@ class FakeSlack:
         hello = {"type": "hello", "num_connections": 1, "connection_info": {"app_id": APP_ID}}
         await ws.send_json(hello)
         self._sockets.hellos += 1
-        self._notify()
+        self.log.notify()
         try:
             async for msg in ws:
                 if msg.type != aiohttp.WSMsgType.TEXT:
@@ -406,10 +346,10 @@ class FakeSlack:
                 data = json.loads(msg.data)
                 if isinstance(data, dict) and "envelope_id" in data:
                     self.acks[data["envelope_id"]] = data
-                    self._record("socket.ack", data, {})
+                    self.log.record("socket.ack", data, {})
         finally:
             self._sockets.open.remove(ws)
-            self._notify()
+            self.log.notify()
         return ws
 
     async def deliver(
@@ -638,9 +578,9 @@ class FakeSlack:
         return await self.deliver("interactive", payload)
 
 
-def _fault_response(fault: _Fault) -> web.Response:
-    if fault.error is not None:
-        return web.json_response({"ok": False, "error": fault.error}, status=fault.status)
+def _fault_response(fault: Failure) -> web.Response:
+    if fault.detail is not None:
+        return web.json_response({"ok": False, "error": fault.detail}, status=fault.status)
     if fault.status == 429:
         seconds = fault.retry_after or 1
         value = str(int(seconds)) if float(seconds).is_integer() else str(seconds)

@@ -35,6 +35,8 @@ from typing import Any, Self
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.calls import Call, CallLog, Failure, FailureQueue, LogsCalls
+
 __all__ = ["BOT", "Call", "FakeTelegram", "TgUser"]
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
@@ -81,28 +83,6 @@ class TgUser:
 
 
 BOT = TgUser(7000001, "Parley", "parley_bot", is_bot=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One request to the fake: method, decoded params, headers, when, our status and the
-    result we answered with (None for errors)."""
-
-    method: str
-    params: dict[str, Any]
-    headers: dict[str, str]
-    at: float
-    status: int = 200
-    result: Any = None
-
-
-@dataclass
-class _Failure:
-    status: int
-    retry_after: int | None
-    description: str | None
-    times: int
-    where: Callable[[dict[str, Any]], bool] | None
 
 
 @dataclass
@@ -213,14 +193,18 @@ def _decode(value: str) -> Any:
         return value
 
 
-class FakeTelegram:
-    """The fake Bot API. `async with FakeTelegram() as fake:`; `fake.url` is the API root."""
+class FakeTelegram(LogsCalls):
+    """The fake Bot API. `async with FakeTelegram() as fake:`; `fake.url` is the API root.
+
+    Each `Call` carries the status the fake answered and, on success, the result. Waits
+    (`wait_for`, `wait_until`) re-check after every call and every update queued or
+    delivered to the webhook."""
 
     def __init__(self, *, token: str = "123456:TEST-token", bot: TgUser = BOT) -> None:
         self.token = token
         self.bot = bot
         self.port = 0
-        self.calls: list[Call] = []
+        self.log = CallLog("Telegram")
         self.messages: dict[tuple[int, int], dict[str, Any]] = {}
         self.deleted: set[tuple[int, int]] = set()
         self.chats: dict[int, dict[str, Any]] = {}
@@ -230,11 +214,10 @@ class FakeTelegram:
         self.deliveries: list[tuple[int, int]] = []  # (update_id, webhook HTTP status)
         self.callback_answers: dict[str, dict[str, Any]] = {}
         self._pending: list[_Pending] = []
-        self._failures: dict[str, list[_Failure]] = {}
+        self._failures = FailureQueue()
         self._update_ids = itertools.count(1000)
         self._message_ids = itertools.count(500)
         self._callback_ids = itertools.count(1)
-        self._changed = asyncio.Event()
         self._closing = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: web.AppRunner | None = None
@@ -268,7 +251,7 @@ class FakeTelegram:
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._closing.set()
-        self._changed.set()
+        self.log.notify()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -277,49 +260,6 @@ class FakeTelegram:
             await runner.cleanup()
 
     # ------------------------------------------------------------------ inspecting
-
-    def calls_of(self, method: str) -> list[Call]:
-        return [call for call in self.calls if call.method == method]
-
-    async def wait_for(
-        self,
-        method: str,
-        count: int = 1,
-        timeout: float = 10.0,
-        where: Callable[[Call], bool] | None = None,
-    ) -> list[Call]:
-        """Wait until `count` calls of `method` (matching `where`) were answered."""
-
-        def matching() -> list[Call]:
-            return [c for c in self.calls_of(method) if where is None or where(c)]
-
-        try:
-            async with asyncio.timeout(timeout):
-                while len(found := matching()) < count:
-                    self._changed.clear()
-                    await self._changed.wait()
-        except TimeoutError:
-            seen = [(c.method, c.status) for c in self.calls[-15:]]
-            raise AssertionError(
-                f"fake Telegram: {len(matching())}/{count} {method} calls after {timeout}s; "
-                f"last calls: {seen}"
-            ) from None
-        return found
-
-    async def wait_until(
-        self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
-    ) -> None:
-        """Wait until `predicate()` holds; it is checked after every call to the fake."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not predicate():
-                    self._changed.clear()
-                    await self._changed.wait()
-        except TimeoutError:
-            seen = [(c.method, c.status) for c in self.calls[-15:]]
-            raise AssertionError(
-                f"fake Telegram: no {what} after {timeout}s; last calls: {seen}"
-            ) from None
 
     def bot_messages(self, chat_id: int) -> list[dict[str, Any]]:
         """The bot's messages in `chat_id` that still exist, oldest first."""
@@ -347,9 +287,7 @@ class FakeTelegram:
     ) -> None:
         """Answer the next `times` calls of `method` (whose params match `where`) with an
         error: 429 carries `parameters.retry_after`, others `description`."""
-        self._failures.setdefault(method, []).append(
-            _Failure(status, retry_after, description, times, where)
-        )
+        self._failures.add(method, Failure(status, retry_after, description, where, times))
 
     # ------------------------------------------------------------------ injecting updates
 
@@ -444,7 +382,7 @@ class FakeTelegram:
         ):
             await response.read()
             self.deliveries.append((update["update_id"], response.status))
-            self._changed.set()
+            self.log.notify()
             return response.status
 
     def _push_message(
@@ -486,7 +424,7 @@ class FakeTelegram:
             task.add_done_callback(self._tasks.discard)
         else:
             self._pending.append(pending)
-            self._changed.set()
+            self.log.notify()
 
     # ------------------------------------------------------------------ HTTP
 
@@ -499,14 +437,14 @@ class FakeTelegram:
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             return self._record(method, params, headers, 404, "Not Found")
-        failure = self._take_failure(method, params)
+        failure = self._failures.take(method, params)
         if failure is not None:
             return self._record_failure(method, params, headers, failure)
         try:
             result = await handler(params)
         except _ApiError as exc:
             return self._record(method, params, headers, exc.status, exc.description)
-        self._record_call(method, params, headers, 200, result)
+        self.log.record(method, params, headers, 200, result)
         return web.json_response({"ok": True, "result": result})
 
     @staticmethod
@@ -520,21 +458,12 @@ class FakeTelegram:
             params.update({k: _decode(v) for k, v in form.items() if isinstance(v, str)})
         return params
 
-    def _take_failure(self, method: str, params: dict[str, Any]) -> _Failure | None:
-        for failure in self._failures.get(method, []):
-            if failure.where is None or failure.where(params):
-                failure.times -= 1
-                if failure.times <= 0:
-                    self._failures[method].remove(failure)
-                return failure
-        return None
-
     def _record_failure(
-        self, method: str, params: dict[str, Any], headers: dict[str, str], failure: _Failure
+        self, method: str, params: dict[str, Any], headers: dict[str, str], failure: Failure
     ) -> web.Response:
         if failure.status == 429:
             retry = failure.retry_after if failure.retry_after is not None else 1
-            self._record_call(method, params, headers, 429)
+            self.log.record(method, params, headers, 429)
             body = {
                 "ok": False,
                 "error_code": 429,
@@ -542,7 +471,7 @@ class FakeTelegram:
                 "parameters": {"retry_after": retry},
             }
             return web.json_response(body, status=429)
-        description = failure.description or (
+        description = failure.detail or (
             "Internal Server Error" if failure.status >= 500 else "Bad Request: injected"
         )
         return self._record(method, params, headers, failure.status, description)
@@ -555,20 +484,9 @@ class FakeTelegram:
         status: int,
         description: str,
     ) -> web.Response:
-        self._record_call(method, params, headers, status)
+        self.log.record(method, params, headers, status)
         body = {"ok": False, "error_code": status, "description": description}
         return web.json_response(body, status=status)
-
-    def _record_call(
-        self,
-        method: str,
-        params: dict[str, Any],
-        headers: dict[str, str],
-        status: int,
-        result: Any = None,
-    ) -> None:
-        self.calls.append(Call(method, params, headers, time.monotonic(), status, result))
-        self._changed.set()
 
     # ------------------------------------------------------------------ API methods
 
@@ -616,10 +534,9 @@ class FakeTelegram:
             ]
             if self._pending or self._closing.is_set() or loop.time() >= deadline:
                 break
-            self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout_at(deadline):
-                    await self._changed.wait()
+                    await self.log.changed()
         forced = [p for p in self._pending if p.forced]
         normal = sorted(
             (p for p in self._pending if not p.forced), key=lambda p: p.update["update_id"]
