@@ -1,10 +1,11 @@
-"""Parley's durable state on SQLite (aiosqlite, WAL). This module owns the whole schema.
+"""Parley's durable state on SQLite (WAL). This module owns the whole schema.
 
-Writes are group-committed: every caller's statements queue up and one writer task runs
-all that are waiting in a single transaction, so 200 busy conversations cost a handful of
-commits, not thousands. `write()` returns once its statement is committed (durable);
-`write_soon()` queues without waiting (events, snapshots), and `flush()` waits for
-everything queued so far.
+Reads go through aiosqlite. Writes are group-committed: every caller's statements queue
+up and one writer runs all that are waiting as a single transaction, in a single hop to a
+worker thread (a second connection; WAL lets it write while the reader reads), so 200 busy
+conversations cost a handful of commits and thread hops, not thousands. `write()` returns
+once its statement is committed (durable); `write_soon()` queues without waiting (events,
+snapshots); `flush()` waits for everything queued so far.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -22,6 +25,8 @@ from typing import Any
 import aiosqlite
 
 from core.messages import Message
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -174,8 +179,10 @@ _Statement = tuple[str, Sequence[Any]]
 class Store:
     """One SQLite database; open with `await Store.open(path)`, close with `aclose()`."""
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection, writer: sqlite3.Connection) -> None:
         self._conn = conn
+        self._write_conn = writer
+        self._inflight: asyncio.Future[None] | None = None
         self._pending: list[tuple[_Statement, asyncio.Future[None] | None]] = []
         self._wake = asyncio.Event()
         self._writer = asyncio.create_task(self._write_loop(), name="parley-store-writer")
@@ -183,14 +190,14 @@ class Store:
 
     @classmethod
     async def open(cls, path: Path | str) -> Store:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        """Open (creating and migrating) the database file at `path`."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
         await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute("PRAGMA synchronous=NORMAL")
         await conn.execute("PRAGMA busy_timeout=5000")
         await _migrate(conn)
-        return cls(conn)
+        writer = await asyncio.to_thread(_writer_connection, str(path))
+        return cls(conn, writer)
 
     async def aclose(self) -> None:
         await self.flush()
@@ -198,6 +205,7 @@ class Store:
         with contextlib.suppress(asyncio.CancelledError):
             await self._writer
         await self._conn.close()
+        self._write_conn.close()
 
     # --- the writer -----------------------------------------------------------------
 
@@ -214,9 +222,11 @@ class Store:
         self._wake.set()
 
     async def flush(self) -> None:
-        """Wait until everything queued so far is committed."""
+        """Wait until everything queued so far is committed (also a batch in flight)."""
         if self._pending:
-            await self.write("SELECT 1")
+            await self.write("SELECT 1")  # the writer is sequential: this commits last
+        elif self._inflight is not None:
+            await asyncio.shield(self._inflight)
 
     async def _write_loop(self) -> None:
         while True:
@@ -225,31 +235,25 @@ class Store:
             batch, self._pending = self._pending, []
             if not batch:
                 continue
+            self._inflight = asyncio.get_running_loop().create_future()
             try:
                 await self._commit([statement for statement, _ in batch])
             except Exception as exc:  # every waiter hears about it; the loop goes on
+                log.error("store: a batch of %d statements failed: %s", len(batch), exc)
                 for _, done in batch:
                     if done is not None and not done.done():
                         done.set_exception(exc)
-                continue
-            for _, done in batch:
-                if done is not None and not done.done():
-                    done.set_result(None)
+            else:
+                for _, done in batch:
+                    if done is not None and not done.done():
+                        done.set_result(None)
+            finally:
+                self._inflight.set_result(None)
+                self._inflight = None
 
     async def _commit(self, statements: list[_Statement]) -> None:
-        conn = self._conn
-        await conn.execute("BEGIN")
-        try:
-            for sql, group in _grouped(statements):
-                if len(group) == 1:
-                    await conn.execute(sql, group[0])
-                else:
-                    await conn.executemany(sql, group)
-            await conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await conn.execute("ROLLBACK")
-            raise
+        # One thread hop per batch; the writer loop never runs two at once.
+        await asyncio.to_thread(_commit_batch, self._write_conn, statements)
         self.commits += 1
 
     async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
@@ -610,6 +614,28 @@ def _run_row(row: aiosqlite.Row) -> RunRow:
     values = list(row)
     values[12] = bool(values[12])
     return RunRow(*values)
+
+
+def _writer_connection(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints, never corrupt
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+def _commit_batch(conn: sqlite3.Connection, statements: list[_Statement]) -> None:
+    """Run `statements` as one transaction (in the writer's thread)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for sql, group in _grouped(statements):
+            if len(group) == 1:
+                conn.execute(sql, group[0])
+            else:
+                conn.executemany(sql, group)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _grouped(statements: list[_Statement]) -> list[tuple[str, list[Sequence[Any]]]]:
