@@ -48,7 +48,8 @@ class RunRecorder:
         while start < limit and old[start] is messages[start]:
             start += 1
         if start < len(messages) or len(old) != len(messages):
-            self.store.save_messages(self.conv, messages, start)
+            appended = start == len(old)  # nothing before changed: no rows to drop
+            self.store.save_messages(self.conv, messages, start, replace=not appended)
         self.persisted = list(messages)
 
     def checkpoint(self, kind: str, iteration: int, messages: list[Message]) -> None:
@@ -70,16 +71,22 @@ class RunRecorder:
         )
 
     async def begin(self, call: ToolCall, idempotent: bool) -> Message | None:
-        """Committed before the tool runs; a completed call is replayed instead."""
+        """Record the start; a completed call is replayed instead. Only a side-effecting
+        call waits for the commit before it runs: after a crash, an idempotent call that
+        left no trace is simply run again, which is what resume does with it anyway."""
         if self.resumed:
             stored = (await self.store.tool_calls(self.run_id)).get(call.id)
             if stored is not None and stored.completed:
                 return Message.tool_result(call, stored.result or "", is_error=stored.is_error)
-        await self.store.tool_started(self.run_id, call.id, call.name, call.arguments, idempotent)
+        self.store.tool_started(self.run_id, call.id, call.name, call.arguments, idempotent)
+        if not idempotent:
+            await self.store.flush()
         return None
 
     async def end(self, call: ToolCall, result: Message) -> None:
-        await self.store.tool_completed(self.run_id, call.id, result.content, result.is_error)
+        """Queued with the next commit: a crash before it makes the call look unfinished,
+        and resume then errs on the safe side (asks, for a side-effecting call)."""
+        self.store.tool_completed(self.run_id, call.id, result.content, result.is_error)
         self.completed.append(call.id)
 
 

@@ -270,10 +270,14 @@ class Store:
         rows = await self._all("SELECT body FROM messages WHERE conv = ? ORDER BY seq", (conv,))
         return [Message.model_validate_json(row[0]) for row in rows]
 
-    def save_messages(self, conv: str, messages: Sequence[Message], start: int) -> None:
-        """Persist `messages[start:]` as rows `start…`, dropping any rows after them.
-        Queued; a later `write()` or `flush()` makes it durable."""
-        self.write_soon("DELETE FROM messages WHERE conv = ? AND seq >= ?", (conv, start))
+    def save_messages(
+        self, conv: str, messages: Sequence[Message], start: int, *, replace: bool = True
+    ) -> None:
+        """Persist `messages[start:]` as rows `start…`, dropping any rows after them
+        (`replace=False`: the caller knows there are none). Queued; a later `write()` or
+        `flush()` makes it durable."""
+        if replace:
+            self.write_soon("DELETE FROM messages WHERE conv = ? AND seq >= ?", (conv, start))
         for seq in range(start, len(messages)):
             self.write_soon(
                 "INSERT INTO messages (conv, seq, body) VALUES (?, ?, ?)",
@@ -400,18 +404,18 @@ class Store:
 
     # --- the idempotency envelope ---------------------------------------------------
 
-    async def tool_started(
+    def tool_started(
         self, run_id: str, call_id: str, name: str, arguments: str, idempotent: bool
     ) -> None:
-        """Durable before the tool runs: a crash after this line is visible on resume."""
-        await self.write(
+        """Queued; flush before running a side-effecting call, so a crash after it shows."""
+        self.write_soon(
             "INSERT OR REPLACE INTO tool_calls (run_id, call_id, name, arguments, idempotent, "
             "started_at) VALUES (?, ?, ?, ?, ?, ?)",
             (run_id, call_id, name, arguments, int(idempotent), time.time()),
         )
 
-    async def tool_completed(self, run_id: str, call_id: str, result: str, is_error: bool) -> None:
-        await self.write(
+    def tool_completed(self, run_id: str, call_id: str, result: str, is_error: bool) -> None:
+        self.write_soon(
             "UPDATE tool_calls SET completed_at = ?, result = ?, is_error = ? "
             "WHERE run_id = ? AND call_id = ?",
             (time.time(), result, int(is_error), run_id, call_id),

@@ -194,7 +194,11 @@ class Provider(ABC):
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
             timeout = httpx.Timeout(self.settings.timeout, connect=10.0)
-            self._client = httpx.AsyncClient(timeout=timeout)
+            # Keep every pooled connection alive: with httpx's default of 20 kept-alive
+            # connections, many busy conversations open a new TCP (and TLS) connection
+            # for most LLM calls.
+            limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+            self._client = httpx.AsyncClient(timeout=timeout, limits=limits)
         return self._client
 
     async def aclose(self) -> None:

@@ -43,9 +43,9 @@ async def _crash_after_tool_calls(
         )
         for call_id, idempotent, completed in rows:
             call = next(c for c in calls if c.id == call_id)
-            await store.tool_started(run_id, call.id, call.name, call.arguments, idempotent)
+            store.tool_started(run_id, call.id, call.name, call.arguments, idempotent)
             if completed:
-                await store.tool_completed(run_id, call.id, f"stored result of {call_id}", False)
+                store.tool_completed(run_id, call.id, f"stored result of {call_id}", False)
         await store.flush()
         # Dropping the lane without a shutdown path that touches the run = a crash.
         agent.lanes.clear()
