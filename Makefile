@@ -32,6 +32,8 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/loop_overhead.py
 	$(BIN)/python benchmarks/context.py
 	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/concurrency.py
+	$(BIN)/python benchmarks/relay.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
