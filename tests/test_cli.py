@@ -274,3 +274,18 @@ def test_version_imports_no_platform_sdk_or_http_stack() -> None:
     )
     assert result.stdout.splitlines()[-1] == "[]"
     assert result.stdout.startswith("parley ")
+
+
+async def test_run_without_channels_talks_in_the_console(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.script(Reply(text="hello from run"))
+    config = write_config(tmp_path)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    code, out, err = await parley(
+        "--config", str(config), "run", env=env, stdin=b"hi\n/status\n/exit\n"
+    )
+    assert code == 0, err
+    assert "no channel is enabled" in err
+    assert "console: may talk to it: whoever types at this terminal" in err
+    assert "hello from run" in out
+    assert "Provider: openai (fake-model)" in out
+    assert "parley: stopped" in err
