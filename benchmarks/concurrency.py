@@ -81,6 +81,7 @@ from benchmarks.loop_overhead import (  # noqa: E402
     LookupTool,
     Script,
     lookup,
+    raw_call,
 )
 from bot.app import App, build_registry  # noqa: E402
 from core.agent import Agent  # noqa: E402
@@ -389,31 +390,7 @@ def raw_turn(client: httpx.AsyncClient, base_url: str, template: dict[str, Any])
         messages: list[dict[str, Any]] = list(template["messages"])
         for _ in range(CALLS + 5):
             body = {**template, "messages": messages}  # same keys, same order
-            text: list[str] = []
-            calls: dict[int, list[str]] = {}  # index -> [id, name, argument fragments...]
-            async with client.stream("POST", url, json=body, headers=headers) as resp:
-                resp.raise_for_status()
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        continue  # read on to the end: the connection goes back to the pool
-                    chunk = json.loads(data)
-                    for choice in chunk["choices"]:
-                        delta = choice["delta"]
-                        if content := delta.get("content"):
-                            text.append(content)
-                        for frag in delta.get("tool_calls") or ():
-                            parts = calls.setdefault(frag["index"], ["", ""])
-                            if call_id := frag.get("id"):
-                                parts[0] = call_id
-                            function = frag.get("function") or {}
-                            if name := function.get("name"):
-                                parts[1] = name
-                            if args := function.get("arguments"):
-                                parts.append(args)
-            content = "".join(text)
+            content, calls = await raw_call(client, url, body, headers)
             if not calls:
                 if content != FINAL_TEXT or len(messages) != 2 + 2 * ITERATIONS:
                     raise AssertionError("raw: unexpected turn")

@@ -127,6 +127,38 @@ def parley_side(provider: Provider, executor: ToolExecutor) -> Turn:
     return turn
 
 
+async def raw_call(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[str, dict[int, list[str]]]:
+    """One streamed Chat Completions call, parsed the most direct way: the answer text and
+    the tool calls by index as [id, name, argument fragments...]."""
+    text: list[str] = []
+    calls: dict[int, list[str]] = {}
+    async with client.stream("POST", url, json=body, headers=headers) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                continue  # read on to the end: the connection goes back to the pool
+            chunk = json.loads(data)
+            for choice in chunk["choices"]:
+                delta = choice["delta"]
+                if content := delta.get("content"):
+                    text.append(content)
+                for frag in delta.get("tool_calls") or ():
+                    parts = calls.setdefault(frag["index"], ["", ""])
+                    if call_id := frag.get("id"):
+                        parts[0] = call_id
+                    function = frag.get("function") or {}
+                    if name := function.get("name"):
+                        parts[1] = name
+                    if args := function.get("arguments"):
+                        parts.append(args)
+    return "".join(text), calls
+
+
 def baseline_side(client: httpx.AsyncClient, base_url: str, tool: Tool) -> Turn:
     url = base_url + "/chat/completions"
     headers = {"Accept": "text/event-stream"}
@@ -155,31 +187,7 @@ def baseline_side(client: httpx.AsyncClient, base_url: str, tool: Tool) -> Turn:
                 "max_tokens": MAX_OUTPUT_TOKENS,
                 "tools": tools,
             }
-            text: list[str] = []
-            calls: dict[int, list[str]] = {}  # index -> [id, name, argument fragments...]
-            async with client.stream("POST", url, json=body, headers=headers) as resp:
-                resp.raise_for_status()
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        continue  # read on to the end: the connection goes back to the pool
-                    chunk = json.loads(data)
-                    for choice in chunk["choices"]:
-                        delta = choice["delta"]
-                        if content := delta.get("content"):
-                            text.append(content)
-                        for frag in delta.get("tool_calls") or ():
-                            parts = calls.setdefault(frag["index"], ["", ""])
-                            if call_id := frag.get("id"):
-                                parts[0] = call_id
-                            function = frag.get("function") or {}
-                            if name := function.get("name"):
-                                parts[1] = name
-                            if args := function.get("arguments"):
-                                parts.append(args)
-            content = "".join(text)
+            content, calls = await raw_call(client, url, body, headers)
             if not calls:
                 messages.append({"role": "assistant", "content": content})
                 if len(messages) != 3 + 2 * k:
