@@ -45,6 +45,7 @@ RunState = Literal[
 ]
 TERMINAL_STATES = ("completed", "cancelled", "failed", "timed_out", "waiting_on_human")
 STOPPED_TEXT = "Stopped."
+MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
 RESTARTING_TEXT = (
     "I am restarting and had to pause this turn; send /resume once I am back to continue."
 )
@@ -166,9 +167,17 @@ class Lane:
     last_compaction: str | None = None
     pinned: bool = False  # a conversation built by its owner (a cron job): never rebuilt
 
+    users: int = 0  # submits in progress
+
     @property
     def busy(self) -> bool:
         return self.run_task is not None and not self.run_task.done()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing running, queued, being taken in or driving a goal: safe to evict."""
+        tasks = (self.run_task, self.worker, self.goal_task)
+        return not self.users and not self.queue and all(t is None or t.done() for t in tasks)
 
 
 class Agent:
@@ -195,6 +204,7 @@ class Agent:
         self.lanes: dict[ConversationKey, Lane] = {}
         self._lane_locks: dict[ConversationKey, asyncio.Lock] = {}
         self._closing = False
+        self.max_lanes = MAX_LANES
         from core.commands import Commands  # the commands use the agent's lanes
 
         self.commands = Commands(self)
@@ -208,24 +218,31 @@ class Agent:
             )
             return False
         lane = await self.lane(inbound.key)
-        lane.responder = responder
-        if await self.commands.handle(lane, inbound, responder):
+        lane.users += 1  # not evicted while this message is being taken in
+        try:
+            lane.responder = responder
+            if await self.commands.handle(lane, inbound, responder):
+                return True
+            if self._closing:
+                await _safe_send(responder, "Parley is restarting; please send that again soon.")
+                return True
+            # The message is durable (a queued run) before the platform hears "received": a
+            # crash before its turn re-queues it at start-up instead of losing it.
+            run_id = new_run_id()
+            await self.store.create_run(
+                run_id, lane.conv, "user", state="queued", text=inbound.text
+            )
+            lane.queue.append((inbound, responder, run_id))
+            if lane.worker is None or lane.worker.done():
+                lane.worker = _spawn(self._drain(lane), f"lane {lane.conv}")
             return True
-        if self._closing:
-            await _safe_send(responder, "Parley is restarting; please send that again shortly.")
-            return True
-        # The message is durable (a queued run) before the platform hears "received": a
-        # crash before its turn re-queues it at start-up instead of losing it.
-        run_id = new_run_id()
-        await self.store.create_run(run_id, lane.conv, "user", state="queued", text=inbound.text)
-        lane.queue.append((inbound, responder, run_id))
-        if lane.worker is None or lane.worker.done():
-            lane.worker = _spawn(self._drain(lane), f"lane {lane.conv}")
-        return True
+        finally:
+            lane.users -= 1
 
     async def lane(self, key: ConversationKey) -> Lane:
         """The lane of `key`, loaded from the store on first use."""
-        if (lane := self.lanes.get(key)) is not None:
+        if (lane := self.lanes.pop(key, None)) is not None:
+            self.lanes[key] = lane  # most recently used last
             return lane
         lock = self._lane_locks.setdefault(key, asyncio.Lock())
         async with lock:
@@ -244,7 +261,20 @@ class Agent:
             lane.goal = await store.goal(conv)
             await self._ensure_conversation(lane, await store.load_messages(conv))
             self.lanes[key] = lane
+            self._evict_idle()
             return lane
+
+    def _evict_idle(self) -> None:
+        """Keep at most `max_lanes` in memory: the least recently used idle ones go (the
+        store has their history; they load again on the next message)."""
+        excess = len(self.lanes) - self.max_lanes
+        for key in list(self.lanes):
+            if excess <= 0:
+                return
+            lane = self.lanes[key]
+            if lane.idle:
+                self.drop_lane(key)
+                excess -= 1
 
     async def _ensure_conversation(
         self, lane: Lane, messages: list[Message] | None = None
@@ -273,7 +303,7 @@ class Agent:
         """Forget an idle lane (a finished cron run's); the store keeps its history."""
         lane = self.lanes.pop(key, None)
         self._lane_locks.pop(key, None)
-        if lane is not None and lane.busy:  # never drop a running lane
+        if lane is not None and not lane.idle:  # never drop a lane with work in it
             self.lanes[key] = lane
 
     async def provider_for(self, key: ConversationKey) -> str:

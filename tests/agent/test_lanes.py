@@ -118,3 +118,39 @@ async def test_stop_between_tools(fake_llm: FakeLLM, tmp_path: Path) -> None:
         assert is_valid(lane.conversation.messages)
         roles = [m.role for m in lane.conversation.messages]
         assert roles == ["system", "user", "assistant", "tool"]
+
+
+async def test_idle_lanes_beyond_the_limit_are_evicted_and_reload(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="noted"), Reply(text="still here"))
+    async with running_agent(fake_llm, tmp_path) as agent:
+        agent.max_lanes = 2
+        chat = RecordingResponder()
+        await agent.submit(inbound("remember me", key=("test", "a", "")), chat)
+        await agent.wait_idle()
+        await agent.submit(inbound("/status", key=("test", "b", "")), chat)
+        await agent.submit(inbound("/status", key=("test", "c", "")), chat)
+        assert list(agent.lanes) == [("test", "b", ""), ("test", "c", "")]
+        await agent.submit(inbound("and now?", key=("test", "a", "")), chat)
+        await agent.wait_idle()
+        sent = fake_llm.requests[-1].json["messages"]
+        assert [m["content"] for m in sent if m["role"] == "user"] == ["remember me", "and now?"]
+
+
+async def test_stop_drops_queued_messages_for_good(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.script(Reply(text="long " * 300, chunk_size=3, chunk_delay=0.05))
+    async with running_agent(fake_llm, tmp_path) as agent:
+        chat = RecordingResponder()
+        await agent.submit(inbound("first"), chat)
+        await agent.submit(inbound("second"), chat)
+        await fake_llm.wait_for_requests(1)
+        await agent.submit(inbound("/stop"), chat)
+        assert chat.sent[-1] == "Stopped (1 queued message dropped)."
+        await agent.wait_idle()
+        states = sorted(r.state for r in await agent.store.runs())
+        assert states == ["cancelled", "cancelled"]
+    async with running_agent(fake_llm, tmp_path, responders=lambda key: chat) as agent:
+        await agent.reconcile()
+        await agent.wait_idle()
+        assert len(fake_llm.requests) == 1  # "second" was not re-queued
