@@ -259,7 +259,7 @@ class Agent:
                 lane.input_tokens, lane.output_tokens = row.input_tokens, row.output_tokens
                 lane.last_compaction = row.last_compaction
             lane.goal = await store.goal(conv)
-            await self._ensure_conversation(lane, await store.load_messages(conv))
+            await self.conversation_of(lane, await store.load_messages(conv))
             self.lanes[key] = lane
             self._evict_idle()
             return lane
@@ -276,7 +276,7 @@ class Agent:
                 self.drop_lane(key)
                 excess -= 1
 
-    async def _ensure_conversation(
+    async def conversation_of(
         self, lane: Lane, messages: list[Message] | None = None
     ) -> Conversation:
         """Build (or rebuild, after `/provider`) the lane's conversation."""
@@ -389,7 +389,7 @@ class Agent:
         given_id: str | None,
         resume: bool,
     ) -> LoopOutcome | None:
-        conversation = await self._ensure_conversation(lane)
+        conversation = await self.conversation_of(lane)
         run_id = given_id or new_run_id()
         lane.run_id, lane.state = run_id, "running"
         recorder = RunRecorder(
@@ -507,7 +507,7 @@ class Agent:
         run = next((r for r in candidates if r.resumable), None)
         if run is None:
             return "There is no interrupted run to resume here."
-        conversation = await self._ensure_conversation(lane)
+        conversation = await self.conversation_of(lane)
         why = await resume_blocker(self.store, run.id, conversation)
         if why is not None:
             text = (

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from core.chat import Inbound, Responder
 from core.events import discard
+from core.journal import RunJournal
 from core.store import GoalRow
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class Commands:
         return HELP
 
     async def _status(self, lane: Lane, args: str, responder: Responder) -> str:
-        conversation = await self.agent._ensure_conversation(lane)
+        conversation = await self.agent.conversation_of(lane)
         provider = conversation.provider
         window = provider.settings.context_window
         context = conversation.guards.context
@@ -118,12 +119,13 @@ class Commands:
     async def _clear(self, lane: Lane, args: str, responder: Responder) -> str:
         if lane.busy:
             return BUSY
-        conversation = await self.agent._ensure_conversation(lane)
+        await self.agent.stop_goal(lane)
+        conversation = await self.agent.conversation_of(lane)
         conversation.messages.clear()
         lane.input_tokens = lane.output_tokens = 0
         lane.last_compaction = None
         lane.goal = None
-        lane.journal.journal = type(lane.journal.journal)()
+        lane.journal.journal = RunJournal()
         context = conversation.guards.context
         if context is not None and hasattr(context, "last_compaction"):
             context.last_compaction = None
@@ -133,7 +135,7 @@ class Commands:
     async def _compact(self, lane: Lane, args: str, responder: Responder) -> str:
         if lane.busy:
             return BUSY
-        conversation = await self.agent._ensure_conversation(lane)
+        conversation = await self.agent.conversation_of(lane)
         context = conversation.guards.context
         if context is None or len(conversation.messages) < 2:
             return "Nothing to compact yet."
@@ -177,7 +179,7 @@ class Commands:
         await self.agent.store.set_provider_pref(lane.key[0], lane.key[1], wanted)
         for other in self.agent.lanes.values():  # every conversation of this channel
             if other.key[:2] == lane.key[:2] and not other.busy:
-                await self.agent._ensure_conversation(other)
+                await self.agent.conversation_of(other)
         return f"This channel now uses {wanted}."
 
     async def _goal(self, lane: Lane, args: str, responder: Responder) -> str:
