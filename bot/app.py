@@ -7,10 +7,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from core.agent import Agent, Conversation
+from core.agent import Agent
 from core.chat import ConversationKey, Responder
 from core.config import ParleyConfig
 from core.context import ContextManager, provider_summarizer
+from core.conversation import Conversation
 from core.journal import JournalBox
 from core.loop import Guards, LoopConfig
 from core.providers import Provider, build_provider

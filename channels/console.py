@@ -14,8 +14,9 @@ import threading
 from collections.abc import AsyncIterator
 from typing import TextIO
 
-from core.agent import Agent, Conversation
+from core.agent import Agent
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, is_silent
+from core.conversation import Conversation
 from core.errors import ContextLimitExceeded, ProviderError
 from core.events import (
     LoopEvent,

@@ -1,7 +1,7 @@
 """The durable conversation agent (SPEC §7, §8).
 
-`Conversation` is one conversation's history and what a turn needs. `Agent` keeps one
-`Lane` per conversation key: messages queue in order and run one at a time, commands act
+`Agent` keeps one `Lane` per conversation key (its `core.conversation.Conversation` holds
+the history and what a turn needs): messages queue in order and run one at a time, commands act
 at once (`/stop` reaches the running run immediately), and different lanes run
 concurrently. Every run is recorded in the store with checkpoints at its safe boundaries
 and an idempotency envelope around each tool call, so a crash is resumable with `/resume`
@@ -12,31 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
-import hashlib
 import logging
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from core.chat import ApprovalRequest, ConversationKey, DeliveryError, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.config import GoalsConfig
+from core.conversation import Conversation, Wiring
 from core.errors import ParleyError
 from core.eventlog import EventLog, RunEvents
-from core.events import EventSink, discard
-from core.journal import JournalBox, RunJournal
-from core.loop import Guards, LoopConfig, LoopOutcome, run_loop, unanswered_calls
+from core.journal import JournalBox
+from core.loop import LoopOutcome, unanswered_calls
 from core.messages import Message
-from core.providers.base import Provider
 from core.runs import RunRecorder, close_unanswered, reconcile_runs, resume_blocker
 from core.store import GoalRow, Store
-from core.tokens import TokenCounter
 from core.tools.base import Approver
-from core.tools.executor import ToolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -64,83 +59,6 @@ def parse_conv(conv: str) -> ConversationKey:
 def new_run_id() -> str:
     """Sortable by time, unique: 8 hex digits of seconds + 8 random."""
     return f"{int(time.time()):08x}{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(slots=True)
-class Conversation:
-    """One conversation's history and what it needs to run a turn."""
-
-    provider: Provider
-    executor: ToolExecutor
-    system_prompt: str
-    loop_config: LoopConfig = field(default_factory=LoopConfig)
-    counter: TokenCounter = field(default_factory=TokenCounter)
-    guards: Guards = field(default_factory=Guards)
-    messages: list[Message] = field(default_factory=list)
-    extra_system: Callable[[], str] | None = None  # journal digest, goal
-
-    def stable_prompt(self) -> str:
-        """The part of the system message that comes from configuration and tools; its
-        hash tells a resumed run whether the ground shifted under it."""
-        workspace = self.executor.ctx.sandbox.resolved_workspace()
-        tools = ", ".join(self.executor.registry.names())
-        return (
-            f"{self.system_prompt}\n\nTools run in the working directory {workspace}. "
-            f"Available tools: {tools}."
-        )
-
-    def prompt_hash(self) -> str:
-        return hashlib.sha256(self.stable_prompt().encode()).hexdigest()[:16]
-
-    def system_message(self) -> Message:
-        """Rebuilt every turn: configuration, tools, today's date, journal digest, goal."""
-        today = dt.datetime.now(dt.UTC).date().isoformat()
-        text = f"{self.stable_prompt()} Today is {today} (UTC)."
-        if self.extra_system is not None and (extra := self.extra_system()):
-            text = f"{text}\n\n{extra}"
-        return Message.system(text)
-
-    def refresh_system(self) -> None:
-        system = self.system_message()
-        if self.messages and self.messages[0].role == "system":
-            self.messages[0] = system
-        else:
-            self.messages.insert(0, system)
-
-    async def turn(self, text: str, sink: EventSink = discard) -> LoopOutcome:
-        """Add the user's message and run the loop until a final answer."""
-        self.refresh_system()
-        self.messages.append(Message.user(text))
-        return await self.run(sink)
-
-    async def run(
-        self, sink: EventSink = discard, recorder: RunRecorder | None = None
-    ) -> LoopOutcome:
-        return await run_loop(
-            self.messages,
-            self.provider,
-            self.executor,
-            config=self.loop_config,
-            sink=sink,
-            counter=self.counter,
-            guards=self.guards,
-            recorder=recorder,
-        )
-
-
-class Wiring(Protocol):
-    """What the agent needs from the application: providers and conversations."""
-
-    @property
-    def default_provider(self) -> str: ...
-
-    def provider_names(self) -> list[str]: ...
-
-    def provider(self, name: str) -> Provider: ...
-
-    def conversation(
-        self, provider_name: str, approver: Approver | None, journal: JournalBox
-    ) -> Conversation: ...
 
 
 @dataclass(slots=True)
@@ -623,4 +541,4 @@ async def _safe_send(responder: Responder, text: str) -> bool:
     return True
 
 
-__all__ = ["Agent", "Conversation", "Lane", "RunJournal", "Wiring", "conv_id", "parse_conv"]
+__all__ = ["Agent", "Lane", "conv_id", "parse_conv"]
