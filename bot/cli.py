@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return asyncio.run(_run(app, name, console=args.console))
         return asyncio.run(_chat(app, name, args.message))
+    except ConfigError as exc:  # a job or channel problem found at start-up
+        return _fail(f"configuration problem\n{exc}")
     except KeyboardInterrupt:
         return 130
 

@@ -289,3 +289,37 @@ async def test_run_without_channels_talks_in_the_console(fake_llm: FakeLLM, tmp_
     assert "hello from run" in out
     assert "Provider: openai (fake-model)" in out
     assert "parley: stopped" in err
+
+
+async def test_run_refuses_a_bad_job_naming_it_and_the_key(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    config = write_config(
+        tmp_path,
+        textwrap.dedent(
+            """
+            [[jobs]]
+            name = "digest"
+            schedule = "0 9 * *"
+            channel = "console:local"
+            prompt = "hi"
+            """
+        ),
+    )
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    code, _out, err = await parley("--config", str(config), "run", env=env, stdin=b"")
+    assert code == 2
+    assert "jobs.0.schedule" in err
+    assert "digest" in err
+    assert "Traceback" not in err
+
+
+async def test_run_with_a_missing_channel_token_names_the_variable(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, '\n[channels.slack]\nenabled = true\nallow_users = ["U1"]\n')
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    code, _out, err = await parley("--config", str(config), "run", env=env, stdin=b"")
+    assert code == 2
+    assert "SLACK_BOT_TOKEN" in err
+    assert "Traceback" not in err
