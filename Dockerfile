@@ -1,7 +1,8 @@
 # Parley in a container: slim Python, a non-root user, `parley run` as the entrypoint.
 #   docker build -t parley .
 #   docker run --rm -it -e OPENAI_API_KEY parley            # or -e ANTHROPIC_API_KEY
-#   docker run --rm -it -v $PWD/config.toml:/app/config.toml -e OPENAI_API_KEY parley
+#   docker run --rm -it -v $PWD/config.toml:/app/config.toml -v parley-data:/home/parley/.parley \
+#     -e OPENAI_API_KEY -e SLACK_BOT_TOKEN -e SLACK_APP_TOKEN parley
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -24,7 +25,9 @@ RUN pip install .
 COPY config.toml tools.yaml ./
 
 USER parley
-# The workspace, artifacts and (later) the store live in the user's home: mount a volume
-# at /home/parley/.parley to keep them across restarts.
+# The store (conversations, runs, jobs), events log, workspace and artifacts live in the
+# user's home: mount a volume at /home/parley/.parley to keep them across restarts.
+# `docker stop` sends SIGTERM: running turns reach a checkpoint before Parley exits.
+STOPSIGNAL SIGTERM
 VOLUME ["/home/parley/.parley"]
 ENTRYPOINT ["parley", "run"]
