@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from core.chat import ApprovalRequest, ConversationKey, DeliveryError, Inbound, Responder
 from core.clock import Clock, SystemClock
+from core.commands import Commands, parse_command
 from core.config import GoalsConfig
 from core.conversation import Conversation, Wiring
 from core.errors import ParleyError
@@ -83,6 +84,7 @@ class Lane:
     goal: GoalRow | None = None
     goal_task: asyncio.Task[None] | None = None
     last_compaction: str | None = None
+    stoppable: bool = False  # the run is in its loop; after it, /stop lets it deliver
     pinned: bool = False  # a conversation built by its owner (a cron job): never rebuilt
 
     users: int = 0  # submits in progress
@@ -122,31 +124,41 @@ class Agent:
         self.lanes: dict[ConversationKey, Lane] = {}
         self._lane_locks: dict[ConversationKey, asyncio.Lock] = {}
         self._closing = False
+        self._taking_in: set[tuple[str, str]] = set()  # platform events being taken in
+        self.started_at = time.time()
         self.max_lanes = MAX_LANES
-        from core.commands import Commands  # the commands use the agent's lanes
-
         self.commands = Commands(self)
 
     # --- input ------------------------------------------------------------------------
 
     async def submit(self, inbound: Inbound, responder: Responder) -> bool:
-        if inbound.event_id and not await self.store.first_sight(inbound.channel, inbound.event_id):
-            self.events.emit(
-                "channel.event.duplicate", {"channel": inbound.channel, "id": inbound.event_id}
-            )
-            return False
+        if self._closing:  # not marked seen: a redelivery after the restart is answered
+            await _safe_send(responder, "Parley is restarting; please send that again soon.")
+            return True
+        event = (inbound.channel, inbound.event_id)
+        if inbound.event_id:
+            duplicate = event in self._taking_in  # checked and claimed with no await between
+            self._taking_in.add(event)
+            if duplicate or await self.store.seen(*event):
+                if not duplicate:
+                    self._taking_in.discard(event)
+                self.events.emit("channel.event.duplicate", {"channel": event[0], "id": event[1]})
+                return False
         lane = await self.lane(inbound.key)
         lane.users += 1  # not evicted while this message is being taken in
         try:
             lane.responder = responder
-            if await self.commands.handle(lane, inbound, responder):
+            if parse_command(inbound.text) is not None:
+                if inbound.event_id:
+                    await self.store.mark_seen(*event)
+                await self.commands.handle(lane, inbound, responder)
                 return True
-            if self._closing:
-                await _safe_send(responder, "Parley is restarting; please send that again soon.")
-                return True
-            # The message is durable (a queued run) before the platform hears "received": a
-            # crash before its turn re-queues it at start-up instead of losing it.
+            # The message is durable (a queued run, marked seen in the same commit) before
+            # the platform hears "received": a crash before its turn re-queues it at
+            # start-up, and neither loses it nor answers it twice.
             run_id = new_run_id()
+            if inbound.event_id:
+                self.store.mark_seen_soon(*event)
             await self.store.create_run(
                 run_id, lane.conv, "user", state="queued", text=inbound.text
             )
@@ -156,6 +168,7 @@ class Agent:
             return True
         finally:
             lane.users -= 1
+            self._taking_in.discard(event)
 
     async def lane(self, key: ConversationKey) -> Lane:
         """The lane of `key`, loaded from the store on first use."""
@@ -216,6 +229,11 @@ class Agent:
             )
         lane.conversation, lane.provider_name = conversation, wanted
         return conversation
+
+    @property
+    def closing(self) -> bool:
+        """True once `shutdown` began: no new input is taken."""
+        return self._closing
 
     def drop_lane(self, key: ConversationKey) -> None:
         """Forget an idle lane (a finished cron run's); the store keeps its history."""
@@ -283,6 +301,8 @@ class Agent:
     ) -> LoopOutcome | None:
         """Run one turn as the lane's run task (so `/stop` can cancel it alone); one run
         at a time per lane, whoever asks (the queue worker, `/resume`, a goal driver)."""
+        if self._closing:
+            return None
         async with lane.lock:
             task = asyncio.create_task(
                 self._run(lane, responder, user_text, trigger, run_id, resume),
@@ -292,11 +312,16 @@ class Agent:
             try:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:
-                if not task.done():  # the caller itself is being cancelled
+                me = asyncio.current_task()
+                if me is not None and me.cancelling():  # the caller itself is cancelled
                     task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-                raise
+                    await asyncio.wait({task})
+                    raise
+                # /stop reached the run before it began: it never ran, record that.
+                if run_id is not None:
+                    self.store.update_run(run_id, state="cancelled", reason="stopped")
+                lane.state, lane.last_state, lane.run_id = "idle", "cancelled", None
+                return None
 
     async def _run(
         self,
@@ -307,11 +332,79 @@ class Agent:
         given_id: str | None,
         resume: bool,
     ) -> LoopOutcome | None:
-        conversation = await self.conversation_of(lane)
         run_id = given_id or new_run_id()
-        lane.run_id, lane.state = run_id, "running"
+        lane.run_id, lane.state, lane.stoppable = run_id, "running", True
+        stream = responder.stream()
+        sink = RunEvents(self.events, stream, run_id=run_id, conv=lane.conv)
+        conversation: Conversation | None = None
+        recorder: RunRecorder | None = None
+        outcome: LoopOutcome | None = None
+        state: RunState
+        try:  # everything that awaits is in here: a /stop at any point is handled below
+            conversation = await self.conversation_of(lane)
+            recorder = await self._start_run(lane, conversation, run_id, trigger, given_id, resume)
+            if user_text is not None:
+                if pending := unanswered_calls(conversation.messages):
+                    # New input supersedes an interrupted run: close its calls, never re-run.
+                    close_unanswered(conversation.messages, pending, {})
+                conversation.messages.append(Message.user(user_text))
+            recorder.cursor = len(conversation.messages)
+            recorder.checkpoint("input", 0, conversation.messages)
+            sink.emit("agent_run.started", {"trigger": trigger, "provider": lane.provider_name})
+            async with responder.typing():
+                outcome = await conversation.run(sink, recorder)
+            state = _state_of(outcome)
+            text = outcome.text
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            state, text = "cancelled", STOPPED_TEXT
+            if self._closing and recorder is not None:  # a shutdown, not /stop: resumable
+                state, text = "timed_out", RESTARTING_TEXT
+                self.store.update_run(run_id, resumable=1)
+        except ParleyError as exc:
+            state, text = "failed", f"Sorry, that failed: {exc}"
+            log.warning("run %s failed: %s", run_id, exc)
+        except Exception as exc:
+            state, text = "failed", f"Sorry, something went wrong ({type(exc).__name__})."
+            log.exception("run %s crashed", run_id)
+        lane.stoppable = False  # from here on the answer is delivered, not cut short
+        if conversation is not None and recorder is not None:
+            self._finish_run(lane, conversation, recorder, sink)
+        self.store.update_run(
+            run_id,
+            state=state,
+            ended_at=time.time(),
+            reason=outcome.reason if outcome else state,
+            text=text[:2000],
+            iterations=recorder.iteration if recorder else 0,
+            input_tokens=sink.input_tokens,
+            output_tokens=sink.output_tokens,
+        )
+        sink.emit(f"agent_run.{state}", {"reason": outcome.reason if outcome else state})
+        lane.state, lane.last_state, lane.run_id = "idle", state, None
+        await self.store.flush()
+        try:
+            await stream.finish(text)
+        except DeliveryError:
+            log.warning("reply of run %s was not delivered", run_id, exc_info=True)
+            sink.emit("channel.delivery.failed", {})
+        return outcome
+
+    async def _start_run(
+        self,
+        lane: Lane,
+        conversation: Conversation,
+        run_id: str,
+        trigger: str,
+        given_id: str | None,
+        resume: bool,
+    ) -> RunRecorder:
+        """Record the run as running and give it its recorder (checkpoints, envelope)."""
+        replayable = {c.id for c in unanswered_calls(conversation.messages)} if resume else set()
         recorder = RunRecorder(
-            self.store, lane.conv, run_id, conversation.prompt_hash(), resumed=resume
+            self.store, lane.conv, run_id, conversation.prompt_hash(), replayable=replayable
         )
         recorder.persisted = list(conversation.messages)
         conversation.executor.envelope = recorder
@@ -324,42 +417,17 @@ class Agent:
             else:  # a queued run starts
                 self.store.update_run(run_id, state="running", started_at=time.time())
         conversation.refresh_system()
-        if user_text is not None:
-            if pending := unanswered_calls(conversation.messages):
-                # New input supersedes an interrupted run: close its calls, never re-run them.
-                close_unanswered(conversation.messages, pending, {})
-            conversation.messages.append(Message.user(user_text))
-        recorder.cursor = len(conversation.messages)
-        recorder.checkpoint("input", 0, conversation.messages)
-        stream = responder.stream()
-        sink = RunEvents(self.events, stream, run_id=run_id, conv=lane.conv)
-        sink.emit("agent_run.started", {"trigger": trigger, "provider": lane.provider_name})
-        outcome: LoopOutcome | None = None
-        state: RunState
-        try:
-            async with responder.typing():
-                outcome = await conversation.run(sink, recorder)
-            state = _state_of(outcome)
-            text = outcome.text
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            state, text = "cancelled", STOPPED_TEXT
-            if self._closing:  # cut off by a shutdown, not by /stop: resumable
-                state, text = "timed_out", RESTARTING_TEXT
-                self.store.update_run(run_id, resumable=1)
-        except ParleyError as exc:
-            state, text = "failed", f"Sorry, that failed: {exc}"
-            log.warning("run %s failed: %s", run_id, exc)
-        except Exception as exc:
-            state, text = "failed", f"Sorry, something went wrong ({type(exc).__name__})."
-            log.exception("run %s crashed", run_id)
+        return recorder
+
+    def _finish_run(
+        self, lane: Lane, conversation: Conversation, recorder: RunRecorder, sink: RunEvents
+    ) -> None:
+        """The final checkpoint and the session snapshot."""
         recorder.checkpoint("final", recorder.iteration, conversation.messages)
+        conversation.executor.envelope = None
         lane.input_tokens += sink.input_tokens
         lane.output_tokens += sink.output_tokens
-        context = conversation.guards.context
-        report = getattr(context, "last_compaction", None)
+        report = getattr(conversation.guards.context, "last_compaction", None)
         if report is not None:
             lane.last_compaction = f"{report.before}→{report.after} ({report.kind})"
         self.store.save_snapshot(
@@ -369,35 +437,15 @@ class Agent:
             output_tokens=lane.output_tokens,
             last_compaction=lane.last_compaction,
         )
-        self.store.update_run(
-            run_id,
-            state=state,
-            ended_at=time.time(),
-            reason=outcome.reason if outcome else state,
-            text=text[:2000],
-            iterations=recorder.iteration,
-            input_tokens=sink.input_tokens,
-            output_tokens=sink.output_tokens,
-        )
-        sink.emit(f"agent_run.{state}", {"reason": outcome.reason if outcome else state})
-        lane.state, lane.last_state, lane.run_id = "idle", state, None
-        conversation.executor.envelope = None
-        await self.store.flush()
-        try:
-            await stream.finish(text)
-        except DeliveryError:
-            log.warning("reply of run %s was not delivered", run_id, exc_info=True)
-            sink.emit("channel.delivery.failed", {})
-        return outcome
 
     async def stop(self, lane: Lane) -> bool:
         """Cancel the lane's running run; True if there was one."""
         task = lane.run_task
         if task is None or task.done():
             return False
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait({task})
+        if lane.stoppable:  # a run already delivering its answer is left to finish
+            task.cancel()
+        await asyncio.wait({task})  # never raises; our own cancellation still propagates
         return True
 
     # --- autonomous goals ---------------------------------------------------------------
@@ -439,6 +487,8 @@ class Agent:
             lane.last_state = "waiting_on_human"
             await self.store.flush()
             return text
+        if lane.busy or lane.queue or (lane.worker is not None and not lane.worker.done()):
+            return "A message arrived meanwhile; send /resume again once it is answered."
         resumed = self._resume_then_drain(lane, responder, run.id)
         lane.worker = _spawn(resumed, f"resume {lane.conv}")
         return None
@@ -452,7 +502,8 @@ class Agent:
     async def reconcile(self) -> list[str]:
         """At start-up: runs left `running` by a crash become `timed_out`; those with a
         checkpoint to go on from are announced in their conversation with a /resume hint."""
-        interrupted = await reconcile_runs(self.store, self.events)
+        # Only runs of earlier processes: channels may already be delivering new messages.
+        interrupted = await reconcile_runs(self.store, self.events, before=self.started_at)
         for run in interrupted:
             responder = self.responders(parse_conv(run.conv))
             if responder is not None:
@@ -462,7 +513,8 @@ class Agent:
                     "Send /resume to continue where I stopped.",
                 )
         for run in reversed(await self.store.runs(states=["queued"], limit=10_000)):
-            await self._requeue(run.id, run.conv, run.text or "")
+            if run.created_at < self.started_at:
+                await self._requeue(run.id, run.conv, run.text or "")
         for approval_id, _conv, _tool in await self.store.pending_approvals():
             self.store.approval_resolved(approval_id, "expired")
         await self.store.flush()
@@ -495,18 +547,19 @@ class Agent:
 
     async def shutdown(self, grace: float = 10.0) -> None:
         """Stop taking input; let running turns reach a checkpoint (up to `grace`
-        seconds), then cancel what is left."""
+        seconds), then cancel what is left (those runs stay resumable)."""
         self._closing = True
-        workers = [lane.worker for lane in self.lanes.values() if lane.worker]
-        running = [w for w in workers if not w.done()]
+        lanes = list(self.lanes.values())  # submits after this point are turned away
+        for lane in lanes:
+            await self.stop_goal(lane)
+        running = [lane.worker for lane in lanes if lane.worker and not lane.worker.done()]
         if running:
             await asyncio.wait(running, timeout=grace)
-        for lane in self.lanes.values():
+        for lane in lanes:
             await self.stop(lane)
             if lane.worker and not lane.worker.done():
                 lane.worker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await lane.worker
+                await asyncio.wait({lane.worker})
         await self.store.flush()
 
 

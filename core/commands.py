@@ -120,44 +120,46 @@ class Commands:
         if lane.busy:
             return BUSY
         await self.agent.stop_goal(lane)
-        conversation = await self.agent.conversation_of(lane)
-        conversation.messages.clear()
-        lane.input_tokens = lane.output_tokens = 0
-        lane.last_compaction = None
-        lane.goal = None
-        lane.journal.journal = RunJournal()
-        context = conversation.guards.context
-        if context is not None and hasattr(context, "last_compaction"):
-            context.last_compaction = None
-        await self.agent.store.clear_conversation(lane.conv)
+        async with lane.lock:  # no run may start halfway through
+            conversation = await self.agent.conversation_of(lane)
+            conversation.messages.clear()
+            lane.input_tokens = lane.output_tokens = 0
+            lane.last_compaction = None
+            lane.goal = None
+            lane.journal.journal = RunJournal()
+            context = conversation.guards.context
+            if context is not None and hasattr(context, "last_compaction"):
+                context.last_compaction = None
+            await self.agent.store.clear_conversation(lane.conv)
         return "Cleared this conversation's history. The provider choice is kept."
 
     async def _compact(self, lane: Lane, args: str, responder: Responder) -> str:
         if lane.busy:
             return BUSY
-        conversation = await self.agent.conversation_of(lane)
-        context = conversation.guards.context
-        if context is None or len(conversation.messages) < 2:
-            return "Nothing to compact yet."
-        await responder.send("Compacting the conversation…")
-        report = await context.compact(conversation.messages, sink=discard)
-        before, after = getattr(report, "before", 0), getattr(report, "after", 0)
-        lane.last_compaction = f"{before}→{after} (manual)"
-        store = self.agent.store
-        store.save_messages(lane.conv, conversation.messages, 0)
-        store.save_snapshot(
-            lane.key,
-            lane.conv,
-            input_tokens=lane.input_tokens,
-            output_tokens=lane.output_tokens,
-            last_compaction=lane.last_compaction,
-        )
-        self.agent.events.emit(
-            "agent.compaction.run",
-            {"kind": "manual", "before": before, "after": after},
-            conv=lane.conv,
-        )
-        await store.flush()
+        async with lane.lock:  # a message arriving meanwhile waits: nothing is lost
+            conversation = await self.agent.conversation_of(lane)
+            context = conversation.guards.context
+            if context is None or len(conversation.messages) < 2:
+                return "Nothing to compact yet."
+            await responder.send("Compacting the conversation…")
+            report = await context.compact(conversation.messages, sink=discard)
+            before, after = getattr(report, "before", 0), getattr(report, "after", 0)
+            lane.last_compaction = f"{before}→{after} (manual)"
+            store = self.agent.store
+            store.save_messages(lane.conv, conversation.messages, 0)
+            store.save_snapshot(
+                lane.key,
+                lane.conv,
+                input_tokens=lane.input_tokens,
+                output_tokens=lane.output_tokens,
+                last_compaction=lane.last_compaction,
+            )
+            self.agent.events.emit(
+                "agent.compaction.run",
+                {"kind": "manual", "before": before, "after": after},
+                conv=lane.conv,
+            )
+            await store.flush()
         return f"Compacted: {before:,} → {after:,} tokens."
 
     async def _resume(self, lane: Lane, args: str, responder: Responder) -> str | None:
@@ -177,9 +179,9 @@ class Commands:
         if lane.busy:
             return BUSY
         await self.agent.store.set_provider_pref(lane.key[0], lane.key[1], wanted)
-        for other in self.agent.lanes.values():  # every conversation of this channel
-            if other.key[:2] == lane.key[:2] and not other.busy:
-                await self.agent.conversation_of(other)
+        # Every conversation of this channel switches at the start of its next run.
+        async with lane.lock:
+            await self.agent.conversation_of(lane)
         return f"This channel now uses {wanted}."
 
     async def _goal(self, lane: Lane, args: str, responder: Responder) -> str:
@@ -213,6 +215,7 @@ class Commands:
                 return "Autonomous goals are off here (goals.autonomous_enabled in config.toml)."
             if auto and lane.busy:
                 return BUSY
+            await self.agent.stop_goal(lane)  # one driver per conversation
             lane.goal = GoalRow(lane.conv, text, "active", auto, turns if auto else 0, 0, None)
             await store.save_goal(lane.goal, lane.conv)
             if auto:

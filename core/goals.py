@@ -111,7 +111,7 @@ async def drive_goal(agent: Agent, lane: Lane, responder: Responder) -> None:
                         break
             await agent.clock.sleep(settings.autonomous_turn_delay_ms / 1000)
     except asyncio.CancelledError:
-        state, note = "stopped", "stopped by /stop"
+        state, note = "stopped", "Parley is restarting" if agent.closing else "stopped by /stop"
         await _finish(agent, lane, responder, goal, state, note)
         raise
     await _finish(agent, lane, responder, goal, state, note)
@@ -121,9 +121,9 @@ async def _finish(
     agent: Agent, lane: Lane, responder: Responder, goal: GoalRow, state: str, note: str
 ) -> None:
     final = replace(goal, state=state, note=note)
-    if lane.goal is not None and lane.goal.conv == goal.conv:
+    if lane.goal is not None and lane.goal.text == goal.text:  # not replaced or cleared
         lane.goal = final
-    await agent.store.save_goal(final, lane.conv)
+        await agent.store.save_goal(final, lane.conv)
     agent.events.emit(
         "agent.goal.ended", {"state": state, "turns": goal.turns, "note": note}, conv=lane.conv
     )

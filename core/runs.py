@@ -28,11 +28,19 @@ class RunRecorder:
     """Checkpoints and the idempotency envelope of one run."""
 
     def __init__(
-        self, store: Store, conv: str, run_id: str, prompt_hash: str, *, resumed: bool = False
+        self,
+        store: Store,
+        conv: str,
+        run_id: str,
+        prompt_hash: str,
+        *,
+        replayable: set[str] | None = None,
     ) -> None:
         self.store, self.conv, self.run_id = store, conv, run_id
         self.prompt_hash = prompt_hash
-        self.resumed = resumed  # only a resumed run can meet calls that already completed
+        # The calls left open by the interruption a resumed run goes on from: only these
+        # may be replayed (ids can repeat across iterations with some providers).
+        self.replayable = set(replayable or ())
         self.seq = 0
         self.iteration = 0
         self.cursor = 0  # where this run's messages start
@@ -74,9 +82,14 @@ class RunRecorder:
         """Record the start; a completed call is replayed instead. Only a side-effecting
         call waits for the commit before it runs: after a crash, an idempotent call that
         left no trace is simply run again, which is what resume does with it anyway."""
-        if self.resumed:
+        if call.id in self.replayable:
+            self.replayable.discard(call.id)
             stored = (await self.store.tool_calls(self.run_id)).get(call.id)
-            if stored is not None and stored.completed:
+            same = stored is not None and (stored.name, stored.arguments) == (
+                call.name,
+                call.arguments,
+            )
+            if stored is not None and same and stored.completed:
                 return Message.tool_result(call, stored.result or "", is_error=stored.is_error)
         self.store.tool_started(self.run_id, call.id, call.name, call.arguments, idempotent)
         if not idempotent:
@@ -105,34 +118,41 @@ def close_unanswered(
 
 async def resume_blocker(store: Store, run_id: str, conversation: Conversation) -> str | None:
     """Why run `run_id` must not simply go on, or None. A changed system prompt or tool set
-    blocks it, and so does a side-effecting call that started but never finished (running
-    it again could repeat its effect); then the open calls are closed in the transcript."""
+    blocks it, and so does a side-effecting call that started but never finished, whether
+    the transcript left it open (a crash) or gave it a "cancelled" result (a shutdown):
+    running it again could repeat its effect. Such calls get the result "interrupted" in
+    the transcript."""
     checkpoint = await store.last_checkpoint(run_id)
     if checkpoint is None:
         return "it stopped before its first checkpoint"
     if checkpoint.prompt_hash != conversation.prompt_hash():
         return "the configuration or the tools changed since it was interrupted"
-    pending = unanswered_calls(conversation.messages)
-    if not pending:
-        return None
     rows = await store.tool_calls(run_id)
-    half = [
-        c
-        for c in pending
-        if (row := rows.get(c.id)) is not None and not row.completed and not row.idempotent
-    ]
+    half = {cid: row for cid, row in rows.items() if not row.completed and not row.idempotent}
     if not half:
         return None
-    close_unanswered(conversation.messages, pending, rows)
-    names = ", ".join(f"`{c.name}`" for c in half)
+    messages = conversation.messages
+    for index, message in enumerate(messages):
+        if message.role == "tool" and message.tool_call_id in half:
+            messages[index] = Message(  # a new message: token counts are cached per message
+                role="tool",
+                content=INTERRUPTED_RESULT,
+                tool_call_id=message.tool_call_id,
+                name=message.name,
+                is_error=True,
+            )
+    close_unanswered(messages, unanswered_calls(messages), rows)
+    names = ", ".join(sorted({f"`{row.name}`" for row in half.values()}))
     return f"{names} had started but not finished, and running it again could repeat its effect"
 
 
-async def reconcile_runs(store: Store, events: EventLog) -> list[RunRow]:
-    """Runs left `running` by a crash become `timed_out`; returns those with a checkpoint to
-    go on from (now marked resumable)."""
+async def reconcile_runs(store: Store, events: EventLog, *, before: float) -> list[RunRow]:
+    """Runs created before `before` (by an earlier process) and left `running` by a crash
+    become `timed_out`; returns those with a checkpoint to go on from (marked resumable)."""
     interrupted: list[RunRow] = []
     for run in await store.runs(states=["running"], limit=10_000):
+        if run.created_at >= before:  # this process's own live run
+            continue
         checkpoint = await store.last_checkpoint(run.id)
         resumable = checkpoint is not None and checkpoint.kind != "final"
         store.update_run(

@@ -200,7 +200,8 @@ class Store:
         return cls(conn, writer)
 
     async def aclose(self) -> None:
-        await self.flush()
+        while self._pending or self._inflight is not None:  # also what flushing queued
+            await self.flush()
         self._writer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._writer
@@ -488,18 +489,23 @@ class Store:
 
     # --- platform event dedupe, approvals -------------------------------------------
 
-    async def first_sight(self, channel: str, event_id: str) -> bool:
-        """Record a platform event id; False if it was seen before (a redelivery)."""
+    async def seen(self, channel: str, event_id: str) -> bool:
+        """Whether a platform event id was taken in before (a redelivery)."""
         row = await self._one(
             "SELECT 1 FROM seen_events WHERE channel = ? AND event_id = ?", (channel, event_id)
         )
-        if row is not None:
-            return False
-        await self.write(
+        return row is not None
+
+    def mark_seen_soon(self, channel: str, event_id: str) -> None:
+        """Queue the "seen" record (commit it together with what the event produced)."""
+        self.write_soon(
             "INSERT OR IGNORE INTO seen_events (channel, event_id, at) VALUES (?, ?, ?)",
             (channel, event_id, time.time()),
         )
-        return True
+
+    async def mark_seen(self, channel: str, event_id: str) -> None:
+        self.mark_seen_soon(channel, event_id)
+        await self.flush()
 
     def approval_requested(
         self, approval_id: str, conv: str, run_id: str | None, tool: str, summary: str
