@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import random
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -109,8 +110,14 @@ class MessageBuilder:
 
     def message(self) -> Message:
         calls = tuple(
-            ToolCall(id=p[0] or f"call_{i}", name=p[1], arguments="".join(p[2:]) or "{}")
-            for i, p in sorted(self.calls.items())
+            # A server that sends no ids (some local ones) gets unique ones: ids must not
+            # repeat across turns, or results and resume records would be confused.
+            ToolCall(
+                id=p[0] or f"call_{uuid.uuid4().hex[:12]}",
+                name=p[1],
+                arguments="".join(p[2:]) or "{}",
+            )
+            for _, p in sorted(self.calls.items())
         )
         return Message(
             role="assistant",
