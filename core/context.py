@@ -71,6 +71,7 @@ TACO_PROMPT = (
 )
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 log = logging.getLogger(__name__)
+KEPT_ARTIFACT = re.compile(r"bytes cut; full output in (.+?)\]…")  # see sandbox.cut_notice
 
 
 class ContextSettings(BaseModel):
@@ -396,7 +397,10 @@ class ContextManager:
                 return result  # cheap check first: most outputs are small
             if self.counter.message(result) <= threshold:
                 return result
-            path = await self._offload(result)
+            # A sandbox-capped output already has its full text in an artifact: point to
+            # that one instead of writing a second file of the capped text.
+            kept = KEPT_ARTIFACT.search(result.content)
+            path = Path(kept.group(1)) if kept else await self._offload(result)
             text = await self._compress(result)
             if text is None and path is None:
                 return result

@@ -74,3 +74,15 @@ async def test_unwritable_artifacts_dir_keeps_the_raw_output(tmp_path: Path) -> 
     raw = big()
     out = await manager(Summary(), blocker / "sub").process_tool_result(raw, approved=False)
     assert out is raw
+
+
+async def test_a_sandbox_capped_output_keeps_its_one_artifact(tmp_path: Path) -> None:
+    from core.tools.sandbox import cap_output
+
+    full = tmp_path / "sandbox artifacts" / "bash-1.txt"  # a path with a space
+    capped, truncated, _ = cap_output(words(3000, "row").encode(), 4096, full)
+    assert truncated
+    cm = manager(None, tmp_path / "artifacts")
+    out = await cm.process_tool_result(Message.tool_result(CALL, capped), approved=False)
+    assert not (tmp_path / "artifacts").exists()  # no second file of the capped text
+    assert f"[full output: {full}; read it with read_file]" in out.content
