@@ -302,10 +302,10 @@ async def slack(answer: str, tmp: Path) -> Result:
         await channel.start(agent)
         try:
             await fake.connected()
-            envelope = await fake.dm(QUESTION, user=SLACK_USER, channel=SLACK_DM)
+            await fake.dm(QUESTION, user=SLACK_USER, channel=SLACK_DM)
 
             def shown() -> list[str]:
-                return [m.text for m in fake.thread(SLACK_DM, envelope.ts)]
+                return [m.text for m in fake.thread(SLACK_DM, None)]  # DMs: top level
 
             complete = await wait_final(
                 lambda: fake.until(lambda: shown() == expected, WAIT, "final text"), "slack"

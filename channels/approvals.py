@@ -91,7 +91,7 @@ class Approvals:
             allowed, name = outcome
             text = approved_text(name) if allowed else denied_text(name)
         log.info("approval %s for %s: %s", request.id, request.tool, text)
-        await settle(request, text)
+        await self._settle_quietly(settle, request, text)  # the decision stands regardless
         return allowed
 
     async def _wait(

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import re
 import warnings
-from collections.abc import Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar, cast
 
@@ -30,7 +30,14 @@ from channels.approvals import Approvals, approval_button_id, parse_approval_but
 from channels.gate import Gate
 from channels.stream import EditBudget, RateLimited, ReplyStreamer, TransientError, Typing, deliver
 from channels.text import to_discord
-from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, ReplyStream
+from core.chat import (
+    AgentPort,
+    ApprovalRequest,
+    ConversationKey,
+    DeliveryError,
+    Inbound,
+    ReplyStream,
+)
 from core.clock import Clock, SystemClock
 from core.config import DiscordConfig
 from core.errors import ChannelError, ConfigError
@@ -50,6 +57,7 @@ MESSAGE_LIMIT = 2000
 EDITS_PER_WINDOW, EDIT_WINDOW = 5, 5.0  # Discord: 5 message edits per 5 s per channel
 TYPING_INTERVAL = 8.0  # the indicator lasts 10 s
 CONNECT_TIMEOUT = 30.0
+STOP_GRACE = 5.0  # inbound events still being handed to the agent at stop()
 # on_ready waits this long after the last GUILD_CREATE; nothing here needs on_ready.
 GUILD_READY_TIMEOUT = 0.5
 # Longer 429 waits are raised (as RateLimited) instead of slept inside discord.py, so the
@@ -122,8 +130,15 @@ class _Surface:
 
     limit = MESSAGE_LIMIT
 
-    def __init__(self, channel: discord.PartialMessageable) -> None:
-        self._channel = channel
+    def __init__(self, channel: Callable[[], discord.PartialMessageable]) -> None:
+        self._resolve = channel
+
+    @property
+    def _channel(self) -> discord.PartialMessageable:
+        try:
+            return self._resolve()
+        except ChannelError as exc:  # stopped: a post now is simply not delivered
+            raise DeliveryError(str(exc)) from exc
 
     def measure(self, text: str) -> int:
         return len(text)
@@ -163,7 +178,8 @@ class _Responder:
         self._adapter, self._target = adapter, target
 
     def _surface(self) -> _Surface:
-        return _Surface(self._adapter.client().get_partial_messageable(self._target))
+        adapter, target = self._adapter, self._target
+        return _Surface(lambda: adapter.client().get_partial_messageable(target))
 
     async def send(self, text: str) -> None:
         await deliver(self._surface(), text, clock=self._adapter.clock)
@@ -211,7 +227,8 @@ class _Client(discord.Client):
         self.connected.set()
 
     async def on_message(self, message: discord.Message) -> None:
-        await self.adapter.on_message(message)
+        async with self.adapter.handling():
+            await self.adapter.on_message(message)
 
     async def on_interaction(self, interaction: discord.Interaction[_Client]) -> None:
         if interaction.type is discord.InteractionType.component:
@@ -219,14 +236,16 @@ class _Client(discord.Client):
 
 
 async def _command(interaction: discord.Interaction[_Client]) -> None:
-    await interaction.client.adapter.on_command(interaction, None)
+    async with interaction.client.adapter.handling():
+        await interaction.client.adapter.on_command(interaction, None)
 
 
 @app_commands.describe(args="Arguments, e.g. a provider name or `create <text> --auto`")
 async def _command_with_args(
     interaction: discord.Interaction[_Client], args: str | None = None
 ) -> None:
-    await interaction.client.adapter.on_command(interaction, args)
+    async with interaction.client.adapter.handling():
+        await interaction.client.adapter.on_command(interaction, args)
 
 
 class DiscordChannel:
@@ -263,6 +282,7 @@ class DiscordChannel:
         self._prompts: dict[str, tuple[int, int, str]] = {}  # request id → target, msg, text
         self._threads: set[int] = set()  # threads the bot answered in
         self._client: _Client | None = None
+        self._handling: set[asyncio.Task[Any]] = set()
         self._gateway: asyncio.Task[None] | None = None
         self._agent: AgentPort | None = None
 
@@ -306,7 +326,27 @@ class DiscordChannel:
         if not done:
             log.warning("Discord gateway not connected after %.0f s; still trying", CONNECT_TIMEOUT)
 
+    @contextlib.asynccontextmanager
+    async def handling(self) -> AsyncIterator[None]:
+        """Tracks the task of one inbound event (discord.py spawns it), so `stop` can let
+        it finish."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._handling.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._handling.discard(task)
+
     async def stop(self) -> None:
+        if self._handling:  # inbound events being handed to the agent
+            pending = set(self._handling)
+            _, late = await asyncio.wait(pending, timeout=STOP_GRACE)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
         client, self._client = self._client, None
         gateway, self._gateway = self._gateway, None
         if client is not None:

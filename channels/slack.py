@@ -306,6 +306,9 @@ class _Recent:
             self._keys.popitem(last=False)
 
 
+CHANNEL_WIDE_COMMANDS = frozenset({"help", "provider"})  # the rest act on one thread
+
+
 class SlackChannel:
     """The Slack adapter (SPEC §9): bolt handlers → `Inbound` → `agent.submit`."""
 
@@ -505,7 +508,10 @@ class SlackChannel:
         if not inbound.is_dm:
             self.remember_thread(inbound.channel_id, inbound.thread_id)
         inbound = replace(inbound, user_name=await self._user_name(inbound.user_id))
-        reply_in = str(event.get("thread_ts") or event["ts"])
+        # Channels: always the thread of the triggering message (its root ts). DMs: at top
+        # level, so the whole DM stays one conversation (unless the user used a thread).
+        thread_ts = event.get("thread_ts")
+        reply_in = str(thread_ts) if thread_ts else (None if inbound.is_dm else str(event["ts"]))
         responder = SlackResponder(self, inbound.channel_id, reply_in)
         if await self._submit(inbound, responder) and self.config.ack_reaction:
             await self._react(inbound.channel_id, inbound.message_id, self.config.ack_reaction)
@@ -529,6 +535,19 @@ class SlackChannel:
             event_id=f"command:{command.get('trigger_id', '')}",
         )
         if not self._gate.admit(inbound, from_bot=False, from_self=False):
+            return
+        command_name = text.split(maxsplit=1)[0].lstrip("/")
+        if not inbound.is_dm and command_name not in CHANNEL_WIDE_COMMANDS:
+            # In a channel every conversation is a thread: a slash command typed at channel
+            # level cannot say which one it means.
+            await patient_call(
+                lambda: self.client.chat_postEphemeral(
+                    channel=channel_id,
+                    user=inbound.user_id,
+                    text=f"Type `!{command_name}` in the thread you mean.",
+                ),
+                self.clock,
+            )
             return
         responder = SlackResponder(
             self, channel_id, None, response_url=command.get("response_url") or None

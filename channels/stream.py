@@ -242,7 +242,8 @@ class ReplyStreamer:
                 self._shown.append((piece, final))
                 await self._typing_again()
         for message_id in self._ids[len(pieces) :]:  # the text shrank (a discarded attempt)
-            await self._once(partial(self._surface.delete, message_id), "delete")
+            if await self._once(partial(self._surface.delete, message_id), "delete") is None:
+                return  # still tracked: `finish` deletes it again, with retries
         del self._ids[len(pieces) :], self._shown[len(pieces) :]
 
     async def _once(self, op: Callable[[], Awaitable[T]], what: str) -> tuple[T] | None:

@@ -83,6 +83,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("goal", "Show or set a goal: /goal create <text>"),
     ("journal", "Show the journal"),
 )
+_OUR_COMMANDS = frozenset(name for name, _ in COMMANDS)
 _ALIASES = {"start": "help"}  # Telegram clients send /start when a user opens the bot
 _PROMPT_SUMMARY_LIMIT = 3000
 _T = TypeVar("_T")
@@ -419,7 +420,10 @@ class TelegramChannel:
                 return None
             name = _ALIASES.get(name.lower(), name.lower())
             args = text[len(command[1]) :].strip()  # the command is ASCII: no UTF-16 shift
-            text, mentioned = f"/{name} {args}".rstrip(), True
+            ours = bool(target) or name in _OUR_COMMANDS
+            if not ours and message.chat.type != ChatType.PRIVATE:
+                return None  # another bot's command in a group (/roll, /shrug): not for us
+            text, mentioned = f"/{name} {args}".rstrip(), ours
         else:
             text, mentioned = self._strip_mentions(message)
         if not text:

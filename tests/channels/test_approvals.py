@@ -121,3 +121,17 @@ def test_button_data_round_trip() -> None:
         approval_button_id("x" * 49, True)
     with pytest.raises(ValueError, match="request id"):
         approval_button_id("has:colon", True)
+
+
+async def test_an_approval_stands_when_the_prompt_cannot_be_edited() -> None:
+    approvals = Approvals(["U1"])
+    prompt = Prompt()
+
+    async def broken_settle(request: ApprovalRequest, text: str) -> None:
+        raise RuntimeError("the prompt message was deleted")
+
+    request = make_request()
+    asking = asyncio.create_task(approvals.request(request, prompt.show, broken_settle))
+    await until(lambda: bool(prompt.shown))
+    assert approvals.resolve(request.id, "U1", "Ann", True) == "ok"
+    assert await asking is True

@@ -98,14 +98,14 @@ def llm_inputs(fake_llm: FakeLLM) -> list[str]:
 # ---- streaming, splitting, rate limits -----------------------------------------------------
 
 
-async def test_dm_gets_streamed_reply_in_its_thread(
+async def test_dm_gets_streamed_reply_at_top_level(
     fake: FakeSlack, fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
     answer = "Here is **the answer**: it streams in small pieces until it is all there."
     fake_llm.script(Reply(text=answer, chunk_size=4, chunk_delay=0.02))
     async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent):
         envelope = await fake.dm("hello <there> & you")
-        posted = await final_text(fake, "D1", envelope.ts, answer)
+        posted = await final_text(fake, "D1", None, answer)
 
     assert len(fake.calls_of("chat.postMessage")) == 1
     updates = fake.calls_of("chat.update")
@@ -114,7 +114,7 @@ async def test_dm_gets_streamed_reply_in_its_thread(
         updates[-1].params["text"] == to_slack_mrkdwn(answer) == "Here is *the answer*: it"
         " streams in small pieces until it is all there."
     )
-    assert posted.thread_ts == envelope.ts  # always in the thread of the triggering message
+    assert posted.thread_ts is None  # a DM is one conversation: answers stay at top level
     assert len(posted.texts) >= 2  # it grew by edits
     assert posted.texts[0] != posted.text
     assert ("D1", envelope.ts, "eyes") in fake.reactions
@@ -130,11 +130,11 @@ async def test_long_answer_with_code_is_split_within_slack_limits(
     assert len(answer) > 6000
     fake_llm.script(Reply(text=answer, chunk_size=400, chunk_delay=0.01))
     async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent):
-        envelope = await fake.dm("show me code")
+        await fake.dm("show me code")
         pieces = split_message(answer, LIMIT_BYTES, slack_size)
         want = [to_slack_mrkdwn(p) for p in pieces]
         await fake.until(
-            lambda: [m.text for m in fake.thread("D1", envelope.ts)] == want, what="split reply"
+            lambda: [m.text for m in fake.thread("D1", None)] == want, what="split reply"
         )
 
     assert len(pieces) >= 2
@@ -156,8 +156,8 @@ async def test_rate_limit_during_streaming_is_waited_out(
         running_agent(fake_llm, tmp_path) as agent,
         slack_channel(fake, agent, clock=clock),
     ):
-        envelope = await fake.dm("count")
-        await final_text(fake, "D1", envelope.ts, answer)
+        await fake.dm("count")
+        await final_text(fake, "D1", None, answer)
 
     assert 7 in clock.sleeps  # Retry-After honoured on the adapter's clock
     updates = fake.calls_of("chat.update")
@@ -175,8 +175,8 @@ async def test_final_text_survives_server_errors(
         running_agent(fake_llm, tmp_path) as agent,
         slack_channel(fake, agent, clock=clock),
     ):
-        envelope = await fake.dm("hi")
-        await final_text(fake, "D1", envelope.ts, answer)
+        await fake.dm("hi")
+        await final_text(fake, "D1", None, answer)
     assert len(fake.calls_of("chat.postMessage")) >= 3
 
 
@@ -190,7 +190,7 @@ async def test_redelivered_event_is_answered_once_also_after_restart(
     async with running_agent(fake_llm, tmp_path) as agent:
         async with slack_channel(fake, agent) as channel:
             envelope = await fake.dm("only once")
-            await final_text(fake, "D1", envelope.ts, "first answer")
+            await final_text(fake, "D1", None, "first answer")
             await fake.wait_ack(await fake.redeliver(envelope))
             await channel.settled()
         assert len(fake_llm.requests) == 1
@@ -198,12 +198,13 @@ async def test_redelivered_event_is_answered_once_also_after_restart(
     async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent) as channel:
         await fake.wait_ack(await fake.redeliver(envelope))
         await channel.settled()
-        later = await fake.dm("a new message")
-        await final_text(fake, "D1", later.ts, "after restart")
+        await fake.dm("a new message")
+        await final_text(fake, "D1", None, "after restart")
         await channel.settled()
 
     assert llm_inputs(fake_llm) == ["only once", "a new message"]
-    assert len(fake.thread("D1", envelope.ts)) == 1
+    # Answered once each: the redeliveries added nothing.
+    assert [m.text for m in fake.thread("D1", None)] == ["first answer", "after restart"]
 
 
 async def test_mention_answers_once_in_thread_and_follow_ups_continue_it(
@@ -252,8 +253,8 @@ async def test_user_outside_the_allowlist_gets_no_answer(
         await fake.dm("let me in", user="U9", channel="D9")
         await fake.slash("/parley", "status", user="U9", channel="D9")
         await ch.settled()
-        allowed = await fake.dm("hello", user="U1")
-        await final_text(fake, "D1", allowed.ts, "for alice")
+        await fake.dm("hello", user="U1")
+        await final_text(fake, "D1", None, "for alice")
         await ch.settled()
 
     assert llm_inputs(fake_llm) == ["hello"]
@@ -280,12 +281,12 @@ async def test_approvers_click_runs_the_admin_tool(
     junk.mkdir(parents=True)
     fake_llm.script(_bash_rm(), Reply(text="Removed it."))
     async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent):
-        envelope = await fake.dm("clean up junk")
+        await fake.dm("clean up junk")
         prompt = await _approval_prompt(fake)
-        assert prompt.thread_ts == envelope.ts
+        assert prompt.thread_ts is None  # where the DM conversation is
         assert "rm -rf ./junk" in prompt.blocks[0]["text"]["text"]  # type: ignore[index]
         await fake.click("D1", prompt.ts, APPROVE_ACTION, user="U2")
-        await final_text(fake, "D1", envelope.ts, "Removed it.")
+        await final_text(fake, "D1", None, "Removed it.")
 
     assert not junk.exists()
     assert "Approved by bob" in prompt.text
@@ -299,7 +300,7 @@ async def test_non_approver_click_is_refused_privately(
     junk.mkdir(parents=True)
     fake_llm.script(_bash_rm(), Reply(text="Not allowed, so I stopped."))
     async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent):
-        envelope = await fake.dm("clean up junk")
+        await fake.dm("clean up junk")
         prompt = await _approval_prompt(fake)
         await fake.click("D1", prompt.ts, APPROVE_ACTION, user="U1")  # the asker, no approver
         [note] = await fake.wait_for("chat.postEphemeral")
@@ -308,7 +309,7 @@ async def test_non_approver_click_is_refused_privately(
         assert junk.exists()
         assert any(b["type"] == "actions" for b in prompt.blocks or [])  # still pending
         await fake.click("D1", prompt.ts, DENY_ACTION, user="U2")
-        await final_text(fake, "D1", envelope.ts, "Not allowed, so I stopped.")
+        await final_text(fake, "D1", None, "Not allowed, so I stopped.")
 
     assert junk.exists()
     assert "Denied by bob" in prompt.text
@@ -324,9 +325,9 @@ async def test_approval_timeout_denies_and_edits_the_prompt(
         running_agent(fake_llm, tmp_path, approval_timeout=0.3) as agent,
         slack_channel(fake, agent),
     ):
-        envelope = await fake.dm("clean up junk")
+        await fake.dm("clean up junk")
         prompt = await _approval_prompt(fake)
-        await final_text(fake, "D1", envelope.ts, "Nobody answered.")
+        await final_text(fake, "D1", None, "Nobody answered.")
         await fake.click("D1", prompt.ts, APPROVE_ACTION, user="U2", stale=True)  # too late
         [note] = await fake.wait_for("chat.postEphemeral")
 
@@ -346,8 +347,8 @@ async def test_parley_compact_slash_command(
     # Summaries, if compaction asks for one, come from here.
     fake_llm.responder = lambda _request: Reply(text="Summary: France's capital was asked.")
     async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent):
-        envelope = await fake.dm("capital of France?")
-        await final_text(fake, "D1", envelope.ts, "Paris is the capital of France.")
+        await fake.dm("capital of France?")
+        await final_text(fake, "D1", None, "Paris is the capital of France.")
         await agent.wait_idle()
         command = await fake.slash("/parley", "compact")
         assert await fake.wait_ack(command) == {"envelope_id": command.envelope_id}
@@ -394,6 +395,18 @@ async def test_slash_command_outside_the_bots_channels_answers_via_response_url(
     assert command.payload["response_url"].endswith(reply.params["id"])
 
 
+async def test_thread_commands_typed_at_channel_level_point_to_the_thread(
+    fake: FakeSlack, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    cfg = config(fake, allow_channels=["C1"])
+    async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent, cfg):
+        await fake.slash("/parley", "stop", channel="C1")
+        [hint] = await fake.wait_for("chat.postEphemeral")
+    assert hint.params["text"] == "Type `!stop` in the thread you mean."
+    assert hint.params["user"] == "U1"
+    assert fake_llm.requests == []
+
+
 # ---- HTTP Events API ----------------------------------------------------------------------------
 
 
@@ -405,7 +418,7 @@ async def test_http_mode_verifies_signatures(
     async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent, cfg) as ch:
         envelope = await fake.dm("over http")
         assert envelope.http_status == 200
-        await final_text(fake, "D1", envelope.ts, "signed and answered")
+        await final_text(fake, "D1", None, "signed and answered")
 
         challenge = Envelope("check", "events_api", {"type": "url_verification", "challenge": "c"})
         assert await fake.post_http(challenge) == (200, '{"challenge": "c"}')

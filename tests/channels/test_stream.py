@@ -461,3 +461,16 @@ async def test_deliver_posts_split_final_text() -> None:
     surface.fail("post", lambda: Rejected("channel not found"), times=2)
     with pytest.raises(DeliveryError):
         await deliver(surface, "refused", clock=clock)
+
+
+async def test_a_failed_delete_of_a_discarded_message_is_retried_at_finish() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock, limit=20)
+    streamer = ReplyStreamer(surface, clock=clock)
+    await stream_chunks(streamer, clock, ["aaaa bbbb ", "cccc dddd ", "eeee ffff ", "gggg"])
+    assert len(surface.messages) == 2  # the first attempt spilled into a second message
+    surface.fail("delete", lambda: TransientError("502"))
+    streamer(StreamRestarted(attempt=1, reason="503", delay=1.0, discard=True))
+    text = await stream_chunks(streamer, clock, ["short"])
+    await streamer.finish(text)
+    assert surface.messages == {"m1": "short"}  # the stale second message is gone

@@ -469,6 +469,15 @@ async def test_groups_answer_mentions_and_replies_to_the_bot_only(fake: FakeTele
     assert reply.params["reply_parameters"]["message_id"] == asked["message"]["message_id"]
 
 
+async def test_another_bots_command_in_a_group_is_not_for_us(fake: FakeTelegram) -> None:
+    agent = EchoAgent()
+    async with telegram(fake, agent):
+        fake.command(ALICE, "roll", "2d6", chat_id=GROUP)  # untargeted: Telegram sends it
+        fake.command(ALICE, "status", chat_id=GROUP)  # ours, even without @ourbot
+        await wait_text(fake, GROUP, "echo: /status")
+    assert [i.text for i in agent.inbounds] == ["/status"]
+
+
 async def test_forum_topic_is_the_thread_and_replies_stay_in_it(fake: FakeTelegram) -> None:
     agent = EchoAgent()
     async with telegram(fake, agent):
