@@ -507,7 +507,9 @@ class SlackChannel:
             return
         if not inbound.is_dm:
             self.remember_thread(inbound.channel_id, inbound.thread_id)
-        inbound = replace(inbound, user_name=await self._user_name(inbound.user_id))
+        # No await before submit: two quick messages must reach the agent in order. The
+        # display name is looked up afterwards, for the next message.
+        inbound = replace(inbound, user_name=self._names.get(inbound.user_id, inbound.user_id))
         # Channels: always the thread of the triggering message (its root ts). DMs: at top
         # level, so the whole DM stays one conversation (unless the user used a thread).
         thread_ts = event.get("thread_ts")
@@ -515,6 +517,7 @@ class SlackChannel:
         responder = SlackResponder(self, inbound.channel_id, reply_in)
         if await self._submit(inbound, responder) and self.config.ack_reaction:
             await self._react(inbound.channel_id, inbound.message_id, self.config.ack_reaction)
+        await self._user_name(inbound.user_id)
 
     async def _handle_command(self, command: dict[str, Any]) -> None:
         name, args = str(command.get("command", "")), str(command.get("text", "")).strip()
