@@ -80,7 +80,7 @@ from benchmarks.loop_overhead import (  # noqa: E402
     USER_TEXT,
     LookupTool,
     Script,
-    lookup,
+    add_tool_round,
     raw_call,
 )
 from bot.app import App, build_registry  # noqa: E402
@@ -396,21 +396,7 @@ def raw_turn(client: httpx.AsyncClient, base_url: str, template: dict[str, Any])
                     raise AssertionError("raw: unexpected turn")
                 messages.append({"role": "assistant", "content": content})
                 return
-            wire_calls: list[dict[str, Any]] = [
-                {
-                    "id": p[0],
-                    "type": "function",
-                    "function": {"name": p[1], "arguments": "".join(p[2:])},
-                }
-                for _, p in sorted(calls.items())
-            ]
-            assistant = {"role": "assistant", "content": content or None, "tool_calls": wire_calls}
-            messages.append(assistant)
-            for call in wire_calls:
-                args = json.loads(call["function"]["arguments"])
-                messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "content": lookup(args["key"])}
-                )
+            add_tool_round(messages, content, calls)
         raise AssertionError("raw: too many iterations")
 
     return turn

@@ -127,6 +127,26 @@ def parley_side(provider: Provider, executor: ToolExecutor) -> Turn:
     return turn
 
 
+def add_tool_round(
+    messages: list[dict[str, Any]], content: str, calls: dict[int, list[str]]
+) -> None:
+    """Append the assistant's tool calls and each call's `lookup` result, as wire dicts."""
+    wire_calls: list[dict[str, Any]] = [
+        {
+            "id": p[0],
+            "type": "function",
+            "function": {"name": p[1], "arguments": "".join(p[2:])},
+        }
+        for _, p in sorted(calls.items())
+    ]
+    messages.append({"role": "assistant", "content": content or None, "tool_calls": wire_calls})
+    for call in wire_calls:
+        args = json.loads(call["function"]["arguments"])
+        messages.append(
+            {"role": "tool", "tool_call_id": call["id"], "content": lookup(args["key"])}
+        )
+
+
 async def raw_call(
     client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
 ) -> tuple[str, dict[int, list[str]]]:
@@ -193,21 +213,7 @@ def baseline_side(client: httpx.AsyncClient, base_url: str, tool: Tool) -> Turn:
                 if len(messages) != 3 + 2 * k:
                     raise AssertionError("baseline: unexpected number of iterations")
                 return
-            wire_calls: list[dict[str, Any]] = [
-                {
-                    "id": p[0],
-                    "type": "function",
-                    "function": {"name": p[1], "arguments": "".join(p[2:])},
-                }
-                for _, p in sorted(calls.items())
-            ]
-            assistant = {"role": "assistant", "content": content or None, "tool_calls": wire_calls}
-            messages.append(assistant)
-            for call in wire_calls:
-                args = json.loads(call["function"]["arguments"])
-                messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "content": lookup(args["key"])}
-                )
+            add_tool_round(messages, content, calls)
         raise AssertionError("baseline: too many iterations")
 
     return turn
