@@ -12,6 +12,7 @@ from core.chat import ConversationKey, Responder
 from core.config import ParleyConfig
 from core.context import ContextManager, provider_summarizer
 from core.conversation import Conversation
+from core.errors import ConfigError
 from core.journal import JournalBox
 from core.loop import Guards, LoopConfig
 from core.providers import Provider, build_provider
@@ -71,6 +72,8 @@ class App:
     counter: TokenCounter = field(default_factory=TokenCounter)
     fallback_provider: str | None = None  # used when the configured default is unusable
     redactor: Redactor = field(init=False)
+    generation: int = 0  # bumped by each successful reload
+    retired: list[Provider] = field(default_factory=list)  # still used by running turns
 
     def __post_init__(self) -> None:
         # Masks the values of every `*_env` variable the configuration names.
@@ -200,6 +203,35 @@ class App:
         agent.events.close()
         await agent.store.aclose()
 
+    def reload(self) -> str:
+        """Read config.toml and tools.yaml again (SPEC §8). The new settings apply to each
+        conversation from its next turn; a turn already running finishes on the old ones.
+
+        Returns a line for the log. Raises `ConfigError` (the running configuration stays)
+        if either file is invalid. Channels and jobs are set up at start: changing those
+        needs a restart.
+        """
+        from core.config import load_config
+
+        if self.config.source is None:
+            raise ConfigError("(file)", "the configuration was not read from a file", "restart")
+        config = load_config(self.config.source)
+        registry = build_registry(config, self.environ)  # raises on a bad tools.yaml
+        unchanged = [
+            name
+            for name in ("channels", "jobs")
+            if getattr(config, name) != getattr(self.config, name)
+        ]
+        self.config, self.registry = config, registry
+        self.redactor = Redactor(self.environ.get(n, "") for n in secret_env_names(config))
+        self.retired.extend(self.providers.values())
+        self.providers = {}
+        if self.fallback_provider not in config.providers:
+            self.fallback_provider = None
+        self.generation += 1
+        note = f"; {' and '.join(unchanged)} changed and need a restart" if unchanged else ""
+        return f"configuration reloaded (generation {self.generation}){note}"
+
     async def aclose(self) -> None:
-        for provider in self.providers.values():
+        for provider in [*self.providers.values(), *self.retired]:
             await provider.aclose()

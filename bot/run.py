@@ -47,6 +47,23 @@ def responders_of(channels: Mapping[str, Channel]) -> Any:
     return responder
 
 
+def _reload(app: App, agent: Any, out: Any) -> None:
+    """SIGHUP: read the configuration again; each conversation uses it from its next turn.
+    A file that does not validate leaves the running configuration in place."""
+    from core.errors import ConfigError
+
+    try:
+        line = app.reload()
+    except ConfigError as exc:
+        out.write(f"parley: reload failed, keeping the running configuration\n{exc}\n")
+    else:
+        agent.approval_timeout = app.config.agent.approval_timeout_seconds
+        agent.goal_settings = app.config.goals
+        agent.events.emit("config.reloaded", {"generation": app.generation})
+        out.write(f"parley: {line}\n")
+    out.flush()
+
+
 async def run_all(app: App, *, console: bool, out: Any = None) -> int:
     """Start everything, wait for SIGTERM/SIGINT (or the console's /exit), stop cleanly."""
     out = out or sys.stderr
@@ -70,6 +87,7 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(app, agent, out))
     started: list[Any] = []
     try:
         out.write(f"parley: provider {app.default_provider}; store {app.config.store.resolved()}\n")
@@ -98,7 +116,7 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
         out.write("parley: stopping (letting running turns reach a checkpoint)\n")
         out.flush()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         if scheduler is not None:
             await scheduler.shutdown(grace=SHUTDOWN_GRACE)

@@ -84,6 +84,7 @@ class Lane:
     goal: GoalRow | None = None
     goal_task: asyncio.Task[None] | None = None
     last_compaction: str | None = None
+    generation: int = 0  # of the configuration its conversation was built from
     stoppable: bool = False  # the run is in its loop; after it, /stop lets it deliver
     pinned: bool = False  # a conversation built by its owner (a cron job): never rebuilt
 
@@ -215,7 +216,8 @@ class Agent:
         if current is not None and lane.pinned:
             return current
         wanted = await self.provider_for(lane.key)
-        if current is not None and lane.provider_name == wanted:
+        fresh = lane.generation == self.wiring.generation
+        if current is not None and lane.provider_name == wanted and fresh:
             return current
         conversation = self.wiring.conversation(wanted, self._approver(lane), lane.journal)
         conversation.messages = (
@@ -228,6 +230,7 @@ class Agent:
                 "" if lane.journal.journal.is_empty() else lane.journal.journal.render()
             )
         lane.conversation, lane.provider_name = conversation, wanted
+        lane.generation = self.wiring.generation
         return conversation
 
     @property

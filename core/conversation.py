@@ -90,6 +90,11 @@ class Wiring(Protocol):
     @property
     def default_provider(self) -> str: ...
 
+    @property
+    def generation(self) -> int:
+        """Bumped by a configuration reload: conversations are rebuilt before their next
+        turn."""
+
     def provider_names(self) -> list[str]: ...
 
     def provider(self, name: str) -> Provider: ...
