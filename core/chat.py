@@ -25,11 +25,6 @@ def is_silent(text: str) -> bool:
     return not stripped or stripped in SILENT_REPLIES
 
 
-def key_text(key: ConversationKey) -> str:
-    """`slack:C1:1700.1` — the conversation key as one string (store, logs)."""
-    return ":".join(part for part in key if part) if key[2] else f"{key[0]}:{key[1]}"
-
-
 @dataclass(frozen=True, slots=True)
 class Inbound:
     """One message from a platform, normalised. `text` is untrusted user data."""
