@@ -29,13 +29,12 @@ SHUTDOWN_GRACE = 20.0
 def build_channels(app: App) -> dict[str, Channel]:
     """The enabled platform adapters (imported only when enabled)."""
     built: dict[str, Channel] = {}
-    timeout = app.config.agent.approval_timeout_seconds
     for name, (module, cls) in ADAPTERS.items():
         config = getattr(app.config.channels, name)
         if not config.enabled:
             continue
         adapter: Any = getattr(importlib.import_module(module), cls)
-        built[name] = adapter(config, app.environ, approval_timeout=timeout)
+        built[name] = adapter(config, app.environ)
     return built
 
 

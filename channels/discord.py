@@ -249,11 +249,8 @@ async def _command_with_args(
 
 
 class DiscordChannel:
-    """The Discord adapter (`channels.base.Channel`).
-
-    `approval_timeout` is accepted like the other adapters'; each `ApprovalRequest`
-    carries the timeout that applies to it.
-    """
+    """The Discord adapter (`channels.base.Channel`); each `ApprovalRequest` carries the
+    timeout that applies to it."""
 
     name = "discord"
 
@@ -263,7 +260,6 @@ class DiscordChannel:
         environ: Mapping[str, str],
         *,
         clock: Clock | None = None,
-        approval_timeout: float = 300.0,
     ) -> None:
         token = environ.get(config.token_env, "").strip()
         if not token:
@@ -274,7 +270,6 @@ class DiscordChannel:
             )
         self.config = config
         self.clock: Clock = clock or SystemClock()
-        self.approval_timeout = approval_timeout
         self._token = token
         self._gate = Gate(config, self.clock)
         self._approvals = Approvals(config.approvers, self.clock)

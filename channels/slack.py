@@ -248,8 +248,6 @@ class SlackResponder:
                 clock,
             )
 
-        if request.timeout <= 0:
-            request = replace(request, timeout=self._slack.approval_timeout)
         return await self._slack.approvals.request(request, show, settle)
 
 
@@ -320,11 +318,9 @@ class SlackChannel:
         environ: Mapping[str, str],
         *,
         clock: Clock | None = None,
-        approval_timeout: float = 300.0,
     ) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
-        self.approval_timeout = approval_timeout
         self._bot_token = _secret(environ, config.bot_token_env, "bot_token_env", "xoxb-…")
         self._app_token = self._signing_secret = ""
         if config.mode == "socket":

@@ -232,7 +232,6 @@ class TelegramChannel:
         environ: Mapping[str, str],
         *,
         clock: Clock | None = None,
-        approval_timeout: float = 300.0,
     ) -> None:
         token = environ.get(config.token_env, "")
         if not token:
@@ -246,7 +245,6 @@ class TelegramChannel:
             self._secret = self._webhook_secret(config, environ)
         self.config = config
         self.clock: Clock = clock or SystemClock()
-        self._approval_timeout = approval_timeout
         self._gate = Gate(config, self.clock)
         self._approvals = Approvals(config.approvers, self.clock)
         base = config.base_url.rstrip("/")
@@ -490,7 +488,6 @@ class TelegramChannel:
 
     async def ask_approval(self, place: _Place, request: ApprovalRequest) -> bool:
         """Post the prompt with Approve/Deny buttons and wait for an approver."""
-        request = dataclasses.replace(request, timeout=min(request.timeout, self._approval_timeout))
         prompts: dict[str, tuple[int, str]] = {}
         bot = self.app.bot
 

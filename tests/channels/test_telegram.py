@@ -84,15 +84,9 @@ async def telegram(
     *,
     environ: dict[str, str] | None = None,
     clock: Any = None,
-    approval_timeout: float = 300.0,
     **overrides: Any,
 ) -> AsyncIterator[TelegramChannel]:
-    channel = TelegramChannel(
-        config(fake, **overrides),
-        environ or ENV,
-        clock=clock,
-        approval_timeout=approval_timeout,
-    )
+    channel = TelegramChannel(config(fake, **overrides), environ or ENV, clock=clock)
     await channel.start(agent)
     try:
         yield channel
@@ -102,9 +96,17 @@ async def telegram(
 
 @asynccontextmanager
 async def agent_on_telegram(
-    fake: FakeTelegram, fake_llm: FakeLLM, tmp_path: Path, **kw: Any
+    fake: FakeTelegram,
+    fake_llm: FakeLLM,
+    tmp_path: Path,
+    *,
+    approval_timeout: float = 300.0,
+    **kw: Any,
 ) -> AsyncIterator[tuple[Agent, TelegramChannel]]:
-    async with running_agent(fake_llm, tmp_path) as agent, telegram(fake, agent, **kw) as channel:
+    async with (
+        running_agent(fake_llm, tmp_path, approval_timeout=approval_timeout) as agent,
+        telegram(fake, agent, **kw) as channel,
+    ):
         yield agent, channel
         # Runs post their final text through the adapter: let them end before it stops.
         await agent.wait_idle()
