@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import sys
@@ -239,6 +238,41 @@ async def agent_and_llm(answer: str, tmp: Path) -> AsyncIterator[tuple[Agent, Fi
             yield agent, stamp
 
 
+def result(
+    platform: str,
+    *,
+    stamp: Any,
+    answer: str,
+    expected: list[str],
+    texts: list[str],
+    complete: bool,
+    posts: list[Any],
+    edits: list[Any],
+    window: float,
+    max_edits: int,
+    budget: str,
+    budget_calls: int,
+    errors: list[str],
+) -> Result:
+    """The figures of one platform's run; `max_edits` counts edits the way the platform's
+    budget does (per message, or per channel)."""
+    complete = complete and texts == expected and texts[-1].endswith(last_sentence(answer))
+    return Result(
+        platform=platform,
+        first_call_ms=ms(stamp.at, posts[0].at if posts else None),
+        posts=len(posts),
+        edits=len(edits),
+        max_edits_in_window=max_edits,
+        max_posts_edits_in_window=max_in_window((c.at for c in posts + edits), window),
+        budget=budget,
+        budget_calls=budget_calls,
+        complete=complete,
+        final_ms=ms(stamp.at, max((c.at for c in posts + edits), default=None)),
+        messages=len(texts),
+        errors=errors,
+    )
+
+
 # ---------------------------------------------------------------------- the platforms
 
 
@@ -271,20 +305,19 @@ async def telegram(answer: str, tmp: Path) -> Result:
         texts = fake.texts(ALICE.id)
         errors = [f"{c.method} {c.status}" for c in posts + edits if c.status != 200]
         errors += llm_errors(stamp)
-    complete = complete and texts == expected and texts[-1].endswith(last_sentence(answer))
-    window = 1.0
-    return Result(
-        platform="telegram",
-        first_call_ms=ms(stamp.at, posts[0].at if posts else None),
-        posts=len(posts),
-        edits=len(edits),
-        max_edits_in_window=max_per_key(((c.params["message_id"], c.at) for c in edits), window),
-        max_posts_edits_in_window=max_in_window((c.at for c in posts + edits), window),
+    return result(
+        "telegram",
+        stamp=stamp,
+        answer=answer,
+        expected=expected,
+        texts=texts,
+        complete=complete,
+        posts=posts,
+        edits=edits,
+        window=1.0,
+        max_edits=max_per_key(((c.params["message_id"], c.at) for c in edits), 1.0),
         budget="1 edit / 1 s per message",
         budget_calls=1,
-        complete=complete,
-        final_ms=ms(stamp.at, max((c.at for c in posts + edits), default=None)),
-        messages=len(texts),
         errors=errors,
     )
 
@@ -317,40 +350,27 @@ async def slack(answer: str, tmp: Path) -> Result:
         calls = [c for c in fake.calls if c.params.get("channel") == SLACK_DM]
         posts = [c for c in calls if c.method == "chat.postMessage"]
         edits = [c for c in calls if c.method == "chat.update"]
-    complete = complete and texts == expected and texts[-1].endswith(last_sentence(answer))
-    window = 1.0
-    return Result(
-        platform="slack",
-        first_call_ms=ms(stamp.at, posts[0].at if posts else None),
-        posts=len(posts),
-        edits=len(edits),
-        max_edits_in_window=max_per_key(((c.params["ts"], c.at) for c in edits), window),
-        max_posts_edits_in_window=max_in_window((c.at for c in posts + edits), window),
+    return result(
+        "slack",
+        stamp=stamp,
+        answer=answer,
+        expected=expected,
+        texts=texts,
+        complete=complete,
+        posts=posts,
+        edits=edits,
+        window=1.0,
+        max_edits=max_per_key(((c.params["ts"], c.at) for c in edits), 1.0),
         budget="1 edit / 1 s per message",
         budget_calls=1,
-        complete=complete,
-        final_ms=ms(stamp.at, max((c.at for c in posts + edits), default=None)),
-        messages=len(texts),
         errors=llm_errors(stamp),
     )
-
-
-@contextlib.contextmanager
-def discord_endpoints_restored() -> Any:
-    """The adapter points discord.py's class attributes at the fake; put them back."""
-    route = discord_adapter.discord.http.Route
-    websocket = discord_adapter.discord.gateway.DiscordWebSocket
-    base, gateway = route.BASE, websocket.DEFAULT_GATEWAY
-    try:
-        yield
-    finally:
-        route.BASE, websocket.DEFAULT_GATEWAY = base, gateway
 
 
 async def discord(answer: str, tmp: Path) -> Result:
     expected = [to_discord(p) for p in split_message(answer, discord_adapter.MESSAGE_LIMIT)]
     dm = fake_discord.DM_CHANNEL_ID
-    with discord_endpoints_restored():
+    with discord_adapter.library_endpoints_restored():
         async with (
             fake_discord.FakeDiscord() as fake,
             agent_and_llm(answer, tmp) as (
@@ -380,20 +400,20 @@ async def discord(answer: str, tmp: Path) -> Result:
             posts = [c for c in calls if c.method == "create_message"]
             edits = [c for c in calls if c.method == "edit_message"]
             errors = [c.method for c in fake.failed] + llm_errors(stamp)
-    complete = complete and texts == expected and texts[-1].endswith(last_sentence(answer))
     window = discord_adapter.EDIT_WINDOW
-    return Result(
-        platform="discord",
-        first_call_ms=ms(stamp.at, posts[0].at if posts else None),
-        posts=len(posts),
-        edits=len(edits),
-        max_edits_in_window=max_in_window((c.at for c in edits), window),
-        max_posts_edits_in_window=max_in_window((c.at for c in posts + edits), window),
+    return result(
+        "discord",
+        stamp=stamp,
+        answer=answer,
+        expected=expected,
+        texts=texts,
+        complete=complete,
+        posts=posts,
+        edits=edits,
+        window=window,
+        max_edits=max_in_window((c.at for c in edits), window),
         budget=f"{discord_adapter.EDITS_PER_WINDOW} edits / {window:.0f} s per channel",
         budget_calls=discord_adapter.EDITS_PER_WINDOW,
-        complete=complete,
-        final_ms=ms(stamp.at, max((c.at for c in posts + edits), default=None)),
-        messages=len(texts),
         errors=errors,
     )
 

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import re
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar, cast
 
@@ -99,6 +99,18 @@ def point_library_at(config: DiscordConfig) -> None:
     route.BASE = config.api_base_url.rstrip("/")
     if config.gateway_url:
         websocket.DEFAULT_GATEWAY = yarl.URL(config.gateway_url)
+
+
+@contextlib.contextmanager
+def library_endpoints_restored() -> Iterator[None]:
+    """Puts back what `point_library_at` changed, on exit (tests and benchmarks that run
+    several adapters in one process)."""
+    route, websocket = discord.http.Route, discord.gateway.DiscordWebSocket
+    base, gateway = route.BASE, websocket.DEFAULT_GATEWAY
+    try:
+        yield
+    finally:
+        route.BASE, websocket.DEFAULT_GATEWAY = base, gateway
 
 
 def _retry_after(exc: discord.HTTPException) -> float:

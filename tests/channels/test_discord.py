@@ -42,10 +42,8 @@ POSTS = ("create_message", "edit_message")
 @pytest.fixture(autouse=True)
 def _restore_discord_endpoints() -> Any:
     """The adapter points discord.py's class attributes at the fake; put them back."""
-    route, websocket = adapter.discord.http.Route, adapter.discord.gateway.DiscordWebSocket
-    base, gateway = route.BASE, websocket.DEFAULT_GATEWAY
-    yield
-    route.BASE, websocket.DEFAULT_GATEWAY = base, gateway
+    with adapter.library_endpoints_restored():
+        yield
 
 
 @pytest.fixture
