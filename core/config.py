@@ -181,9 +181,6 @@ class StoreConfig(_Section):
     events_log: Path | None = Field(
         Path("~/.parley/events.jsonl"), description="Structured events as JSON lines."
     )
-    stale_run_seconds: float = Field(
-        0.0, ge=0, description="Running runs older than this at start-up are stale (0: all)."
-    )
 
     def resolved(self) -> Path:
         return Path(os.path.expanduser(self.path)).resolve()

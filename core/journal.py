@@ -8,21 +8,15 @@ with three tools; each edit is saved with the next checkpoint.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
 from core.tools.base import Category, Tool, ToolContext, ToolResult
 
 DIGEST_CHARS = 500
-LIST_FIELDS = (
-    "verified_findings",
-    "decisions",
-    "artifacts",
-    "open_questions",
-    "blockers",
-)
 ListField = Literal["verified_findings", "decisions", "artifacts", "open_questions", "blockers"]
+LIST_FIELDS: tuple[ListField, ...] = get_args(ListField)
 MAX_ITEMS = 50
 
 

@@ -69,7 +69,6 @@ class ProviderSettings:
     temperature: float | None = None
     timeout: float = 120.0
     max_retries: int = 3
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -217,9 +216,9 @@ class Provider(ABC):
     def build_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         """The JSON request body for this wire format."""
 
-    @abstractmethod
     def headers(self) -> dict[str, str]:
-        """Authentication and version headers."""
+        """Authentication and version headers (Bearer auth, as OpenAI-style APIs use)."""
+        return {"Authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
 
     @abstractmethod
     def parse(self, event: str, data: str, acc: MessageBuilder) -> list[StreamEvent]:
@@ -256,7 +255,7 @@ class Provider(ABC):
     async def _stream_once(
         self, body: dict[str, Any], acc: MessageBuilder
     ) -> AsyncIterator[StreamEvent]:
-        headers = {"Accept": "text/event-stream", **self.headers(), **self.settings.headers}
+        headers = {"Accept": "text/event-stream", **self.headers()}
         try:
             async with self.client.stream("POST", self.url(), json=body, headers=headers) as resp:
                 if resp.status_code >= 400:

@@ -40,9 +40,6 @@ def chat_message(message: Message) -> dict[str, Any]:
 class OpenAIChatProvider(Provider):
     path = "/chat/completions"
 
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
-
     def build_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.settings.model,

@@ -44,9 +44,6 @@ def responses_input(messages: Sequence[Message]) -> tuple[str, list[dict[str, An
 class OpenAIResponsesProvider(Provider):
     path = "/responses"
 
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
-
     def build_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         instructions, items = responses_input(messages)
         body: dict[str, Any] = {

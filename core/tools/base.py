@@ -71,12 +71,10 @@ class SandboxSettings(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """What a tool produced. `text` goes to the model; `truncated` says output was cut."""
+    """What a tool produced: `text` goes to the model (a cut output says so in it)."""
 
     text: str
     is_error: bool = False
-    truncated: bool = False
-    artifact: Path | None = None
 
 
 @dataclass(slots=True)

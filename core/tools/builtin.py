@@ -12,14 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.errors import ToolDenied, ToolError
 from core.tools.base import Category, SandboxSettings, Tool, ToolContext, ToolResult
 from core.tools.blocklist import check_command
-from core.tools.sandbox import (
-    cap_output,
-    format_observation,
-    mentions_denied_path,
-    resolve_path,
-    run_process,
-    tool_env,
-)
+from core.tools.sandbox import cap_output, mentions_denied_path, resolve_path, run_in_workspace
 
 DEFAULT_READ_LINES = 2000
 MAX_LIST_ENTRIES = 1000
@@ -79,18 +72,8 @@ class BashTool(Tool):
         denied = mentions_denied_path(args.command, sandbox)
         if denied is not None:
             raise ToolDenied(f"permission denied: the command names the denied path {denied}")
-        workspace = sandbox.resolved_workspace()
-        workspace.mkdir(parents=True, exist_ok=True)
         timeout = self.call_timeout(args, sandbox)
-        result = await run_process(
-            ["bash", "-c", args.command],
-            cwd=workspace,
-            env=tool_env(sandbox),
-            timeout=timeout,
-            cap=sandbox.output_cap_bytes,
-            artifacts_dir=sandbox.resolved_artifacts(),
-        )
-        return format_observation(result, timeout=timeout)
+        return await run_in_workspace(["bash", "-c", args.command], sandbox, timeout=timeout)
 
 
 class ReadFileParams(BaseModel):
@@ -168,11 +151,11 @@ class ReadFileTool(Tool):
             raise ToolError(
                 f"offset {args.offset} is past the end of `{args.path}` ({total} lines)"
             )
-        text, truncated, _cut = cap_output(page, cap, path)
+        text, _truncated, _cut = cap_output(page, cap, path)
         if args.offset > 1 or last < total:
             more = f"; next: offset={last + 1}" if last < total else ""
             text = f"{text.rstrip(chr(10))}\n[lines {args.offset}–{last} of {total}{more}]"
-        return ToolResult(text, truncated=truncated)
+        return ToolResult(text)
 
 
 class WriteFileParams(BaseModel):
@@ -258,7 +241,7 @@ class ListDirectoryTool(Tool):
         lines = [f"{path}/:", *shown]
         if len(names) > len(shown):
             lines.append(f"… and {len(names) - len(shown):,} more entries not shown")
-        return ToolResult("\n".join(lines), truncated=len(names) > len(shown))
+        return ToolResult("\n".join(lines))
 
 
 def builtin_tools() -> list[Tool]:

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from core.errors import ConfigError, ToolValidationError
 from core.tools.base import Category, Tool, ToolContext, ToolResult
-from core.tools.sandbox import format_observation, run_process, tool_env
+from core.tools.sandbox import run_in_workspace
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 HOST_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -175,19 +175,8 @@ class CliTool(Tool):
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         argv = self.argv(args)
-        sandbox = ctx.sandbox
-        workspace = sandbox.resolved_workspace()
-        workspace.mkdir(parents=True, exist_ok=True)
-        timeout = self.call_timeout(args, sandbox)
-        result = await run_process(
-            argv,
-            cwd=workspace,
-            env=tool_env(sandbox, self.env),
-            timeout=timeout,
-            cap=sandbox.output_cap_bytes,
-            artifacts_dir=sandbox.resolved_artifacts(),
-        )
-        return format_observation(result, timeout=timeout)
+        timeout = self.call_timeout(args, ctx.sandbox)
+        return await run_in_workspace(argv, ctx.sandbox, timeout=timeout, env=self.env)
 
 
 # --- loading -------------------------------------------------------------------------------

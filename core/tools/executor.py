@@ -46,6 +46,14 @@ class PreparedCall:
     args: BaseModel | None = None
     error: str | None = None
 
+    @property
+    def idempotent(self) -> bool:
+        """Safe to run again. A call escalated above its tool's category (bash `rm -rf`)
+        has side effects even if the tool is usually safe to repeat; a call that cannot
+        run does nothing."""
+        tool = self.tool
+        return tool is None or (tool.idempotent and self.category == tool.category)
+
 
 class Envelope(Protocol):
     """The idempotency envelope (SPEC §7): every call is recorded as started before it runs
@@ -91,11 +99,11 @@ class ToolExecutor:
         """Run the call and return its tool-result message."""
         prepared = call if isinstance(call, PreparedCall) else self.prepare(call)
         envelope = self.envelope
-        if envelope is not None:
-            tool = prepared.tool
-            idempotent = tool is None or (tool.idempotent and prepared.category == tool.category)
-            if (stored := await envelope.begin(prepared.call, idempotent)) is not None:
-                return stored
+        if (
+            envelope is not None
+            and (stored := await envelope.begin(prepared.call, prepared.idempotent)) is not None
+        ):
+            return stored
         result = await self._execute(prepared)
         text = self.redact(result.text) if self.redact is not None else result.text
         message = Message.tool_result(prepared.call, text, is_error=result.is_error)
@@ -111,9 +119,7 @@ class ToolExecutor:
             await self._authorize(tool, prepared)
         except ToolError as exc:
             return ToolResult(f"error: {exc}", is_error=True)
-        # A call escalated above its tool's category (bash `rm -rf`) has side effects even
-        # if the tool is usually safe to repeat.
-        retryable = tool.idempotent and prepared.category == tool.category
+        retryable = prepared.idempotent
         attempt = 1
         failure: ToolError
         while True:

@@ -69,14 +69,12 @@ def resolve_path(path: str, sandbox: SandboxSettings, *, for_write: bool) -> Pat
         resolved = lexical.resolve()
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
         raise ToolDenied(f"permission denied: cannot resolve `{path}`: {exc}") from exc
-    for denied in sandbox.denied_paths:
-        written = Path(os.path.normpath(_expand(denied, workspace)))
-        for form in {written, written.resolve()}:
-            if _is_under(resolved, form) or _is_under(lexical, form):
-                raise ToolDenied(
-                    f"permission denied: `{path}` resolves to {resolved}, which is inside "
-                    f"the denied path {denied}"
-                )
+    for denied, forms in _denied_forms(sandbox, workspace):
+        if any(_is_under(resolved, form) or _is_under(lexical, form) for form in forms):
+            raise ToolDenied(
+                f"permission denied: `{path}` resolves to {resolved}, which is inside "
+                f"the denied path {denied}"
+            )
     roots = allowed_roots(sandbox, for_write=for_write)
     if not any(_is_under(resolved, root) for root in roots):
         names = ", ".join(str(root) for root in roots)
@@ -93,17 +91,27 @@ _PATHISH = re.compile(r"(?:~|\$\{?HOME\}?|[\w.-]+)?/[^\s'\"`;|&()<>=]*|~(?=[\s'\
 
 def mentions_denied_path(command: str, sandbox: SandboxSettings) -> Path | None:
     """The first denied path a shell command line names, if any (a heuristic for `bash`,
-    whose file access the path walls cannot see; it escalates such commands to admin)."""
+    whose file access the path walls cannot see; `bash` refuses such commands)."""
     workspace = sandbox.resolved_workspace()
     home = os.path.expanduser("~")
+    denied = _denied_forms(sandbox, workspace)
     for match in _PATHISH.finditer(command):
         text = re.sub(r"^(~|\$\{?HOME\}?)", lambda _: home, match.group())
         candidate = Path(os.path.normpath(workspace / text))  # absolute `text` wins the join
-        for denied in sandbox.denied_paths:
-            written = Path(os.path.normpath(_expand(denied, workspace)))
-            if any(_is_under(candidate, form) for form in (written, written.resolve())):
-                return written
+        for _, forms in denied:
+            if any(_is_under(candidate, form) for form in forms):
+                return forms[0]
     return None
+
+
+def _denied_forms(sandbox: SandboxSettings, workspace: Path) -> list[tuple[Path, tuple[Path, ...]]]:
+    """Each denied path as configured, with the forms it is checked in: as written
+    (normalised) and with symlinks resolved."""
+    forms: list[tuple[Path, tuple[Path, ...]]] = []
+    for denied in sandbox.denied_paths:
+        written = Path(os.path.normpath(_expand(denied, workspace)))
+        forms.append((denied, (written, written.resolve())))
+    return forms
 
 
 # --- environment ---------------------------------------------------------------------------
@@ -364,9 +372,26 @@ def format_observation(result: ProcessResult, *, timeout: float) -> ToolResult:
             f"note: output was cut; full output in {paths} "
             "(page through it with read_file offset/limit)"
         )
-    return ToolResult(
-        "\n".join(lines),
-        is_error=result.timed_out or result.exit_code != 0,
-        truncated=result.truncated,
-        artifact=result.artifact,
+    return ToolResult("\n".join(lines), is_error=result.timed_out or result.exit_code != 0)
+
+
+async def run_in_workspace(
+    argv: list[str],
+    sandbox: SandboxSettings,
+    *,
+    timeout: float,  # noqa: ASYNC109 - the process group's deadline, enforced by run_process
+    env: Mapping[str, str] | None = None,
+) -> ToolResult:
+    """Run `argv` in the workspace under the sandbox's limits; the observation for the model.
+    `env`: the tool's own extra variables."""
+    workspace = sandbox.resolved_workspace()
+    workspace.mkdir(parents=True, exist_ok=True)
+    result = await run_process(
+        argv,
+        cwd=workspace,
+        env=tool_env(sandbox, env),
+        timeout=timeout,
+        cap=sandbox.output_cap_bytes,
+        artifacts_dir=sandbox.resolved_artifacts(),
     )
+    return format_observation(result, timeout=timeout)
