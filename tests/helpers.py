@@ -1,9 +1,12 @@
-"""Small real tools used to drive the loop (real implementations of the Tool contract)."""
+"""Small real tools used to drive the loop (real implementations of the Tool contract),
+and process checks shared by the tool tests."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -63,3 +66,25 @@ class SleepTool(Tool):
             raise
         self.spans.append((start, time.perf_counter()))
         return ToolResult(f"slept {args.seconds}")
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie awaiting its reaper counts as dead."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no procfs: fall back to a signal probe
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
+
+
+def wait_dead(pids: list[int], within: float = 2.0) -> list[int]:
+    deadline = time.monotonic() + within
+    while (living := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return living

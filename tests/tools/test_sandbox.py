@@ -21,7 +21,7 @@ from core.tools.sandbox import (
     run_process,
     tool_env,
 )
-from tests.tools.test_scenarios_s6 import wait_dead
+from tests.helpers import wait_dead
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from core.tools.builtin import builtin_tools
 from core.tools.cli import load_cli_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
+from tests.helpers import wait_dead
 
 
 @pytest.fixture
@@ -38,33 +39,6 @@ def executor_for(settings: SandboxSettings, tools: list[Tool] | None = None) -> 
 
 async def call(executor: ToolExecutor, name: str, **arguments: object) -> Message:
     return await executor.execute(ToolCall(id="c1", name=name, arguments=json.dumps(arguments)))
-
-
-def alive(pid: int) -> bool:
-    """True while `pid` runs; a zombie awaiting its reaper counts as dead."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no procfs: fall back to a signal probe
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
-
-
-def wait_dead(pids: list[int], within: float = 2.0) -> list[int]:
-    deadline = time.monotonic() + within
-    while (living := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return living
-
-
-def write_tools_yaml(path: Path, body: str) -> Path:
-    path.write_text(body, encoding="utf-8")
-    return path
 
 
 async def test_s6_1_valid_params_execute(settings: SandboxSettings) -> None:
@@ -210,7 +184,8 @@ tools:
 
 
 def cli_executor(tmp_path: Path, settings: SandboxSettings) -> ToolExecutor:
-    path = write_tools_yaml(tmp_path / "tools.yaml", TOOLS_YAML)
+    path = tmp_path / "tools.yaml"
+    path.write_text(TOOLS_YAML, encoding="utf-8")
     tools = load_cli_tools(path, environ={"HOST_DEPLOY_TOKEN": "tok-123"})
     return executor_for(settings, builtin_tools() + tools)
 
