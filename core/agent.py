@@ -225,7 +225,7 @@ class Agent:
         )
         conversation.extra_system = lambda: self._extra_system(lane)
         context = conversation.guards.context
-        if context is not None and hasattr(context, "after_summary"):
+        if context is not None:
             context.after_summary = lambda: (
                 "" if lane.journal.journal.is_empty() else lane.journal.journal.render()
             )
@@ -430,7 +430,8 @@ class Agent:
         conversation.executor.envelope = None
         lane.input_tokens += sink.input_tokens
         lane.output_tokens += sink.output_tokens
-        report = getattr(conversation.guards.context, "last_compaction", None)
+        context = conversation.guards.context
+        report = context.last_compaction if context is not None else None
         if report is not None:
             lane.last_compaction = f"{report.before}→{report.after} ({report.kind})"
         self.store.save_snapshot(

@@ -81,7 +81,7 @@ class Commands:
         context = conversation.guards.context
         used = (
             context.tokens(conversation.messages)
-            if context is not None and hasattr(context, "tokens")
+            if context is not None
             else conversation.counter.messages(conversation.messages)
         )
         goal = lane.goal
@@ -128,7 +128,7 @@ class Commands:
             lane.goal = None
             lane.journal.journal = RunJournal()
             context = conversation.guards.context
-            if context is not None and hasattr(context, "last_compaction"):
+            if context is not None:
                 context.last_compaction = None
             await self.agent.store.clear_conversation(lane.conv)
         return "Cleared this conversation's history. The provider choice is kept."
@@ -143,7 +143,7 @@ class Commands:
                 return "Nothing to compact yet."
             await responder.send("Compacting the conversation…")
             report = await context.compact(conversation.messages, sink=discard)
-            before, after = getattr(report, "before", 0), getattr(report, "after", 0)
+            before, after = report.before, report.after
             lane.last_compaction = f"{before}→{after} (manual)"
             store = self.agent.store
             store.save_messages(lane.conv, conversation.messages, 0)

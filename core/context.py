@@ -17,7 +17,6 @@ deterministic truncation summary.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import re
@@ -29,7 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.errors import ContextLimitExceeded
-from core.events import EventSink, Observed, StreamDone
+from core.events import EventSink, Observed
 from core.messages import Message
 from core.providers.base import Provider
 from core.tokens import TokenCounter
@@ -117,11 +116,7 @@ def provider_summarizer(provider: Provider) -> Summarizer:
 
     async def summarize(text: str) -> str:
         request = [Message.system(SUMMARIZER_SYSTEM), Message.user(text)]
-        async with contextlib.aclosing(provider.stream(request, ())) as stream:
-            async for event in stream:
-                if isinstance(event, StreamDone):
-                    return event.message.content.strip()
-        return ""  # pragma: no cover - providers always end with StreamDone
+        return (await provider.complete(request)).message.content.strip()
 
     return summarize
 
@@ -248,11 +243,9 @@ class ContextManager:
             raise ContextLimitExceeded(used, self.hard_at)
         return "ok"
 
-    async def compact(
-        self, messages: list[Message], *, target: float | None = None, sink: EventSink
-    ) -> CompactionReport:
-        """Manual `/compact`: summarise down to `target` (default `manual_target`)."""
-        goal = int(self.window * (self.settings.manual_target if target is None else target))
+    async def compact(self, messages: list[Message], *, sink: EventSink) -> CompactionReport:
+        """Manual `/compact`: summarise down to `manual_target` of the window."""
+        goal = int(self.window * self.settings.manual_target)
         self._repair(messages, sink)
         before = self.tokens(messages)
         self._mask(messages, sink, before)

@@ -18,7 +18,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from core.chat import Responder
-from core.events import StreamDone
 from core.messages import Message
 from core.providers.base import Provider
 from core.store import GoalRow
@@ -49,11 +48,7 @@ async def ask_supervisor(provider: Provider, goal: str, answers: list[str]) -> t
     """One tool-less call; raises ValueError if the reply is not the JSON verdict."""
     body = "\n---\n".join(a[-1500:] for a in answers[-3:]) or "(none yet)"
     prompt = SUPERVISOR_PROMPT.format(goal=goal, answers=body)
-    text = ""
-    async with contextlib.aclosing(provider.stream([Message.user(prompt)], ())) as stream:
-        async for event in stream:
-            if isinstance(event, StreamDone):
-                text = event.message.content
+    text = (await provider.complete([Message.user(prompt)])).message.content
     match = re.search(r"\{.*\}", text, re.DOTALL)
     if match is None:
         raise ValueError(f"supervisor reply is not JSON: {text[:200]!r}")

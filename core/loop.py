@@ -15,16 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.errors import ContextLengthError
 from core.events import (
     EventSink,
     LLMCallStarted,
     Notice,
-    StreamDone,
     ToolFinished,
     ToolStarted,
     Usage,
@@ -43,6 +42,9 @@ from core.tokens import TokenCounter
 from core.tools.ask import ASK_HUMAN
 from core.tools.base import Category, ToolSpec
 from core.tools.executor import PreparedCall, ToolExecutor
+
+if TYPE_CHECKING:
+    from core.context import CompactionReport
 
 MAX_ITERATIONS_TEXT = "Stopped: maximum iteration limit reached."
 EMPTY_TURNS_TEXT = "Stopped: the model returned empty answers twice in a row."
@@ -72,17 +74,21 @@ class Recorder(Protocol):
 
 
 class ContextGuard(Protocol):
-    """What the loop needs from context management (SPEC §5)."""
+    """Context management (SPEC §5): what the loop needs, and what a conversation's
+    commands read (`/status`, `/compact`, `/clear`)."""
+
+    last_compaction: CompactionReport | None
+    after_summary: Callable[[], str] | None  # text placed after any history summary
 
     def start_turn(self) -> None: ...
+
+    def tokens(self, messages: list[Message]) -> int: ...
 
     async def preflight(
         self, messages: list[Message], sink: EventSink
     ) -> Literal["ok", "ask_human", "stop"]: ...
 
-    async def compact(
-        self, messages: list[Message], *, target: float | None = None, sink: EventSink
-    ) -> object: ...
+    async def compact(self, messages: list[Message], *, sink: EventSink) -> CompactionReport: ...
 
     async def process_tool_result(self, result: Message, *, approved: bool) -> Message: ...
 
@@ -258,12 +264,12 @@ async def _call(run: _Run, iteration: int, tools: Sequence[ToolSpec]) -> Message
     and one retry."""
     run.sink(LLMCallStarted(iteration, run.provider.name, run.provider.model))
     try:
-        done = await _stream_turn(run.provider, run.messages, tools, run.sink)
+        done = await run.provider.complete(run.messages, tools, run.sink)
     except ContextLengthError:
         if run.guards.context is None:
             raise
         await run.guards.context.compact(run.messages, sink=run.sink)
-        done = await _stream_turn(run.provider, run.messages, tools, run.sink)
+        done = await run.provider.complete(run.messages, tools, run.sink)
     usage = done.usage or _estimate(run.counter, run.messages, done.message)
     run.input_tokens += usage.input_tokens
     run.output_tokens += usage.output_tokens
@@ -308,18 +314,6 @@ def _question(call: ToolCall) -> str:
 
 def _estimate(counter: TokenCounter, messages: Sequence[Message], reply: Message) -> Usage:
     return Usage(counter.messages(messages), counter.message(reply), estimated=True)
-
-
-async def _stream_turn(
-    provider: Provider, messages: Sequence[Message], tools: Sequence[ToolSpec], sink: EventSink
-) -> StreamDone:
-    # aclosing: a cancel closes the generator, and with it the HTTP response, at once.
-    async with contextlib.aclosing(provider.stream(messages, tools)) as stream:
-        async for event in stream:
-            sink(event)
-            if isinstance(event, StreamDone):
-                return event
-    raise AssertionError("provider stream ended without StreamDone")  # pragma: no cover
 
 
 def _batches(

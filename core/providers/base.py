@@ -28,6 +28,7 @@ from core.errors import (
     ProviderUnavailable,
 )
 from core.events import (
+    EventSink,
     ReasoningDelta,
     StreamDone,
     StreamEvent,
@@ -226,6 +227,22 @@ class Provider(ABC):
 
     def url(self) -> str:
         return self.settings.base_url.rstrip("/") + self.path
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        sink: EventSink | None = None,
+    ) -> StreamDone:
+        """One whole assistant turn: `stream`, each event to `sink`, the final `StreamDone`.
+        A cancel closes the stream, and with it the HTTP response, at once."""
+        async with contextlib.aclosing(self.stream(messages, tools)) as events:
+            async for event in events:
+                if sink is not None:
+                    sink(event)
+                if isinstance(event, StreamDone):
+                    return event
+        raise AssertionError("provider stream ended without StreamDone")  # pragma: no cover
 
     async def stream(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec] = ()

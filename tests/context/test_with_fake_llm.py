@@ -3,28 +3,16 @@ and the compacted history is then accepted by the fake's strict pairing validati
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
 from core.context import SUMMARIZER_SYSTEM, SUMMARY_HEADER, ContextManager, provider_summarizer
 from core.errors import ProviderError
-from core.events import StreamDone
 from core.messages import Message, ToolCall
-from core.providers import Provider
 from tests.conftest import provider_for
 from tests.context import Sink, WordCounter, reply, system, tool_turn, user
 from tests.fakes.llm import FakeLLM, Reply
 
 KINDS = ["openai_chat", "openai_responses", "anthropic"]
-
-
-async def send(provider: Provider, messages: list[Message]) -> StreamDone:
-    async with contextlib.aclosing(provider.stream(messages, ())) as stream:
-        async for event in stream:
-            if isinstance(event, StreamDone):
-                return event
-    raise AssertionError("no StreamDone")
 
 
 def long_history() -> list[Message]:
@@ -53,7 +41,7 @@ async def test_r1_with_a_provider_summary_is_accepted_by_the_fake(
     assert "TOOL RESULT (search)" in str(summary_request)
     assert messages[2].content.startswith("task task")  # the request itself stays verbatim
 
-    done = await send(provider, messages)
+    done = await provider.complete(messages)
     assert done.message.content == "done"
     assert [r.error for r in fake_llm.requests] == [None, None]
     fake_llm.assert_complete()
@@ -65,5 +53,5 @@ async def test_the_fake_rejects_an_unpaired_history(fake_llm: FakeLLM) -> None:
     history = long_history()
     orphaned = [history[0], *history[3:]]  # drop the first call message: its result dangles
     with pytest.raises(ProviderError) as info:
-        await send(provider, orphaned)
+        await provider.complete(orphaned)
     assert info.value.status == 400
