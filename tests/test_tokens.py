@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+import tiktoken.registry
 
 from core.messages import Message, ToolCall
 from core.tokens import TokenCounter
@@ -16,6 +17,8 @@ def test_encoding_loads_offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
     monkeypatch.setattr(socket.socket, "connect", no_network)
+    # tiktoken caches loaded encodings per process: start empty so the load happens here.
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
     counter = TokenCounter()
     assert counter.text("hello world") == 2  # cl100k_base: "hello", " world"
     assert counter.exact
