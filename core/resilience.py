@@ -195,8 +195,6 @@ class LoopDetector:
         )
         return LoopVerdict(self.level, kind, call.name, message, count)
 
-    stop_message = staticmethod(stop_message)
-
     def _detect(self, entry: _Entry) -> tuple[LoopKind, int] | None:
         recent = list(self._recent)
         tail = recent[-self.doom :]

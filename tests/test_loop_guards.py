@@ -8,6 +8,7 @@ import itertools
 from pydantic import BaseModel
 
 from core.clock import FakeClock
+from core.errors import ToolTransientError
 from core.events import LoopEvent, Observed
 from core.loop import NUDGE_PREFIX, Guards, LoopConfig, run_loop
 from core.messages import Message
@@ -212,3 +213,49 @@ async def test_guard_events_reach_the_runs_sink(fake_llm: FakeLLM) -> None:
     )
     names = {e.name for e in events if isinstance(e, Observed)}
     assert "agent.loop.detected" in names
+
+
+class FlakyOnceTool(Tool):
+    """Fails once with a transient error, then works (a retry event follows)."""
+
+    name = "flaky"
+    description = "Fails once."
+    category: Category = "read"
+    params = EchoArgs
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        self.runs += 1
+        if self.runs == 1:
+            raise ToolTransientError("503 from upstream")
+        return ToolResult("ok")
+
+
+async def test_a_second_run_gets_its_own_time_limit_and_retry_events(fake_llm: FakeLLM) -> None:
+    """One `Guards` and one executor serve two runs (as in a conversation): the second
+    run's soft-limit and retry events go to the second run's sink, not the first's."""
+    clock = FakeClock()
+    guards = Guards(limits=TimeLimits(soft=10, hard=100, clock=clock))
+    executor = make_executor(FlakyOnceTool(), SlowClockTool(clock, 20))
+    executor.clock = clock  # retry backoff sleeps on the fake clock
+    provider = provider_for(fake_llm)
+    fake_llm.script(Reply(text="first done"))
+    first: list[LoopEvent] = []
+    await run_loop(history(), provider, executor, sink=first.append, guards=guards)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                ToolCallSpec("flaky", {"text": "x"}),
+                ToolCallSpec("long_job", {"text": "y"}),
+            ]
+        ),
+        Reply(text="summary of the work"),
+    )
+    second: list[LoopEvent] = []
+    await run_loop(history(), provider, executor, sink=second.append, guards=guards)
+    names = [e.name for e in second if isinstance(e, Observed)]
+    assert "agent.tool.retry" in names
+    assert "agent.exhaustion.soft_limit" in names
+    assert not [e for e in first if isinstance(e, Observed)]

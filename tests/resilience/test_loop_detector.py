@@ -190,4 +190,3 @@ def test_stop_messages_name_the_tool_and_the_reason() -> None:
     pattern = stop_message(LoopVerdict(3, "pattern", "search", "", 4))
     assert "`search` with the same arguments" in identical
     assert "`search` with varying arguments" in pattern
-    assert LoopDetector.stop_message(LoopVerdict(3, "pattern", "search", "", 4)) == pattern

@@ -6,7 +6,7 @@ import pytest
 
 from core.clock import FakeClock
 from core.events import LoopEvent, Observed
-from core.resilience import HARD_LIMIT_TEXT, SOFT_LIMIT_PROMPT, TimeLimits
+from core.resilience import TimeLimits
 
 
 def test_ok_then_soft_once_then_hard() -> None:
@@ -55,8 +55,3 @@ def test_check_starts_the_clock_and_start_restarts_it() -> None:
 def test_bad_limits_are_rejected() -> None:
     with pytest.raises(ValueError, match="soft <= hard"):
         TimeLimits(soft=30, hard=10, clock=FakeClock())
-
-
-def test_texts_exist() -> None:
-    assert "Do not call any more tools" in SOFT_LIMIT_PROMPT
-    assert HARD_LIMIT_TEXT.startswith("Stopped:")

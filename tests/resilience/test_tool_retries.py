@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from pydantic import BaseModel
 
-from core.clock import FakeClock
+from core.clock import FakeClock, SystemClock
 from core.errors import ToolDenied, ToolTransientError
 from core.events import LoopEvent, Observed
 from core.messages import ToolCall
@@ -219,4 +219,4 @@ async def test_cancellation_raised_by_the_tool_is_not_retried() -> None:
 
 def test_positional_construction_still_works() -> None:
     executor = ToolExecutor(ToolRegistry(), ToolPolicy(), ToolContext())
-    assert executor.clock.monotonic() >= 0
+    assert isinstance(executor.clock, SystemClock)  # the default clock is the real one
