@@ -230,7 +230,7 @@ async def _before_call(run: _Run, iteration: int) -> LoopOutcome | None:
                 return run.outcome("time_limit", HARD_LIMIT_TEXT, iteration)
             case "soft":
                 return await _summary_turn(
-                    run, iteration, "time_limit", SOFT_LIMIT_NOTICE, HARD_LIMIT_TEXT
+                    run, iteration, "time_limit", SOFT_LIMIT_NOTICE, fallback=HARD_LIMIT_TEXT
                 )
     if guards.context is not None:
         match await guards.context.preflight(run.messages, run.sink):
@@ -239,22 +239,29 @@ async def _before_call(run: _Run, iteration: int) -> LoopOutcome | None:
                 return run.outcome("waiting_on_human", CONTEXT_ASK_TEXT, iteration)
             case "stop":  # cron: nobody to ask, so stop with a summary
                 return await _summary_turn(
-                    run, iteration, "context_stop", CONTEXT_STOP_TEXT, CONTEXT_STOP_TEXT
+                    run, iteration, "context_stop", CONTEXT_STOP_TEXT, prefix=True
                 )
     return None
 
 
 async def _summary_turn(
-    run: _Run, iteration: int, reason: StopReason, notice: str, fallback: str
+    run: _Run,
+    iteration: int,
+    reason: StopReason,
+    notice: str,
+    *,
+    prefix: bool = False,
+    fallback: str | None = None,
 ) -> LoopOutcome:
     """One last call without tools to summarise what was done (the soft time limit, and a
-    cron run that has to stop)."""
+    cron run that has to stop). `prefix`: the answer starts with `notice`; with no summary
+    the answer is `fallback` (default: `notice`)."""
     run.sink(Notice(notice, "warning"))
     run.messages.append(Message.user(SOFT_LIMIT_PROMPT))
     assistant = await _call(run, iteration, ())
     summary = assistant.content.strip()
-    text = f"{notice}\n\n{summary}" if summary and notice != SOFT_LIMIT_NOTICE else summary
-    text = text or fallback
+    text = f"{notice}\n\n{summary}" if summary and prefix else summary
+    text = text or fallback or notice
     run.messages.append(Message.assistant(text))  # tool calls, if any, are dropped
     return run.outcome(reason, text, iteration)
 
@@ -296,7 +303,7 @@ async def _after_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> 
         return None
     if run.executor.policy.session == "cron" and verdict.kind != "doom":
         # Nobody to ask in a cron job: stop, with a summary of what was done.
-        return await _summary_turn(run, iteration, "loop_stop", verdict.message, verdict.message)
+        return await _summary_turn(run, iteration, "loop_stop", verdict.message, prefix=True)
     run.messages.append(Message.assistant(verdict.message))
     run.sink(Notice(verdict.message, "warning"))
     if verdict.kind == "doom":
