@@ -485,7 +485,7 @@ class Agent:
                 "tell me how to go on."
             )
             conversation.messages.append(Message.assistant(text))
-            self.store.save_messages(lane.conv, conversation.messages, 0)
+            self.store.save_messages(lane.conv, conversation.messages)
             self.store.update_run(run.id, state="waiting_on_human", resumable=0, reason="unsafe")
             self.events.emit("agent_run.resume_unsafe", {"why": why}, run_id=run.id, conv=lane.conv)
             lane.last_state = "waiting_on_human"

@@ -146,7 +146,7 @@ class Commands:
             before, after = report.before, report.after
             lane.last_compaction = f"{before}→{after} (manual)"
             store = self.agent.store
-            store.save_messages(lane.conv, conversation.messages, 0)
+            store.save_messages(lane.conv, conversation.messages)
             store.save_snapshot(
                 lane.key,
                 lane.conv,

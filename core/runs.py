@@ -48,16 +48,13 @@ class RunRecorder:
         self.persisted: list[Message] = []
 
     def persist(self, messages: list[Message]) -> None:
-        """Save the messages that changed since the last save (appends, or a rewrite after
-        compaction), found by identity: messages are immutable."""
+        """Save the messages that changed since the last save: appends, the system message
+        rebuilt each turn, or a rewrite by compaction. Messages are immutable, so a changed
+        one is a different object."""
         old = self.persisted
-        start = 0
-        limit = min(len(old), len(messages))
-        while start < limit and old[start] is messages[start]:
-            start += 1
-        if start < len(messages) or len(old) != len(messages):
-            appended = start == len(old)  # nothing before changed: no rows to drop
-            self.store.save_messages(self.conv, messages, start, replace=not appended)
+        changed = [i for i, m in enumerate(messages) if i >= len(old) or old[i] is not m]
+        if changed or len(old) != len(messages):
+            self.store.save_messages(self.conv, messages, changed, shrunk=len(messages) < len(old))
         self.persisted = list(messages)
 
     def checkpoint(self, kind: str, iteration: int, messages: list[Message]) -> None:

@@ -272,16 +272,22 @@ class Store:
         return [Message.model_validate_json(row[0]) for row in rows]
 
     def save_messages(
-        self, conv: str, messages: Sequence[Message], start: int, *, replace: bool = True
+        self,
+        conv: str,
+        messages: Sequence[Message],
+        changed: Iterable[int] | None = None,
+        *,
+        shrunk: bool = True,
     ) -> None:
-        """Persist `messages[start:]` as rows `start…`, dropping any rows after them
-        (`replace=False`: the caller knows there are none). Queued; a later `write()` or
-        `flush()` makes it durable."""
-        if replace:
-            self.write_soon("DELETE FROM messages WHERE conv = ? AND seq >= ?", (conv, start))
-        for seq in range(start, len(messages)):
+        """Persist the rows `changed` (default: all) of `messages`; if the list may have
+        `shrunk`, drop rows past its end. Queued; a later `write()` or `flush()` makes it
+        durable."""
+        if shrunk:
+            drop = "DELETE FROM messages WHERE conv = ? AND seq >= ?"
+            self.write_soon(drop, (conv, len(messages)))
+        for seq in range(len(messages)) if changed is None else changed:
             self.write_soon(
-                "INSERT INTO messages (conv, seq, body) VALUES (?, ?, ?)",
+                "INSERT OR REPLACE INTO messages (conv, seq, body) VALUES (?, ?, ?)",
                 (conv, seq, messages[seq].model_dump_json()),
             )
 

@@ -35,7 +35,7 @@ async def _crash_after_tool_calls(
         messages.append(Message.user("do the work"))
         messages.append(Message.assistant("", tool_calls=calls))
         store = agent.store
-        store.save_messages(CONV, messages, 0)
+        store.save_messages(CONV, messages)
         run_id = "deadbeef00000001"
         await store.create_run(run_id, CONV, "user")
         store.checkpoint(
