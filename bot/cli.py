@@ -118,7 +118,7 @@ async def _jobs(app: App, action: str, name: str | None) -> int:
         channels = {k: c for k, c in build_channels(app).items() if k == kind}
         agent = await app.open_agent()
         try:
-            Scheduler(app, agent, channels).validate()
+            Scheduler(app, agent, channels).check(job)  # only this job's target must run
             for channel in channels.values():
                 await channel.start(agent)
             result = await jobs_run(app, agent, channels, name)

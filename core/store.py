@@ -90,7 +90,6 @@ _MIGRATIONS: dict[int, str] = {
         iteration INTEGER, name TEXT NOT NULL, data TEXT NOT NULL
     );
     CREATE INDEX events_run ON events (run_id);
-    CREATE TABLE jobs (name TEXT PRIMARY KEY, last_fire REAL, next_fire REAL);
     CREATE TABLE job_runs (
         id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, fire_time REAL NOT NULL,
         run_id TEXT, started_at REAL NOT NULL, ended_at REAL, state TEXT NOT NULL,
@@ -559,7 +558,8 @@ class Store:
     # --- scheduled jobs -----------------------------------------------------------------
 
     async def job_last_fire(self, job: str) -> float | None:
-        row = await self._one("SELECT last_fire FROM jobs WHERE name = ?", (job,))
+        """The latest fire claimed for `job` (runs are never deleted)."""
+        row = await self._one("SELECT MAX(fire_time) FROM job_runs WHERE job = ?", (job,))
         return float(row[0]) if row and row[0] is not None else None
 
     async def claim_job_fire(self, job: str, fire_time: float) -> int | None:
@@ -582,12 +582,6 @@ class Store:
         )
         if found is None or found[1] != token:
             return None
-        await self.write(
-            "INSERT INTO jobs (name, last_fire) VALUES (?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET "
-            "last_fire = MAX(COALESCE(last_fire, excluded.last_fire), excluded.last_fire)",
-            (job, fire_time),
-        )
         return int(found[0])
 
     async def finish_job_run(

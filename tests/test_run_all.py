@@ -12,7 +12,7 @@ from tests.fakes.discord import DM_CHANNEL_ID, TOKEN, USER, FakeDiscord
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram, TgUser
-from tests.test_cli import child_env, start_parley
+from tests.test_cli import child_env, parley, start_parley
 
 ALICE = TgUser(111, "Alice", "alice")
 TELEGRAM_TOKEN = "123456:TEST-token"
@@ -108,3 +108,47 @@ async def test_parley_run_answers_on_all_three_platforms(fake_llm: FakeLLM, tmp_
             await proc.wait()
         assert proc.returncode == 0, rest.decode()
         assert b"parley: stopped" in rest
+
+
+async def test_jobs_run_fires_one_job_when_another_targets_a_stopped_platform(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="the digest"))
+    async with FakeSlack() as slack:
+        config = tmp_path / "config.toml"
+        config.write_text(
+            textwrap.dedent(
+                f"""
+                default_provider = "fake"
+                [providers.fake]
+                kind = "openai_chat"
+                base_url = "{fake_llm.base_url}"
+                model = "fake-model"
+                [tools]
+                workspace = "{tmp_path / "ws"}"
+                tools_file = ""
+                [store]
+                path = "{tmp_path / "parley.db"}"
+                events_log = "{tmp_path / "events.jsonl"}"
+                [channels.slack]
+                enabled = true
+                base_url = "{slack.url}"
+                allow_channels = ["C1"]
+                [[jobs]]
+                name = "digest"
+                schedule = "0 9 * * *"
+                channel = "slack:C1"
+                prompt = "Write the digest."
+                [[jobs]]
+                name = "elsewhere"
+                schedule = "0 9 * * *"
+                channel = "discord:7"
+                prompt = "Not this one."
+                """
+            )
+        )
+        env = child_env(SLACK_BOT_TOKEN=slack.bot_token, SLACK_APP_TOKEN=slack.app_token)
+        code, out, err = await parley("--config", str(config), "jobs", "run", "digest", env=env)
+    assert code == 0, err
+    assert out.startswith("digest: completed, delivered: yes")
+    assert any(m.text == "the digest" for m in slack.live_messages())
