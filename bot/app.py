@@ -13,12 +13,14 @@ from core.config import ParleyConfig
 from core.context import ContextManager, provider_summarizer
 from core.conversation import Conversation
 from core.errors import ConfigError
+from core.eventlog import EventLog
 from core.journal import JournalBox
 from core.loop import Guards, LoopConfig
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
+from core.store import Store
 from core.tokens import TokenCounter
 from core.tools.base import Approver, ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
@@ -183,9 +185,6 @@ class App:
         self, responders: Callable[[ConversationKey], Responder | None] | None = None
     ) -> Agent:
         """The durable agent on the configured store (call `close_agent` when done)."""
-        from core.agent import Agent
-        from core.eventlog import EventLog
-        from core.store import Store
 
         store = await Store.open(self.config.store.resolved())
         agent = Agent(

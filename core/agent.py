@@ -76,7 +76,6 @@ class Lane:
     worker: asyncio.Task[None] | None = None
     run_task: asyncio.Task[LoopOutcome | None] | None = None
     run_id: str | None = None
-    state: str = "idle"
     last_state: str | None = None
     responder: Responder | None = None
     input_tokens: int = 0
@@ -323,7 +322,7 @@ class Agent:
                 # /stop reached the run before it began: it never ran, record that.
                 if run_id is not None:
                     self.store.update_run(run_id, state="cancelled", reason="stopped")
-                lane.state, lane.last_state, lane.run_id = "idle", "cancelled", None
+                lane.last_state, lane.run_id = "cancelled", None
                 return None
 
     async def _run(
@@ -336,7 +335,7 @@ class Agent:
         resume: bool,
     ) -> LoopOutcome | None:
         run_id = given_id or new_run_id()
-        lane.run_id, lane.state, lane.stoppable = run_id, "running", True
+        lane.run_id, lane.stoppable = run_id, True
         stream = responder.stream()
         sink = RunEvents(self.events, stream, run_id=run_id, conv=lane.conv)
         conversation: Conversation | None = None
@@ -386,7 +385,7 @@ class Agent:
             output_tokens=sink.output_tokens,
         )
         sink.emit(f"agent_run.{state}", {"reason": outcome.reason if outcome else state})
-        lane.state, lane.last_state, lane.run_id = "idle", state, None
+        lane.last_state, lane.run_id = state, None
         await self.store.flush()
         try:
             await stream.finish(text)
@@ -435,7 +434,6 @@ class Agent:
         if report is not None:
             lane.last_compaction = f"{report.before}→{report.after} ({report.kind})"
         self.store.save_snapshot(
-            lane.key,
             lane.conv,
             input_tokens=lane.input_tokens,
             output_tokens=lane.output_tokens,
@@ -519,8 +517,7 @@ class Agent:
         for run in reversed(await self.store.runs(states=["queued"], limit=10_000)):
             if run.created_at < self.started_at:
                 await self._requeue(run.id, run.conv, run.text or "")
-        for approval_id, _conv, _tool in await self.store.pending_approvals():
-            self.store.approval_resolved(approval_id, "expired")
+        self.store.expire_pending_approvals()
         await self.store.flush()
         return [run.id for run in interrupted]
 

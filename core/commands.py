@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from core.chat import Inbound, Responder
@@ -148,7 +149,6 @@ class Commands:
             store = self.agent.store
             store.save_messages(lane.conv, conversation.messages)
             store.save_snapshot(
-                lane.key,
                 lane.conv,
                 input_tokens=lane.input_tokens,
                 output_tokens=lane.output_tokens,
@@ -226,15 +226,7 @@ class Commands:
             if lane.goal is None:
                 return "No goal to complete."
             await self.agent.stop_goal(lane)
-            lane.goal = GoalRow(
-                lane.conv,
-                lane.goal.text,
-                "completed",
-                lane.goal.auto,
-                lane.goal.max_turns,
-                lane.goal.turns,
-                "marked done",
-            )
+            lane.goal = replace(lane.goal, state="completed", note="marked done")
             await store.save_goal(lane.goal, lane.conv)
             return f"Goal completed: {lane.goal.text}"
         if sub == "clear":

@@ -34,11 +34,9 @@ _MIGRATIONS: dict[int, str] = {
     1: """
     CREATE TABLE conversations (
         key TEXT PRIMARY KEY,
-        channel TEXT NOT NULL, channel_id TEXT NOT NULL, thread_id TEXT NOT NULL,
         input_tokens INTEGER NOT NULL DEFAULT 0,
         output_tokens INTEGER NOT NULL DEFAULT 0,
         last_compaction TEXT,
-        snapshot_at REAL,
         updated_at REAL NOT NULL
     );
     CREATE TABLE messages (
@@ -83,7 +81,7 @@ _MIGRATIONS: dict[int, str] = {
     CREATE TABLE approvals (
         id TEXT PRIMARY KEY, conv TEXT NOT NULL, run_id TEXT, tool TEXT NOT NULL,
         summary TEXT NOT NULL, state TEXT NOT NULL, requested_at REAL NOT NULL,
-        resolved_at REAL, resolved_by TEXT
+        resolved_at REAL
     );
     CREATE TABLE events (
         id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, run_id TEXT, conv TEXT,
@@ -153,7 +151,6 @@ class ConversationRow:
     input_tokens: int
     output_tokens: int
     last_compaction: str | None
-    snapshot_at: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,31 +289,20 @@ class Store:
 
     async def conversation(self, conv: str) -> ConversationRow | None:
         row = await self._one(
-            "SELECT key, input_tokens, output_tokens, last_compaction, snapshot_at "
+            "SELECT key, input_tokens, output_tokens, last_compaction "
             "FROM conversations WHERE key = ?",
             (conv,),
         )
         return ConversationRow(*row) if row else None
 
     def save_snapshot(
-        self,
-        key: tuple[str, str, str],
-        conv: str,
-        *,
-        input_tokens: int,
-        output_tokens: int,
-        last_compaction: str | None,
+        self, conv: str, *, input_tokens: int, output_tokens: int, last_compaction: str | None
     ) -> None:
         """The session snapshot's totals (the messages are saved as they grow)."""
-        now = time.time()
         self.write_soon(
-            "INSERT INTO conversations (key, channel, channel_id, thread_id, input_tokens, "
-            "output_tokens, last_compaction, snapshot_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
-            "input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, "
-            "last_compaction = excluded.last_compaction, snapshot_at = excluded.snapshot_at, "
-            "updated_at = excluded.updated_at",
-            (conv, *key, input_tokens, output_tokens, last_compaction, now, now),
+            "INSERT OR REPLACE INTO conversations (key, input_tokens, output_tokens, "
+            "last_compaction, updated_at) VALUES (?, ?, ?, ?, ?)",
+            (conv, input_tokens, output_tokens, last_compaction, time.time()),
         )
 
     async def clear_conversation(self, conv: str) -> None:
@@ -325,7 +311,7 @@ class Store:
         self.write_soon("DELETE FROM conversations WHERE key = ?", (conv,))
         self.write_soon("DELETE FROM journals WHERE conv = ?", (conv,))
         self.write_soon("DELETE FROM goals WHERE conv = ?", (conv,))
-        self.write_soon("UPDATE runs SET resumable = 0 WHERE conv = ?", (conv,))
+        self.forget_resumable(conv)
         await self.flush()
 
     # --- runs and checkpoints -------------------------------------------------------
@@ -521,15 +507,18 @@ class Store:
             (approval_id, conv, run_id, tool, summary, time.time()),
         )
 
-    def approval_resolved(self, approval_id: str, state: str, by: str | None = None) -> None:
+    def approval_resolved(self, approval_id: str, state: str) -> None:
         self.write_soon(
-            "UPDATE approvals SET state = ?, resolved_at = ?, resolved_by = ? WHERE id = ?",
-            (state, time.time(), by, approval_id),
+            "UPDATE approvals SET state = ?, resolved_at = ? WHERE id = ?",
+            (state, time.time(), approval_id),
         )
 
-    async def pending_approvals(self) -> list[tuple[str, str, str]]:
-        rows = await self._all("SELECT id, conv, tool FROM approvals WHERE state = 'pending'")
-        return [(r[0], r[1], r[2]) for r in rows]
+    def expire_pending_approvals(self) -> None:
+        """At start-up: the runs that asked are gone, so nothing still waits."""
+        self.write_soon(
+            "UPDATE approvals SET state = 'expired', resolved_at = ? WHERE state = 'pending'",
+            (time.time(),),
+        )
 
     # --- events -----------------------------------------------------------------------
 
