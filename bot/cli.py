@@ -72,11 +72,10 @@ def _build_app(config_path: Path) -> App:
 async def _chat(app: App, provider_name: str, message: str | None) -> int:
     from channels.console import (
         ConsoleApprover,
-        ConsoleRenderer,
-        ConsoleResponder,
         LineReader,
         run_interactive,
         run_one_shot,
+        terminal_responder,
     )
 
     timeout = app.config.agent.approval_timeout_seconds
@@ -85,11 +84,9 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
             reader = LineReader() if sys.stdin.isatty() else None
             approver = ConsoleApprover(reader, sys.stderr, timeout)
             return await run_one_shot(app.conversation(provider_name, approver), message)
-        reader = LineReader()
-        renderer = ConsoleRenderer(
-            sys.stdout, sys.stderr, stream_text=True, color=sys.stdout.isatty()
-        )
-        responder = ConsoleResponder(renderer, ConsoleApprover(reader, sys.stderr, timeout))
+        responder = terminal_responder(timeout)
+        reader = responder.approver.reader
+        assert reader is not None
         app.fallback_provider = provider_name
         agent = await app.open_agent(lambda key: responder if key[0] == "console" else None)
         try:

@@ -243,6 +243,13 @@ async def run_interactive(
     return 0
 
 
+def terminal_responder(approval_timeout: float) -> ConsoleResponder:
+    """This process's terminal as a conversation: answers stream to stdout, approvals are
+    asked on stdin (its reader is `responder.approver.reader`)."""
+    renderer = ConsoleRenderer(sys.stdout, sys.stderr, stream_text=True, color=sys.stdout.isatty())
+    return ConsoleResponder(renderer, ConsoleApprover(LineReader(), sys.stderr, approval_timeout))
+
+
 class ConsoleChannel:
     """The terminal as a channel of `parley run --console` (a `Channel`)."""
 
@@ -256,12 +263,7 @@ class ConsoleChannel:
 
     def _ensure_responder(self) -> ConsoleResponder:
         if self._responder is None:
-            renderer = ConsoleRenderer(
-                sys.stdout, sys.stderr, stream_text=True, color=sys.stdout.isatty()
-            )
-            reader = LineReader()
-            approver = ConsoleApprover(reader, sys.stderr, self.approval_timeout)
-            self._responder = ConsoleResponder(renderer, approver)
+            self._responder = terminal_responder(self.approval_timeout)
         return self._responder
 
     async def start(self, agent: AgentPort) -> None:
