@@ -24,10 +24,12 @@ def _answer(request: RecordedRequest) -> Reply:
 
 
 async def _wait(condition, what: str, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.05)
-    assert condition(), what
+    try:
+        async with asyncio.timeout(timeout):
+            while not condition():
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"no answer on {what} within {timeout:g} s") from None
 
 
 async def test_parley_run_answers_on_all_three_platforms(fake_llm: FakeLLM, tmp_path: Path) -> None:

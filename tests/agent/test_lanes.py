@@ -48,7 +48,8 @@ async def test_two_lanes_overlap_in_time(fake_llm: FakeLLM, tmp_path: Path) -> N
 
 
 async def _stop_after(agent, chat, started) -> float:  # type: ignore[no-untyped-def]
-    await started()
+    async with asyncio.timeout(10):  # a regression fails here instead of hanging
+        await started()
     t0 = time.monotonic()
     await agent.submit(inbound("/stop"), chat)
     await agent.wait_idle()

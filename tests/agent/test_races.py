@@ -121,8 +121,9 @@ async def test_resume_after_shutdown_halts_on_a_cut_side_effect(
     async with running_agent(fake_llm, tmp_path, shutdown_grace=0.2) as agent:
         await agent.submit(inbound("do it"), chat)
         lane = await agent.lane(("test", "c1", ""))
-        while not lane.run_id or not await agent.store.tool_calls(lane.run_id):
-            await asyncio.sleep(0.02)
+        async with asyncio.timeout(10):
+            while not lane.run_id or not await agent.store.tool_calls(lane.run_id):
+                await asyncio.sleep(0.02)
     async with running_agent(fake_llm, tmp_path) as agent:
         await agent.reconcile()
         await agent.submit(inbound("/resume"), chat)
