@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 import textwrap
@@ -12,80 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
-
-REPO = Path(__file__).resolve().parents[1]
-PROVIDER_VARS = (
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "OPENAI_MODEL",
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_MODEL",
-    "PARLEY_CONFIG",
-)
-
-
-def write_config(tmp_path: Path, extra: str = "") -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            default_provider = "openai"
-            [providers.openai]
-            kind = "openai_chat"
-            base_url = "https://api.openai.com/v1"
-            base_url_env = "OPENAI_BASE_URL"
-            api_key_env = "OPENAI_API_KEY"
-            model = "fake-model"
-            max_retries = 1
-            [providers.anthropic]
-            kind = "anthropic"
-            base_url = "https://api.anthropic.com"
-            api_key_env = "ANTHROPIC_API_KEY"
-            model = "claude"
-            [tools]
-            workspace = "{tmp_path / "ws"}"
-            artifacts_dir = "{tmp_path / "artifacts"}"
-            tools_file = "tools.yaml"
-            [store]
-            path = "{tmp_path / "parley.db"}"
-            events_log = "{tmp_path / "events.jsonl"}"
-            """
-        )
-        + extra
-    )
-    return path
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in PROVIDER_VARS}
-    env.update(extra)
-    return env
-
-
-async def start_parley(
-    *args: str, env: dict[str, str], stdin: bool = True, cwd: Path | None = None
-) -> asyncio.subprocess.Process:
-    """`python -m bot ARGS` with piped stdout/stderr (and stdin unless told otherwise)."""
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-        cwd=cwd or REPO,
-    )
-
-
-async def parley(
-    *args: str, env: dict[str, str], stdin: bytes | None = None, cwd: Path | None = None
-) -> tuple[int, str, str]:
-    proc = await start_parley(*args, env=env, stdin=stdin is not None, cwd=cwd)
-    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+from tests.process import REPO, child_env, parley, start_parley, write_config
 
 
 async def test_chat_m_runs_a_multi_tool_turn_end_to_end(fake_llm: FakeLLM, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
-from tests.test_cli import child_env, parley, start_parley, write_config
+from tests.process import child_env, parley, start_parley, write_config
 
 # A tool that blocks until the test creates the file `go` in the workspace.
 TOOLS_YAML = """

@@ -12,7 +12,7 @@ from tests.fakes.discord import DM_CHANNEL_ID, TOKEN, USER, FakeDiscord
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram, TgUser
-from tests.test_cli import child_env, parley, start_parley
+from tests.process import child_env, parley, start_parley
 
 ALICE = TgUser(111, "Alice", "alice")
 TELEGRAM_TOKEN = "123456:TEST-token"

@@ -15,7 +15,7 @@ from core.config import load_config
 from core.errors import ConfigError
 from tests.agentkit import RecordingResponder, inbound
 from tests.fakes.llm import FakeLLM, Reply
-from tests.test_cli import child_env, start_parley
+from tests.process import child_env, start_parley
 
 
 def write(path: Path, fake_llm: FakeLLM, prompt: str, extra: str = "") -> None:
