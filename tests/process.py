@@ -82,3 +82,24 @@ async def parley(
     out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+def fake_llm_config(base_url: str, state: Path, extra: str = "") -> str:
+    """config.toml text whose one provider is the fake LLM at `base_url`, with the store,
+    events log, workspace and artifacts under `state`; `extra` TOML is appended."""
+    return textwrap.dedent(
+        f"""
+            default_provider = "fake"
+            [providers.fake]
+            kind = "openai_chat"
+            base_url = "{base_url}"
+            model = "fake-model"
+            [tools]
+            workspace = "{state / "ws"}"
+            artifacts_dir = "{state / "artifacts"}"
+            tools_file = ""
+            [store]
+            path = "{state / "parley.db"}"
+            events_log = "{state / "events.jsonl"}"
+            """
+    ) + textwrap.dedent(extra)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import textwrap
 from pathlib import Path
 
 from tests.fakes.discord import DM_CHANNEL_ID, TOKEN, USER, FakeDiscord
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram, TgUser
-from tests.process import child_env, parley, start_parley
+from tests.process import child_env, fake_llm_config, parley, start_parley
 
 ALICE = TgUser(111, "Alice", "alice")
 TELEGRAM_TOKEN = "123456:TEST-token"
@@ -41,20 +40,10 @@ async def test_parley_run_answers_on_all_three_platforms(fake_llm: FakeLLM, tmp_
     ):
         config = tmp_path / "config.toml"
         config.write_text(
-            textwrap.dedent(
+            fake_llm_config(
+                fake_llm.base_url,
+                tmp_path,
                 f"""
-                default_provider = "fake"
-                [providers.fake]
-                kind = "openai_chat"
-                base_url = "{fake_llm.base_url}"
-                model = "fake-model"
-                [tools]
-                workspace = "{tmp_path / "ws"}"
-                artifacts_dir = "{tmp_path / "artifacts"}"
-                tools_file = ""
-                [store]
-                path = "{tmp_path / "parley.db"}"
-                events_log = "{tmp_path / "events.jsonl"}"
                 [channels.telegram]
                 enabled = true
                 base_url = "{telegram.url}"
@@ -68,7 +57,7 @@ async def test_parley_run_answers_on_all_three_platforms(fake_llm: FakeLLM, tmp_
                 api_base_url = "{discord.url}"
                 gateway_url = "{discord.gateway_url}"
                 allow_users = ["{USER.id}"]
-                """
+                """,
             )
         )
         env = child_env(
@@ -119,19 +108,10 @@ async def test_jobs_run_fires_one_job_when_another_targets_a_stopped_platform(
     async with FakeSlack() as slack:
         config = tmp_path / "config.toml"
         config.write_text(
-            textwrap.dedent(
+            fake_llm_config(
+                fake_llm.base_url,
+                tmp_path,
                 f"""
-                default_provider = "fake"
-                [providers.fake]
-                kind = "openai_chat"
-                base_url = "{fake_llm.base_url}"
-                model = "fake-model"
-                [tools]
-                workspace = "{tmp_path / "ws"}"
-                tools_file = ""
-                [store]
-                path = "{tmp_path / "parley.db"}"
-                events_log = "{tmp_path / "events.jsonl"}"
                 [channels.slack]
                 enabled = true
                 base_url = "{slack.url}"
@@ -146,7 +126,7 @@ async def test_jobs_run_fires_one_job_when_another_targets_a_stopped_platform(
                 schedule = "0 9 * * *"
                 channel = "discord:7"
                 prompt = "Not this one."
-                """
+                """,
             )
         )
         env = child_env(SLACK_BOT_TOKEN=slack.bot_token, SLACK_APP_TOKEN=slack.app_token)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,31 +14,12 @@ from core.config import load_config
 from core.errors import ConfigError
 from tests.agentkit import RecordingResponder, inbound
 from tests.fakes.llm import FakeLLM, Reply
-from tests.process import child_env, start_parley
+from tests.process import child_env, fake_llm_config, start_parley
 
 
-def write(path: Path, fake_llm: FakeLLM, prompt: str, extra: str = "") -> None:
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            default_provider = "fake"
-            [providers.fake]
-            kind = "openai_chat"
-            base_url = "{fake_llm.base_url}"
-            model = "fake-model"
-            [agent]
-            system_prompt = "{prompt}"
-            [tools]
-            workspace = "{path.parent / "ws"}"
-            artifacts_dir = "{path.parent / "artifacts"}"
-            tools_file = ""
-            [store]
-            path = "{path.parent / "parley.db"}"
-            events_log = "{path.parent / "events.jsonl"}"
-            """
-        )
-        + extra
-    )
+def write(path: Path, fake_llm: FakeLLM, prompt: str) -> None:
+    extra = f'[agent]\nsystem_prompt = "{prompt}"\n'
+    path.write_text(fake_llm_config(fake_llm.base_url, path.parent, extra))
 
 
 def system_prompt(fake_llm: FakeLLM) -> str:
