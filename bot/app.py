@@ -23,8 +23,12 @@ from core.resilience import LoopDetector, TimeLimits
 from core.store import Store
 from core.tokens import TokenCounter
 from core.tools.base import Approver, ToolContext, ToolRegistry
+from core.tools.cli import CliTool
 from core.tools.executor import ToolExecutor
+from core.tools.jail import Jail
+from core.tools.landlock import make_undumpable
 from core.tools.policy import ToolPolicy
+from core.tools.reaper import REAPER
 
 
 def secret_env_names(config: ParleyConfig) -> set[str]:
@@ -43,6 +47,31 @@ def secret_env_names(config: ParleyConfig) -> set[str]:
 
     walk(config.model_dump())
     return names
+
+
+def _redactor(config: ParleyConfig, environ: Mapping[str, str], registry: ToolRegistry) -> Redactor:
+    """Masks the values of every `*_env` variable the configuration names and of every
+    variable a CLI tool receives through tools.yaml `env:`."""
+    values = [environ.get(n, "") for n in secret_env_names(config)]
+    for name in registry.names():
+        tool = registry.get(name)
+        if isinstance(tool, CliTool):
+            values += tool.env.values()
+    return Redactor(values)
+
+
+def build_jail(config: ParleyConfig) -> Jail:
+    """The kernel sandbox for this configuration; Parley's own data stays out of reach.
+
+    Raises:
+        ConfigError: see `Jail`.
+    """
+    store = config.store.resolved()
+    protected = [store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")]
+    events = config.store.resolved_events()
+    if events is not None:
+        protected.append(events)
+    return Jail(config.tools, protected)
 
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal"}
@@ -74,12 +103,16 @@ class App:
     counter: TokenCounter = field(default_factory=TokenCounter)
     fallback_provider: str | None = None  # used when the configured default is unusable
     redactor: Redactor = field(init=False)
+    jail: Jail = field(init=False)
     generation: int = 0  # bumped by each successful reload
     retired: list[Provider] = field(default_factory=list)  # still used by running turns
+    retired_jails: list[Jail] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        # Masks the values of every `*_env` variable the configuration names.
-        self.redactor = Redactor(self.environ.get(n, "") for n in secret_env_names(self.config))
+        # No tool (and no other process of this user) may read our memory or environment.
+        make_undumpable()
+        self.redactor = _redactor(self.config, self.environ, self.registry)
+        self.jail = build_jail(self.config)
 
     def settings(self, name: str) -> ProviderSettings:
         return self.config.providers[name].settings(name, self.environ)
@@ -150,7 +183,7 @@ class App:
         executor = ToolExecutor(
             self.registry,
             policy or ToolPolicy(session="interactive", approver=approver),
-            ToolContext(sandbox=self.config.tools, extra=extra),
+            ToolContext(sandbox=self.config.tools, extra=extra, jail=self.jail),
             redact=self.redactor,
         )
         provider = self.provider(provider_name)
@@ -187,6 +220,7 @@ class App:
         """The durable agent on the configured store (call `close_agent` when done)."""
 
         store = await Store.open(self.config.store.resolved())
+        REAPER.ledger = store  # live tool process groups, for a start-up after a crash
         agent = Agent(
             store,
             self,
@@ -200,6 +234,8 @@ class App:
     async def close_agent(self, agent: Agent, grace: float = 10.0) -> None:
         await agent.shutdown(grace)
         agent.events.close()
+        if REAPER.ledger is agent.store:
+            REAPER.ledger = None
         await agent.store.aclose()
 
     def reload(self) -> str:
@@ -216,13 +252,16 @@ class App:
             raise ConfigError("(file)", "the configuration was not read from a file", "restart")
         config = load_config(self.config.source)
         registry = build_registry(config, self.environ)  # raises on a bad tools.yaml
+        jail = build_jail(config)
         unchanged = [
             name
             for name in ("channels", "jobs")
             if getattr(config, name) != getattr(self.config, name)
         ]
         self.config, self.registry = config, registry
-        self.redactor = Redactor(self.environ.get(n, "") for n in secret_env_names(config))
+        self.redactor = _redactor(config, self.environ, registry)
+        self.retired_jails.append(self.jail)  # running turns may still spawn through it
+        self.jail = jail
         self.retired.extend(self.providers.values())
         self.providers = {}
         if self.fallback_provider not in config.providers:
@@ -234,3 +273,5 @@ class App:
     async def aclose(self) -> None:
         for provider in [*self.providers.values(), *self.retired]:
             await provider.aclose()
+        for jail in [self.jail, *self.retired_jails]:
+            jail.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 import uuid
 from collections import deque
@@ -32,7 +33,8 @@ from core.loop import LoopOutcome, unanswered_calls
 from core.messages import Message
 from core.runs import RunRecorder, close_unanswered, reconcile_runs, resume_blocker
 from core.store import GoalRow, Store
-from core.tools.base import Approver
+from core.tools.base import Approver, default_temp_root
+from core.tools.reaper import kill_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -410,6 +412,8 @@ class Agent:
         )
         recorder.persisted = list(conversation.messages)
         conversation.executor.envelope = recorder
+        # The run's own temp dir: tools' HOME and TMPDIR, writable inside the sandbox.
+        conversation.executor.ctx.scratch = default_temp_root() / "runs" / run_id
         if resume:
             self.store.update_run(run_id, state="running", resumable=0, ended_at=None)
         else:
@@ -427,6 +431,9 @@ class Agent:
         """The final checkpoint and the session snapshot."""
         recorder.checkpoint("final", recorder.iteration, conversation.messages)
         conversation.executor.envelope = None
+        scratch, conversation.executor.ctx.scratch = conversation.executor.ctx.scratch, None
+        if scratch is not None and scratch.exists():
+            asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, scratch, True)
         lane.input_tokens += sink.input_tokens
         lane.output_tokens += sink.output_tokens
         context = conversation.guards.context
@@ -506,6 +513,9 @@ class Agent:
         checkpoint to go on from are announced in their conversation with a /resume hint."""
         # Only runs of earlier processes: channels may already be delivering new messages.
         interrupted = await reconcile_runs(self.store, self.events, before=self.started_at)
+        killed = kill_leftovers(await self.store.take_tool_groups())
+        if killed:
+            self.events.emit("agent.tool_groups_killed", {"count": killed})
         for run in interrupted:
             responder = self.responders(parse_conv(run.conv))
             if responder is not None:

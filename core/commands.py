@@ -16,6 +16,7 @@ from core.chat import Inbound, Responder
 from core.events import discard
 from core.journal import RunJournal
 from core.store import GoalRow
+from core.tools.sandbox import jail_of
 
 if TYPE_CHECKING:
     from core.agent import Agent, Lane
@@ -85,6 +86,7 @@ class Commands:
             if context is not None
             else conversation.counter.messages(conversation.messages)
         )
+        sandbox = jail_of(conversation.executor.ctx).describe().removeprefix("sandbox: ")
         goal = lane.goal
         goal_text = f"{goal.text} ({goal.state}{', auto' if goal.auto else ''})" if goal else "none"
         run = "running" if lane.busy else "idle"
@@ -102,6 +104,7 @@ class Commands:
                 f"Last compaction: {lane.last_compaction or 'none'}",
                 f"Goal: {goal_text}",
                 f"Run: {run}",
+                f"Sandbox: {sandbox}",
             ]
         )
 

@@ -28,7 +28,7 @@ from core.messages import Message
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -94,6 +94,12 @@ _MIGRATIONS: dict[int, str] = {
         result TEXT, delivered INTEGER NOT NULL DEFAULT 0, error TEXT,
         UNIQUE (job, fire_time)
     );
+    """,
+    2: """
+    CREATE TABLE tool_groups (
+        pgid INTEGER NOT NULL, start_ticks INTEGER NOT NULL, boot_id TEXT NOT NULL,
+        PRIMARY KEY (boot_id, pgid)
+    ) WITHOUT ROWID;
     """,
 }
 
@@ -497,6 +503,22 @@ class Store:
     async def mark_seen(self, channel: str, event_id: str) -> None:
         self.mark_seen_soon(channel, event_id)
         await self.flush()
+
+    def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
+        """A tool's process group is live (the reaper's ledger; see core/tools/reaper.py)."""
+        self.write_soon(
+            "INSERT OR REPLACE INTO tool_groups (pgid, start_ticks, boot_id) VALUES (?, ?, ?)",
+            (pgid, start_ticks, boot_id),
+        )
+
+    def tool_group_ended(self, pgid: int) -> None:
+        self.write_soon("DELETE FROM tool_groups WHERE pgid = ?", (pgid,))
+
+    async def take_tool_groups(self) -> list[tuple[int, int, str]]:
+        """The groups a crashed process left listed, removed from the ledger."""
+        rows = await self._all("SELECT pgid, start_ticks, boot_id FROM tool_groups")
+        await self.write("DELETE FROM tool_groups")
+        return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
 
     def approval_requested(
         self, approval_id: str, conv: str, run_id: str | None, tool: str, summary: str

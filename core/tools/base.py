@@ -10,11 +10,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from core.errors import ToolValidationError
+
+if TYPE_CHECKING:
+    from core.tools.jail import Jail
 
 Category = Literal["read", "write", "admin"]
 
@@ -61,6 +64,28 @@ class SandboxSettings(BaseModel):
         default=Path("~/.parley/artifacts"),
         description="Where full outputs that were cut are kept for `read_file`.",
     )
+    sandbox: Literal["auto", "required", "off"] = Field(
+        default="auto",
+        description="Kernel sandbox for tool processes: `auto` uses Landlock where the kernel "
+        "has it (and says loudly when not), `required` refuses to start without it.",
+    )
+    network: bool = Field(default=True, description="False: tools cannot open TCP connections.")
+    run_as: str = Field(
+        default="nobody",
+        description="When Parley runs as root, tools run as this unprivileged user; empty: root.",
+    )
+    read_only_paths: list[Path] = Field(
+        default_factory=list,
+        description="Extra roots tools may read and execute from (system dirs always are).",
+    )
+    max_cpu_seconds: int = Field(default=600, ge=0, description="CPU seconds per process; 0: none.")
+    max_processes: int = Field(
+        default=512, ge=0, description="Processes the tool user may add; 0: no limit."
+    )
+    max_file_bytes: int = Field(default=1 << 30, ge=0, description="Largest file a tool writes.")
+    max_memory_bytes: int = Field(default=8 << 30, ge=0, description="Address space per process.")
+
+    _cache: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def resolved_workspace(self) -> Path:
         return Path(os.path.expanduser(self.workspace)).resolve()
@@ -83,6 +108,8 @@ class ToolContext:
 
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     extra: dict[str, Any] = field(default_factory=dict)
+    jail: Jail | None = None  # None: built from `sandbox` on first use
+    scratch: Path | None = None  # the run's temp dir (HOME and TMPDIR of tools); None: per call
 
 
 class Tool(ABC):

@@ -73,7 +73,7 @@ class BashTool(Tool):
         if denied is not None:
             raise ToolDenied(f"permission denied: the command names the denied path {denied}")
         timeout = self.call_timeout(args, sandbox)
-        return await run_in_workspace(["bash", "-c", args.command], sandbox, timeout=timeout)
+        return await run_in_workspace(["bash", "-c", args.command], ctx, timeout=timeout)
 
 
 class ReadFileParams(BaseModel):

@@ -176,7 +176,7 @@ class CliTool(Tool):
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         argv = self.argv(args)
         timeout = self.call_timeout(args, ctx.sandbox)
-        return await run_in_workspace(argv, ctx.sandbox, timeout=timeout, env=self.env)
+        return await run_in_workspace(argv, ctx, timeout=timeout, env=self.env)
 
 
 # --- loading -------------------------------------------------------------------------------

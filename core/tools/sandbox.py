@@ -9,16 +9,21 @@ import contextlib
 import os
 import re
 import secrets
+import shutil
 import signal
+import subprocess
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
 from core.errors import ToolDenied, ToolError
-from core.tools.base import SandboxSettings, ToolResult, default_temp_root
+from core.tools.base import SandboxSettings, ToolContext, ToolResult, default_temp_root
+from core.tools.jail import Jail, Spawn
+from core.tools.reaper import REAPER
 
 _READ_CHUNK = 64 * 1024
 # After the main process exits, how long we keep reading output still in flight. Then the
@@ -42,14 +47,44 @@ def _is_under(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
+@dataclass(frozen=True, slots=True)
+class PathRules:
+    """The file tools' boundaries, resolved once per configuration (SPEC §4)."""
+
+    workspace: Path
+    read_roots: tuple[Path, ...]
+    write_roots: tuple[Path, ...]
+    # Each denied path as configured, with the forms it is checked in: as written
+    # (normalised) and with symlinks resolved.
+    denied: tuple[tuple[Path, tuple[Path, ...]], ...]
+
+    @classmethod
+    def of(cls, sandbox: SandboxSettings) -> PathRules:
+        """The rules of `sandbox`, computed on first use and kept with the settings."""
+        rules = sandbox._cache.get("paths")
+        if rules is None:
+            rules = sandbox._cache["paths"] = cls._compute(sandbox)
+        assert isinstance(rules, PathRules)
+        return rules
+
+    @classmethod
+    def _compute(cls, sandbox: SandboxSettings) -> PathRules:
+        workspace = sandbox.resolved_workspace()
+        write = [workspace, default_temp_root(), *sandbox.allowed_paths]
+        write_roots = tuple(_expand(root, workspace).resolve() for root in write)
+        # Cut outputs point the model at artifacts; it must be able to page through them.
+        read_roots = (*write_roots, sandbox.resolved_artifacts())
+        denied = []
+        for path in sandbox.denied_paths:
+            written = Path(os.path.normpath(_expand(path, workspace)))
+            denied.append((path, (written, written.resolve())))
+        return cls(workspace, read_roots, write_roots, tuple(denied))
+
+
 def allowed_roots(sandbox: SandboxSettings, *, for_write: bool) -> list[Path]:
     """The resolved roots a file tool may use. Artifacts are readable, never writable."""
-    workspace = sandbox.resolved_workspace()
-    roots = [workspace, default_temp_root(), *sandbox.allowed_paths]
-    if not for_write:
-        # Cut outputs point the model at artifacts; it must be able to page through them.
-        roots.append(sandbox.resolved_artifacts())
-    return [_expand(root, workspace).resolve() for root in roots]
+    rules = PathRules.of(sandbox)
+    return list(rules.write_roots if for_write else rules.read_roots)
 
 
 def resolve_path(path: str, sandbox: SandboxSettings, *, for_write: bool) -> Path:
@@ -61,21 +96,21 @@ def resolve_path(path: str, sandbox: SandboxSettings, *, for_write: bool) -> Pat
     Raises:
         ToolDenied: the path is outside every allowed root or inside a denied path.
     """
-    workspace = sandbox.resolved_workspace()
-    lexical = Path(os.path.normpath(_expand(path, workspace)))
+    rules = PathRules.of(sandbox)
+    lexical = Path(os.path.normpath(_expand(path, rules.workspace)))
     try:
         # Non-strict resolve follows every existing symlink (dangling ones included) and
         # keeps the not-yet-existing tail, so a file about to be written is checked too.
         resolved = lexical.resolve()
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
         raise ToolDenied(f"permission denied: cannot resolve `{path}`: {exc}") from exc
-    for denied, forms in _denied_forms(sandbox, workspace):
+    for denied, forms in rules.denied:
         if any(_is_under(resolved, form) or _is_under(lexical, form) for form in forms):
             raise ToolDenied(
                 f"permission denied: `{path}` resolves to {resolved}, which is inside "
                 f"the denied path {denied}"
             )
-    roots = allowed_roots(sandbox, for_write=for_write)
+    roots = rules.write_roots if for_write else rules.read_roots
     if not any(_is_under(resolved, root) for root in roots):
         names = ", ".join(str(root) for root in roots)
         raise ToolDenied(
@@ -90,28 +125,17 @@ _PATHISH = re.compile(r"(?:~|\$\{?HOME\}?|[\w.-]+)?/[^\s'\"`;|&()<>=]*|~(?=[\s'\
 
 
 def mentions_denied_path(command: str, sandbox: SandboxSettings) -> Path | None:
-    """The first denied path a shell command line names, if any (a heuristic for `bash`,
-    whose file access the path walls cannot see; `bash` refuses such commands)."""
-    workspace = sandbox.resolved_workspace()
+    """The first denied path a shell command line names, if any: a seatbelt for `bash`
+    (the kernel sandbox is the wall; this only catches the obvious spelling early)."""
+    rules = PathRules.of(sandbox)
     home = os.path.expanduser("~")
-    denied = _denied_forms(sandbox, workspace)
     for match in _PATHISH.finditer(command):
         text = re.sub(r"^(~|\$\{?HOME\}?)", lambda _: home, match.group())
-        candidate = Path(os.path.normpath(workspace / text))  # absolute `text` wins the join
-        for _, forms in denied:
+        candidate = Path(os.path.normpath(rules.workspace / text))  # absolute `text` wins
+        for _, forms in rules.denied:
             if any(_is_under(candidate, form) for form in forms):
                 return forms[0]
     return None
-
-
-def _denied_forms(sandbox: SandboxSettings, workspace: Path) -> list[tuple[Path, tuple[Path, ...]]]:
-    """Each denied path as configured, with the forms it is checked in: as written
-    (normalised) and with symlinks resolved."""
-    forms: list[tuple[Path, tuple[Path, ...]]] = []
-    for denied in sandbox.denied_paths:
-        written = Path(os.path.normpath(_expand(denied, workspace)))
-        forms.append((denied, (written, written.resolve())))
-    return forms
 
 
 # --- environment ---------------------------------------------------------------------------
@@ -237,32 +261,47 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-class _Collector(asyncio.SubprocessProtocol):
-    """Feeds pipe data into the capped streams and reports exit and pipe closure apart.
+class _PipeReader(asyncio.Protocol):
+    """Feeds one pipe into its capped stream and tells the watch when it closes."""
 
-    A protocol rather than `Process.wait()`: on 3.11 `wait()` only returns once the pipes
-    close, which a background grandchild can postpone forever. Callbacks also mean no
-    reader tasks that could leak.
-    """
+    def __init__(self, sink: _CappedStream, watch: _Watch, fd: int) -> None:
+        self._sink, self._watch, self._fd = sink, watch, fd
 
-    def __init__(self, out: _CappedStream, err: _CappedStream) -> None:
+    def data_received(self, data: bytes) -> None:
+        self._sink.feed(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._watch.pipe_closed(self._fd)
+
+
+class _Watch:
+    """Reports a child's exit (through a pidfd, no watcher thread) and the closing of its
+    pipes apart: a background grandchild can hold the pipes open long after the exit."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[None] = loop.create_future()
         self.pipes_closed: asyncio.Future[None] = loop.create_future()
-        self._sinks = {1: out, 2: err}
         self._open = {1, 2}
+        self._proc = proc
+        self._pidfd = os.pidfd_open(proc.pid)
+        loop.add_reader(self._pidfd, self._on_exit)
 
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        self._sinks[fd].feed(data)
+    def _on_exit(self) -> None:
+        if self._proc.poll() is not None and not self.exited.done():
+            self.exited.set_result(None)
+            self.close()
 
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+    def pipe_closed(self, fd: int) -> None:
         self._open.discard(fd)
         if not self._open and not self.pipes_closed.done():
             self.pipes_closed.set_result(None)
 
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
+    def close(self) -> None:
+        if self._pidfd >= 0:
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = -1
 
 
 async def _wait(future: asyncio.Future[None], limit: float) -> bool:
@@ -276,24 +315,39 @@ def _artifact_base(artifacts_dir: Path) -> Path:
     return artifacts_dir / f"{stamp}-{secrets.token_hex(4)}"
 
 
-async def _spawn(
-    argv: Sequence[str], cwd: Path, env: Mapping[str, str], collector: _Collector
-) -> asyncio.SubprocessTransport:
-    loop = asyncio.get_running_loop()
-    try:
-        transport, _ = await loop.subprocess_exec(
-            lambda: collector,
-            *argv,
+def _launch(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str], spawn: Spawn | None
+) -> subprocess.Popen[bytes]:
+    def launch() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            list(argv),
             cwd=cwd,
             env=dict(env),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
+
+    try:
+        return launch() if spawn is None else spawn.start(launch)
     except OSError as exc:
         raise ToolError(f"cannot start `{argv[0]}`: {exc.strerror or exc}") from exc
-    return transport
+
+
+async def _connect(
+    proc: subprocess.Popen[bytes], out: _CappedStream, err: _CappedStream
+) -> tuple[_Watch, list[asyncio.BaseTransport]]:
+    loop = asyncio.get_running_loop()
+    watch = _Watch(proc)
+    transports: list[asyncio.BaseTransport] = []
+    for fd, pipe, sink in ((1, proc.stdout, out), (2, proc.stderr, err)):
+        transport, _ = await loop.connect_read_pipe(
+            lambda sink=sink, fd=fd: _PipeReader(sink, watch, fd),  # type: ignore[misc]
+            pipe,
+        )
+        transports.append(transport)
+    return watch, transports
 
 
 async def run_process(
@@ -305,11 +359,13 @@ async def run_process(
     timeout: float,  # noqa: ASYNC109
     cap: int,
     artifacts_dir: Path,
+    spawn: Spawn | None = None,
 ) -> ProcessResult:
     """Run `argv` (no shell) with stdin closed in its own process group.
 
-    The group is SIGKILLed on timeout and on cancellation (which is re-raised); output
-    beyond `cap` bytes per stream is cut to head + tail and kept in full as an artifact.
+    The group is SIGKILLed on timeout and on cancellation (which is re-raised), and by
+    the reaper if Parley dies; output beyond `cap` bytes per stream is cut to head +
+    tail and kept in full as an artifact. `spawn` confines the process (the sandbox).
 
     Raises:
         ToolError: the program could not be started.
@@ -317,33 +373,40 @@ async def run_process(
     base = _artifact_base(artifacts_dir)
     out = _CappedStream(cap, base.with_suffix(".stdout.txt"))
     err = _CappedStream(cap, base.with_suffix(".stderr.txt"))
-    collector = _Collector(out, err)
     started = time.monotonic()
-    transport = await _spawn(argv, cwd, env, collector)
-    pid = transport.get_pid()
+    proc = _launch(argv, cwd, env, spawn)
+    pid = proc.pid
+    REAPER.track(pid)
+    transports: list[asyncio.BaseTransport] = []
     timed_out = lingering = False
     try:
-        if not await _wait(collector.exited, timeout):
-            timed_out = True
-            _kill_group(pid)
-            await _wait(collector.exited, _REAP_LIMIT)
-        duration = time.monotonic() - started
-        if not await _wait(collector.pipes_closed, _PIPE_GRACE):
-            lingering = not timed_out
+        watch, transports = await _connect(proc, out, err)
+        try:
+            if not await _wait(watch.exited, timeout):
+                timed_out = True
+                _kill_group(pid)
+                await _wait(watch.exited, _REAP_LIMIT)
+            duration = time.monotonic() - started
+            if not await _wait(watch.pipes_closed, _PIPE_GRACE):
+                lingering = not timed_out
+        finally:
+            watch.close()
         # Whatever is still in the group is an attached leftover; never let it outlive us.
         _kill_group(pid)
     except BaseException:  # cancellation: kill, reap, re-raise
         _kill_group(pid)
         with contextlib.suppress(BaseException):
-            await _wait(collector.exited, _REAP_LIMIT)
+            await asyncio.to_thread(proc.wait, _REAP_LIMIT)
         raise
     finally:
-        transport.close()
+        REAPER.untrack(pid)
+        for transport in transports:
+            transport.close()
         out.close()
         err.close()
     stdout, out_art = out.result()
     stderr, err_art = err.result()
-    code = transport.get_returncode()
+    code = proc.poll()
     return ProcessResult(
         exit_code=code if code is not None else -signal.SIGKILL,
         stdout=stdout,
@@ -375,23 +438,63 @@ def format_observation(result: ProcessResult, *, timeout: float) -> ToolResult:
     return ToolResult("\n".join(lines), is_error=result.timed_out or result.exit_code != 0)
 
 
+def jail_of(ctx: ToolContext) -> Jail:
+    """The context's jail, else one built from its settings (kept with them)."""
+    if ctx.jail is not None:
+        return ctx.jail
+    jail = ctx.sandbox._cache.get("jail")
+    if jail is None:
+        jail = ctx.sandbox._cache["jail"] = Jail(ctx.sandbox)
+    assert isinstance(jail, Jail)
+    return jail
+
+
+@contextlib.contextmanager
+def _scratch(ctx: ToolContext) -> Iterator[Path]:
+    """The run's scratch dir, or a fresh one for this call alone (removed after)."""
+    if ctx.scratch is not None:
+        ctx.scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
+        yield ctx.scratch
+        return
+    root = default_temp_root() / "calls"
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(dir=root))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 async def run_in_workspace(
     argv: list[str],
-    sandbox: SandboxSettings,
+    ctx: ToolContext,
     *,
     timeout: float,  # noqa: ASYNC109 - the process group's deadline, enforced by run_process
     env: Mapping[str, str] | None = None,
 ) -> ToolResult:
-    """Run `argv` in the workspace under the sandbox's limits; the observation for the model.
-    `env`: the tool's own extra variables."""
+    """Run `argv` in the workspace inside the kernel sandbox; the observation for the
+    model. `env`: the tool's own extra variables."""
+    sandbox = ctx.sandbox
     workspace = sandbox.resolved_workspace()
     workspace.mkdir(parents=True, exist_ok=True)
-    result = await run_process(
-        argv,
-        cwd=workspace,
-        env=tool_env(sandbox, env),
-        timeout=timeout,
-        cap=sandbox.output_cap_bytes,
-        artifacts_dir=sandbox.resolved_artifacts(),
-    )
+    jail = jail_of(ctx)
+    with _scratch(ctx) as scratch:
+        variables = tool_env(sandbox, env)
+        variables["TMPDIR"] = str(scratch)
+        if jail.enforced:  # the real home is out of reach; give tools one they can use
+            variables["HOME"] = str(scratch)
+        spawn = jail.prepare(scratch)
+        try:
+            result = await run_process(
+                argv,
+                cwd=workspace,
+                env=variables,
+                timeout=timeout,
+                cap=sandbox.output_cap_bytes,
+                artifacts_dir=sandbox.resolved_artifacts(),
+                spawn=spawn,
+            )
+        finally:
+            if spawn is not None:
+                spawn.close()
     return format_observation(result, timeout=timeout)

@@ -25,7 +25,8 @@ def settings(tmp_path: Path) -> SandboxSettings:
     return SandboxSettings(
         workspace=tmp_path / "ws",
         artifacts_dir=tmp_path / "artifacts",
-        denied_paths=[tmp_path / "ws" / "secrets"],
+        allowed_paths=[tmp_path / "shared"],
+        denied_paths=[tmp_path / "shared" / "secrets"],
         output_cap_bytes=1024,
         default_timeout=5,
         max_timeout=10,
@@ -251,11 +252,12 @@ async def test_s6_10_read_file_outside_allowed_paths_is_denied(
 async def test_s6_11_write_file_to_denied_path_inside_allowed_root_is_denied(
     settings: SandboxSettings,
 ) -> None:
-    result = await call(executor_for(settings), "write_file", path="secrets/key.txt", content="x")
+    target = settings.allowed_paths[0] / "secrets" / "key.txt"
+    result = await call(executor_for(settings), "write_file", path=str(target), content="x")
     assert result.is_error
     assert "permission denied" in result.content
     assert "denied path" in result.content
-    assert not (settings.resolved_workspace() / "secrets" / "key.txt").exists()
+    assert not target.exists()
 
 
 async def test_s6_12_symlink_pointing_outside_is_rejected(

@@ -1,0 +1,336 @@
+"""The wall around every tool subprocess (SPEC §4, §13): what the kernel enforces.
+
+A `Jail` is built once per configuration. For each spawn it makes a Landlock ruleset in
+Parley's process and starts the child from a throwaway thread that (see `Spawn`):
+
+1. when Parley runs as root, becomes the unprivileged `run_as` user, keeping only the
+   DAC-override capabilities as ambient ones (so the workspace stays usable while
+   Landlock decides what is reachable) — with no CAP_SYS_PTRACE and another uid, the
+   tool cannot read Parley's `/proc/<pid>/environ` or memory, and RLIMIT_NPROC (which
+   the kernel never applies to uid 0) holds a fork bomb;
+2. sets `no_new_privs` and enforces the ruleset: read-write beneath the workspace,
+   `allowed_paths` and a per-run scratch dir; read + execute beneath the system dirs
+   (with denied paths carved out); `/dev/null`, `/dev/zero`, `/dev/urandom`; nothing
+   else — not `$HOME`, not `/proc`, not Parley's store, events or artifacts. From ABI 6
+   the tool can neither signal nor reach abstract sockets of processes outside its
+   domain (Parley, other tool calls); with `network = false`, TCP bind/connect are
+   denied (ABI 4);
+3. resource limits are lowered (CPU seconds, file size, processes, address space, no
+   core file);
+4. the group reaper (core/tools/reaper.py) kills the tool's process group if Parley
+   dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import resource
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ConfigError
+from core.tools import landlock
+from core.tools.base import SandboxSettings
+
+SYSTEM_ROOTS = (
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+    "/nix/store", "/snap",
+)  # fmt: skip
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+DEVICE_RIGHTS = landlock.READ_FILE | landlock.WRITE_FILE | landlock.IOCTL_DEV
+_NEVER_FOLLOW = ("/proc", "/sys")  # symlinks in /etc into these are not granted
+_COUNT_TTL = 2.0  # seconds a count of the tool user's tasks stays fresh
+
+
+def _is_under(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def _resolved(path: Path | str) -> Path:
+    return Path(os.path.expanduser(path)).resolve()
+
+
+def _carve(root: Path, denied: Sequence[Path], rights: int) -> list[landlock.Rule]:
+    """Rules granting `rights` beneath `root` except beneath any denied path: the root
+    itself when nothing denied lies inside it, else its other entries, recursively. A
+    directory on the way to a denied path may only be listed (a right on a directory
+    reaches everything beneath it, the denied path included), so nothing new can be
+    created directly in it."""
+    if any(_is_under(root, d) for d in denied):
+        return []
+    inside = [d for d in denied if _is_under(d, root)]
+    if not inside:
+        return [landlock.Rule(root, rights)]
+    rules = [landlock.Rule(root, landlock.READ_DIR)]
+    with os.scandir(root) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            path = Path(entry.path)
+            if entry.is_symlink():
+                rules += _symlink_target(path, denied, rights)
+            elif entry.is_dir(follow_symlinks=False):
+                rules += _carve(path, denied, rights)
+            elif not any(_is_under(path, d) for d in denied):
+                rules.append(landlock.Rule(path, rights & landlock.FILE_RIGHTS))
+    return rules
+
+
+def _symlink_target(link: Path, denied: Sequence[Path], rights: int) -> list[landlock.Rule]:
+    # Landlock sees the target, not the link. A file target is granted unless it is
+    # denied or lives in /proc or /sys (e.g. /etc/resolv.conf -> /run/...); a directory
+    # target is not (it may be anything) unless another rule already covers it.
+    target = link.resolve()
+    if not target.is_file() or any(_is_under(target, d) for d in denied):
+        return []
+    if any(_is_under(target, Path(p)) for p in _NEVER_FOLLOW):
+        return []
+    return [landlock.Rule(target, rights & landlock.FILE_RIGHTS)]
+
+
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """The unprivileged user root's tools run as."""
+
+    name: str
+    uid: int
+    gid: int
+
+
+def _run_as(settings: SandboxSettings) -> RunAs | None:
+    if os.geteuid() != 0 or not settings.run_as or not landlock.can_change_thread_user():
+        return None
+    try:
+        entry = pwd.getpwnam(settings.run_as)
+    except KeyError:
+        try:
+            entry = pwd.getpwuid(int(settings.run_as))
+        except (KeyError, ValueError):
+            raise ConfigError(
+                "tools.run_as",
+                f"no user `{settings.run_as}` on this machine",
+                'name an existing unprivileged user (e.g. "nobody"), or "" to keep root',
+            ) from None
+    return RunAs(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+def count_tasks(uid: int) -> int:
+    """Threads whose owner is `uid`, as far as /proc shows them (RLIMIT_NPROC counts
+    threads of the real uid)."""
+    total = 0
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                if entry.stat().st_uid != uid:
+                    continue
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat.rsplit(b")", 1)[-1].split()
+            total += int(fields[17]) if len(fields) > 17 else 1
+    return total
+
+
+class Jail:
+    """The kernel sandbox for one configuration.
+
+    Raises:
+        ConfigError: `sandbox = "required"` on a kernel without Landlock; a writable root
+            inside a denied path or Parley's own data; an unknown `run_as` user.
+    """
+
+    def __init__(self, settings: SandboxSettings, protected: Iterable[Path] = ()) -> None:
+        self.settings = settings
+        self.abi = 0 if settings.sandbox == "off" else landlock.abi_version()
+        if settings.sandbox == "required" and self.abi == 0:
+            raise ConfigError(
+                "tools.sandbox",
+                "`required`, but this kernel offers no Landlock (Linux 5.13+ with "
+                "landlock in the `lsm=` list)",
+                'use a kernel with Landlock, or set sandbox = "auto" to run tools unconfined',
+            )
+        self.protected = [_resolved(p) for p in (settings.artifacts_dir, *protected)]
+        self.carved: list[tuple[str, Path, Path]] = []
+        self.rules = self._plan() if self.abi else []
+        self.run_as = _run_as(settings) if self.abi else None
+        self._fds: list[tuple[int, int]] | None = None
+        self._tasks = (0, 0.0)  # (count, when)
+
+    @property
+    def enforced(self) -> bool:
+        return self.abi > 0
+
+    def _plan(self) -> list[landlock.Rule]:
+        settings = self.settings
+        denied = [_resolved(d) for d in settings.denied_paths] + self.protected
+        workspace = settings.resolved_workspace()
+        writable = [("tools.workspace", workspace)] + [
+            ("tools.allowed_paths", _resolved(p)) for p in settings.allowed_paths
+        ]
+        self.carved = []
+        for key, root in writable:
+            for path in denied:
+                if _is_under(root, path):
+                    what = "Parley's own data" if path in self.protected else "tools.denied_paths"
+                    raise ConfigError(
+                        key,
+                        f"{root} lies inside {path} ({what}); a tool could never use it",
+                        "move the root out of it, or remove the denied path",
+                    )
+                if _is_under(path, root):
+                    self.carved.append((key, root, path))
+        rules: list[landlock.Rule] = []
+        readable = [Path(p) for p in SYSTEM_ROOTS] + [
+            _resolved(p) for p in settings.read_only_paths
+        ]
+        for root in readable:
+            if root.exists():
+                rules += _carve(root.resolve(), denied, landlock.READ_ONLY)
+        for _, root in writable:
+            root.mkdir(parents=True, exist_ok=True)
+            rules += _carve(root, denied, landlock.READ_WRITE)
+        rules += [landlock.Rule(Path(d), DEVICE_RIGHTS) for d in DEVICES if Path(d).exists()]
+        return rules
+
+    def describe(self) -> str:
+        """One line for start-up and /status: what is enforced."""
+        if self.settings.sandbox == "off":
+            return 'sandbox: off (tools.sandbox = "off") — tools run unconfined'
+        if not self.enforced:
+            return (
+                "sandbox: NOT ENFORCED — this kernel has no Landlock; tools run unconfined "
+                '(set tools.sandbox = "required" to refuse to start instead)'
+            )
+        walls = ["files", "processes"]
+        if self.abi >= 6:
+            walls.append("signals")
+        network = "network open" if self.settings.network else "network closed (TCP)"
+        if not self.settings.network and self.abi < 4:
+            network = "network open (this kernel cannot close it)"
+        user = f"; tools run as {self.run_as.name}" if self.run_as else ""
+        line = f"sandbox: landlock ABI {self.abi} — {', '.join(walls)}; {network}{user}"
+        for key, root, path in self.carved:
+            line += (
+                f"\n  note: {path} is denied inside {key} {root}: tools cannot create new "
+                "entries in the directories leading to it"
+            )
+        return line
+
+    def _rule_fds(self) -> list[tuple[int, int]]:
+        if self._fds is None:
+            fds = []
+            for rule in self.rules:
+                try:
+                    fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue  # vanished since the plan; nothing to grant
+                fds.append((fd, rule.rights))
+            self._fds = fds
+        return self._fds
+
+    def _process_limit(self) -> int:
+        uid = self.run_as.uid if self.run_as else os.getuid()
+        count, when = self._tasks
+        now = time.monotonic()
+        if now - when > _COUNT_TTL:
+            count = count_tasks(uid)
+            self._tasks = (count, now)
+        return count + self.settings.max_processes
+
+    def prepare(self, scratch: Path) -> Spawn | None:
+        """What one spawn needs: the ruleset (scratch dir writable), limits and user;
+        None when nothing is enforced. Close the result after the spawn."""
+        if not self.enforced:
+            return None
+        scratch_fd = os.open(scratch, os.O_PATH | os.O_CLOEXEC)
+        try:
+            ruleset = landlock.create_ruleset(
+                self.abi,
+                [*self._rule_fds(), (scratch_fd, landlock.READ_WRITE)],
+                network=self.settings.network,
+            )
+        finally:
+            os.close(scratch_fd)
+        return Spawn(ruleset, self._limits(), self.run_as)
+
+    def _limits(self) -> tuple[tuple[int, int], ...]:
+        s = self.settings
+        pairs = [
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_CPU, s.max_cpu_seconds),
+            (resource.RLIMIT_FSIZE, s.max_file_bytes),
+            (resource.RLIMIT_AS, s.max_memory_bytes),
+            (resource.RLIMIT_NPROC, self._process_limit()),
+        ]
+        return tuple(
+            (res, value) for res, value in pairs if value > 0 or res == resource.RLIMIT_CORE
+        )
+
+    def close(self) -> None:
+        for fd, _ in self._fds or ():
+            os.close(fd)
+        self._fds = None
+
+
+@dataclass(slots=True)
+class Spawn:
+    """One spawn's ruleset, limits and user.
+
+    The sandbox is entered by a throwaway thread, not by the child: Landlock,
+    `no_new_privs`, capabilities and (through raw syscalls) the uid are per-thread, and
+    a child inherits them from the thread that forks it. So the child can be started with
+    vfork and no Python code between fork and exec (a `preexec_fn` forces a full fork,
+    which costs ~4 ms in a process of Parley's size). Resource limits are per-process:
+    the same thread lowers them on the child right after exec, before the child's own
+    start-up (a shell's takes far longer) lets it fork.
+    """
+
+    ruleset: int
+    limits: tuple[tuple[int, int], ...]
+    run_as: RunAs | None
+
+    def start(self, launch: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+        """Run `launch` in a thread confined by this spawn; return its process."""
+        box: list[subprocess.Popen[bytes] | BaseException] = []
+
+        def confined() -> None:
+            try:
+                if self.run_as is not None:
+                    keep = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)
+                    landlock.drop_thread_to_user(self.run_as.uid, self.run_as.gid, keep)
+                landlock.set_no_new_privs()
+                landlock.restrict_self(self.ruleset)
+                proc = launch()
+                box.append(proc)
+                for res, value in self.limits:
+                    _lower(proc.pid, res, value)
+            except BaseException as exc:  # handed to the caller's thread
+                box.append(exc)
+
+        thread = threading.Thread(target=confined, name="parley-tool-spawn", daemon=True)
+        thread.start()
+        thread.join()
+        outcome = box[-1]
+        if isinstance(outcome, BaseException):
+            if box and isinstance(box[0], subprocess.Popen):  # started, then failed: kill it
+                with contextlib.suppress(OSError):
+                    os.killpg(box[0].pid, signal.SIGKILL)
+            raise outcome
+        return outcome
+
+    def close(self) -> None:
+        os.close(self.ruleset)
+
+
+def _lower(pid: int, res: int, value: int) -> None:
+    _soft, hard = resource.prlimit(pid, res)
+    cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.prlimit(pid, res, (cap, cap))
