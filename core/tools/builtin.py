@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from pathlib import Path
 from typing import BinaryIO
 
@@ -90,8 +91,20 @@ class ReadFileParams(BaseModel):
 
 
 def _open_nofollow(path: Path, flags: int) -> BinaryIO:
-    # The path was checked symlink-free; O_NOFOLLOW stops a symlink swapped in since.
+    """Open a checked path. O_NOFOLLOW stops a symlink swapped in since the check; a
+    regular file with another hard link is refused, since the other name may be a denied
+    path (a link made in the workspace to `~/.ssh/id_rsa` passes every path check)."""
     fd = os.open(path, flags | os.O_NOFOLLOW, 0o644)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            raise ToolDenied(
+                f"permission denied: {path} has {info.st_nlink} hard links, and another name "
+                "of the file may be a denied path"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
     return os.fdopen(fd, "rb" if flags == os.O_RDONLY else "wb")
 
 
@@ -167,7 +180,9 @@ class WriteFileParams(BaseModel):
 
 def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
+    # Truncate only after the hard-link check: O_TRUNC would empty the other name's file.
+    with _open_nofollow(path, os.O_WRONLY | os.O_CREAT) as f:
+        f.truncate(0)
         f.write(data)
 
 

@@ -4,7 +4,8 @@ Each parameter spec becomes a field of a pydantic model built with `create_model
 the JSON Schema sent to the LLM and the validation of its arguments are one definition.
 Every `{{name}}` fills exactly one argv position. Two rules go beyond the schema, both
 towards safety: a `pattern` must match the whole value (as if anchored with `^…$`), and a
-free-form string filling a whole argv item may not start with `-` (option injection).
+free-form string value may not start with `-` wherever it sits in an argv item (option
+injection), unless its parameter says `allow_leading_dash: true`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class ParamSpec(BaseModel):
     minimum: int | float | None = None
     maximum: int | float | None = None
     optional: bool = False
+    allow_leading_dash: bool = Field(
+        default=False,
+        description="Let a value start with '-' (it could then be read as an option).",
+    )
 
 
 class CliToolSpec(BaseModel):
@@ -158,19 +163,20 @@ class CliTool(Tool):
 
     def _render(self, template: str, values: dict[str, Any]) -> str:
         def fill(match: re.Match[str]) -> str:
-            text = _text(values[match.group(1)])
-            if "\0" in text:
-                raise ToolValidationError(f"`{match.group(1)}` must not contain NUL bytes")
-            return text
-
-        whole = PLACEHOLDER.fullmatch(template)
-        if whole:
-            name = whole.group(1)
+            name = match.group(1)
             value, param = values[name], self.spec.parameters[name]
-            if isinstance(value, str) and value.startswith("-") and param.enum is None:
+            text = _text(value)
+            if "\0" in text:
+                raise ToolValidationError(f"`{name}` must not contain NUL bytes")
+            # Wherever the value sits (`{{ref}}..HEAD` too): a leading dash could turn the
+            # whole argument into an option such as `--output=/tmp/x`.
+            dash = isinstance(value, str) and value.startswith("-")
+            if dash and param.enum is None and not param.allow_leading_dash:
                 raise ToolValidationError(
                     f"`{name}` must not start with '-' (it would be read as an option)"
                 )
+            return text
+
         return PLACEHOLDER.sub(fill, template)
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
