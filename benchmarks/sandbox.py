@@ -1,0 +1,78 @@
+"""What the kernel sandbox costs per tool call (SPEC §4; goal: ≤ 5 ms added).
+
+One run times the same calls unconfined (`sandbox = "off"`) and confined (`"auto"`),
+interleaved in rounds so drift hits both alike: a `bash` call (`bash -c true`) through the
+real `BashTool`, and a tools.yaml CLI tool (`true`) through the real executor.
+Medians of `--calls` calls per round, over `--rounds` rounds.
+
+    .venv/bin/python benchmarks/sandbox.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from core.messages import ToolCall
+from core.tools import landlock
+from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
+from core.tools.builtin import BashTool
+from core.tools.cli import CliTool, CliToolSpec
+from core.tools.executor import ToolExecutor
+from core.tools.policy import ToolPolicy
+from core.tools.sandbox import jail_of
+
+
+def _executor(root: Path, mode: str) -> ToolExecutor:
+    settings = SandboxSettings(
+        workspace=root / "ws", artifacts_dir=root / "art", sandbox=mode  # type: ignore[arg-type]
+    )
+    cli = CliTool(
+        CliToolSpec(name="noop", description="Does nothing.", category="read", cmd="true"), {}
+    )
+    ctx = ToolContext(settings, scratch=root / f"scratch-{mode}")
+    return ToolExecutor(ToolRegistry([BashTool(), cli]), ToolPolicy(), ctx)
+
+
+async def _time(executor: ToolExecutor, call: ToolCall, n: int) -> float:
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        message = await executor.execute(call)
+        samples.append(time.perf_counter() - start)
+        assert not message.is_error, message.content
+    return statistics.median(samples) * 1000
+
+
+async def main(calls: int, rounds: int) -> None:
+    bash = ToolCall(id="b", name="bash", arguments=json.dumps({"command": "true"}))
+    noop = ToolCall(id="n", name="noop", arguments="{}")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        executors = {mode: _executor(root, mode) for mode in ("off", "auto")}
+        print(jail_of(executors["auto"].ctx).describe())
+        results: dict[tuple[str, str], list[float]] = {}
+        for _ in range(rounds):
+            for mode, executor in executors.items():
+                for label, call in (("bash", bash), ("cli", noop)):
+                    median = await _time(executor, call, calls)
+                    results.setdefault((label, mode), []).append(median)
+    print(f"\n| call | unconfined | sandboxed | added | (Landlock ABI {landlock.abi_version()})")
+    print("|---|---|---|---|")
+    for label in ("bash", "cli"):
+        off = statistics.median(results[(label, "off")])
+        on = statistics.median(results[(label, "auto")])
+        print(f"| {label} | {off:.2f} ms | {on:.2f} ms | {on - off:+.2f} ms |")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    asyncio.run(main(args.calls, args.rounds))
