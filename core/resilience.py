@@ -19,7 +19,7 @@ event (SPEC §11) to the sink it was given, and leaves what to do to the loop:
 from __future__ import annotations
 
 import json
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -146,7 +146,8 @@ class LoopDetector:
     Attributes:
         window: how many recent calls the thrash detectors look at.
         identical: same (tool, normalised arguments) this often in the window → thrash.
-        pattern: same tool this often in the window with differing arguments → thrash.
+        pattern: same tool this often in the window with differing arguments and no
+            progress (an error, an empty result, or a result another call also got).
         doom: this many consecutive identical calls with identical results → stop now.
         sink: receives `agent.loop.detected` for every detection.
     """
@@ -204,8 +205,14 @@ class LoopDetector:
         same_call = sum(1 for e in same_tool if e.arguments == entry.arguments)
         if same_call >= self.identical:
             return "identical", same_call
-        if len(same_tool) >= self.pattern and len({e.arguments for e in same_tool}) > 1:
-            return "pattern", len(same_tool)
+        # Pattern thrash is variations that get nowhere (SPEC §6): errors, empty results,
+        # or a result another variation already gave. Reading 20 different files is work.
+        results = Counter(e.result for e in same_tool)
+        stuck = [
+            e for e in same_tool if e.result[0] or not e.result[1].strip() or results[e.result] > 1
+        ]
+        if len(stuck) >= self.pattern and len({e.arguments for e in stuck}) > 1:
+            return "pattern", len(stuck)
         return None
 
 

@@ -126,10 +126,22 @@ async def test_thrash_in_a_cron_session_stops_with_a_summary(fake_llm: FakeLLM) 
     assert user_texts(fake_llm.requests[-1].json)[-1] == SOFT_LIMIT_PROMPT
 
 
+class SearchTool(Tool):
+    """Finds nothing, whatever it is asked."""
+
+    name = "search"
+    description = "Search."
+    category: Category = "read"
+    params = EchoArgs
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        return ToolResult("no results")
+
+
 async def test_pattern_thrash_nudges_the_model(fake_llm: FakeLLM) -> None:
     texts = iter(["a", "b", "c", "d"])
     fake_llm.responder = lambda _r: (
-        Reply(tool_calls=[ToolCallSpec("echo", {"text": t})])
+        Reply(tool_calls=[ToolCallSpec("search", {"text": t})])
         if (t := next(texts, None))
         else Reply(text="ok, giving up")
     )
@@ -137,13 +149,44 @@ async def test_pattern_thrash_nudges_the_model(fake_llm: FakeLLM) -> None:
     outcome = await run_loop(
         messages,
         provider_for(fake_llm),
-        make_executor(EchoTool()),
+        make_executor(SearchTool()),
         guards=Guards(detector=LoopDetector()),
     )
     assert outcome.reason == "final"
     nudges = [m for m in messages if m.role == "user" and m.content.startswith(NUDGE_PREFIX)]
     assert len(nudges) == 1
-    assert "echo" in nudges[0].content
+    assert "search" in nudges[0].content
+
+
+async def test_reading_20_different_files_finishes_with_the_answer(fake_llm: FakeLLM) -> None:
+    paths = iter([f"file{i}.txt" for i in range(20)])
+    fake_llm.responder = lambda _r: (
+        Reply(tool_calls=[ToolCallSpec("echo", {"text": p})])
+        if (p := next(paths, None))
+        else Reply(text="read them all")
+    )
+    messages = history()
+    outcome = await run_loop(
+        messages,
+        provider_for(fake_llm),
+        make_executor(EchoTool()),
+        config=LoopConfig(max_iterations=30),
+        guards=Guards(detector=LoopDetector()),
+    )
+    assert (outcome.reason, outcome.text) == ("final", "read them all")
+    assert not [m for m in messages if m.role == "user" and m.content.startswith(NUDGE_PREFIX)]
+
+
+async def test_three_identical_calls_still_stop_the_run(fake_llm: FakeLLM) -> None:
+    fake_llm.responder = lambda _r: Reply(tool_calls=[ToolCallSpec("search", {"text": "x"})])
+    outcome = await run_loop(
+        history(),
+        provider_for(fake_llm),
+        make_executor(SearchTool()),
+        config=LoopConfig(max_iterations=30),
+        guards=Guards(detector=LoopDetector()),
+    )
+    assert outcome.reason in {"doom_loop", "loop_stop"}
 
 
 async def test_soft_time_limit_gives_one_summary_turn_without_tools(fake_llm: FakeLLM) -> None:

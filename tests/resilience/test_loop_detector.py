@@ -84,7 +84,8 @@ def test_pattern_thrash_with_differing_arguments() -> None:
     detector = LoopDetector(sink=events.append)
     queries = ["a", "b", "other", "c", "d"]
     verdicts = [
-        feed(detector, "other" if q == "other" else "search", json.dumps({"q": q})) for q in queries
+        feed(detector, "other" if q == "other" else "search", json.dumps({"q": q}), "no results")
+        for q in queries
     ]
     assert verdicts[:-1] == [None] * 4
     verdict = verdicts[-1]
@@ -97,12 +98,32 @@ def test_pattern_thrash_with_differing_arguments() -> None:
 
 def test_pattern_needs_the_calls_within_the_window() -> None:
     detector = LoopDetector()
-    feed(detector, "search", '{"q": "a"}')
-    feed(detector, "search", '{"q": "b"}')
+    feed(detector, "search", '{"q": "a"}', "")
+    feed(detector, "search", '{"q": "b"}', "")
     for i in range(4):
         assert feed(detector, f"t{i}", "{}") is None
-    assert feed(detector, "search", '{"q": "c"}') is None
-    assert feed(detector, "search", '{"q": "d"}') is None
+    assert feed(detector, "search", '{"q": "c"}', "") is None
+    assert feed(detector, "search", '{"q": "d"}', "") is None
+
+
+def test_variations_that_each_find_something_new_are_progress_not_thrash() -> None:
+    detector = LoopDetector()
+    for i in range(20):
+        assert feed(detector, "read_file", json.dumps({"path": f"f{i}.py"})) is None
+
+
+def test_variations_that_fail_or_find_nothing_new_are_thrash() -> None:
+    for results in (["error"] * 4, ["", " ", "", ""], ["same", "same", "same", "same"]):
+        detector = LoopDetector()
+        verdicts = []
+        for i, text in enumerate(results):
+            call = ToolCall(id=f"e{i}", name="search", arguments=json.dumps({"q": i}))
+            is_error = text == "error"
+            verdicts.append(
+                detector.observe(call, Message.tool_result(call, text, is_error=is_error))
+            )
+        assert verdicts[-1] is not None, results
+        assert verdicts[-1].kind == "pattern"
 
 
 def test_doom_loop_stops_at_once() -> None:
