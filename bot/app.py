@@ -87,7 +87,7 @@ def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegi
     registry = ToolRegistry([*builtin_tools(), AskHumanTool(), *journal_tools()])
     path = config.tools_path()
     if path is not None and path.exists():
-        for tool in load_cli_tools(path, environ):
+        for tool in load_cli_tools(path, environ, reserved=registry.names()):
             registry.add(tool)
     return registry
 

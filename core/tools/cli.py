@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -282,12 +282,14 @@ def _validation_error(exc: ValidationError, raw: object, source: str) -> ConfigE
     return ConfigError(key or "tools", problem, fix, source=source)
 
 
-def load_cli_tools(path: Path, environ: Mapping[str, str] = os.environ) -> list[Tool]:
-    """Load the CLI tools defined in `path`.
+def load_cli_tools(
+    path: Path, environ: Mapping[str, str] = os.environ, reserved: Collection[str] = ()
+) -> list[Tool]:
+    """Load the CLI tools defined in `path`; `reserved`: names taken by built-in tools.
 
     Raises:
-        ConfigError: unreadable YAML, a bad entry, or an `${VAR}` missing from `environ`;
-            the key names the entry (`tools[2].args[1]`).
+        ConfigError: unreadable YAML, a bad entry, a name already taken, or an `${VAR}`
+            missing from `environ`; the key names the entry (`tools[2].args[1]`).
     """
     source = str(path)
     try:
@@ -308,6 +310,10 @@ def load_cli_tools(path: Path, environ: Mapping[str, str] = os.environ) -> list[
         if entry.name in seen:
             problem = f"tool `{entry.name}` is defined twice (first at tools[{seen[entry.name]}])"
             raise ConfigError(f"tools[{i}].name", problem, "rename one", source=source)
+        if entry.name in reserved:
+            problem = f"`{entry.name}` is the name of a built-in tool"
+            fix = f"rename it (e.g. `team_{entry.name}`); built-ins: {', '.join(sorted(reserved))}"
+            raise ConfigError(f"tools[{i}].name", problem, fix, source=source)
         seen[entry.name] = i
         try:
             tools.append(_build(entry, environ))

@@ -256,3 +256,15 @@ def test_parameter_names_cannot_shadow_model_attributes(tmp_path: Path) -> None:
     assert isinstance(tool, CliTool)
     assert tool.argv(tool.validate('{"schema": "v"}')) == ["echo", "v"]
     assert list(tool.schema()["properties"]) == ["schema"]
+
+
+async def test_a_tool_named_like_a_builtin_is_a_config_error(tmp_path: Path) -> None:
+    from tests.process import child_env, parley, write_config
+
+    config = write_config(tmp_path)
+    (tmp_path / "tools.yaml").write_text(f"tools: [{entry(name='fine')}, {entry(name='bash')}]")
+    code, out, err = await parley("--config", str(config), "chat", "-m", "hi", env=child_env())
+    assert code == 2, (out, err)
+    assert "tools[1].name" in err
+    assert "built-in" in err
+    assert "Traceback" not in err
