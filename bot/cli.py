@@ -128,10 +128,10 @@ async def _jobs(app: App, action: str, name: str | None) -> int:
         return _fail(f"configuration problem\n{exc}")
     finally:
         await app.aclose()
-    sys.stdout.write(f"{name}: {result.state}, delivered: {'yes' if result.delivered else 'no'}\n")
+    sys.stdout.write(f"{name}: {result.state}, delivered: {result.delivery}\n")
     if result.error:
         sys.stdout.write(f"error: {result.error}\n")
-    return 0 if result.ok and result.delivered else 1
+    return 0 if result.ok else 1
 
 
 async def _run(app: App, provider_name: str, *, console: bool) -> int:

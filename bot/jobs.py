@@ -61,7 +61,17 @@ class JobResult:
 
     @property
     def ok(self) -> bool:
-        return self.state == "completed" and (self.delivered or is_silent(self.text))
+        return self.state == "completed" and (self.delivered or self.silent)
+
+    @property
+    def silent(self) -> bool:
+        """The job completed with nothing to post (`[SILENT]`): nothing was meant to arrive."""
+        return self.state == "completed" and not self.delivered and is_silent(self.text)
+
+    @property
+    def delivery(self) -> str:
+        """How `jobs run` and `jobs list` say it: yes, silent or no."""
+        return "yes" if self.delivered else "silent" if self.silent else "no"
 
 
 # --- schedules ----------------------------------------------------------------------------

@@ -134,3 +134,36 @@ async def test_jobs_run_fires_one_job_when_another_targets_a_stopped_platform(
     assert code == 0, err
     assert out.startswith("digest: completed, delivered: yes")
     assert any(m.text == "the digest" for m in slack.live_messages())
+
+
+async def test_jobs_run_of_a_silent_answer_says_silent_and_succeeds(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="[SILENT]"))
+    async with FakeSlack() as slack:
+        config = tmp_path / "config.toml"
+        config.write_text(
+            fake_llm_config(
+                fake_llm.base_url,
+                tmp_path,
+                f"""
+                [channels.slack]
+                enabled = true
+                base_url = "{slack.url}"
+                allow_channels = ["C1"]
+                [[jobs]]
+                name = "quiet"
+                schedule = "0 9 * * *"
+                channel = "slack:C1"
+                prompt = "Say [SILENT] when there is nothing to report."
+                """,
+            )
+        )
+        env = child_env(SLACK_BOT_TOKEN=slack.bot_token, SLACK_APP_TOKEN=slack.app_token)
+        code, out, err = await parley("--config", str(config), "jobs", "run", "quiet", env=env)
+        assert code == 0, (out, err)
+        assert out.startswith("quiet: completed, delivered: silent")
+        assert not list(slack.live_messages())
+        code, listing, _ = await parley("--config", str(config), "jobs", "list", env=env)
+    assert code == 0
+    assert "silent" in listing
