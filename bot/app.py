@@ -228,6 +228,7 @@ class App:
             approval_timeout=self.config.agent.approval_timeout_seconds,
             responders=responders,
             goal_settings=self.config.goals,
+            max_queued=self.config.agent.max_queued,
         )
         return agent
 

@@ -115,8 +115,10 @@ class Agent:
         approval_timeout: float = 300.0,
         responders: Callable[[ConversationKey], Responder | None] | None = None,
         goal_settings: GoalsConfig | None = None,
+        max_queued: int = 20,
     ) -> None:
         self.store = store
+        self.max_queued = max_queued  # messages waiting per conversation; more are turned away
         self.wiring = wiring
         self.events = events or EventLog(store)
         self.clock = clock or SystemClock()
@@ -155,6 +157,8 @@ class Agent:
                     await self.store.mark_seen(*event)
                 await self.commands.handle(lane, inbound, responder)
                 return True
+            if len(lane.queue) >= self.max_queued:
+                return await self._turn_away(lane, inbound, responder)
             # The message is durable (a queued run, marked seen in the same commit) before
             # the platform hears "received": a crash before its turn re-queues it at
             # start-up, and neither loses it nor answers it twice.
@@ -171,6 +175,19 @@ class Agent:
         finally:
             lane.users -= 1
             self._taking_in.discard(event)
+
+    async def _turn_away(self, lane: Lane, inbound: Inbound, responder: Responder) -> bool:
+        """A full queue: the message is not queued, and its sender is told so."""
+        if inbound.event_id:
+            await self.store.mark_seen(inbound.channel, inbound.event_id)
+        self.events.emit("agent.queue.full", {"queued": len(lane.queue)}, conv=lane.conv)
+        await _safe_send(
+            responder,
+            f"I already have {len(lane.queue)} messages waiting in this conversation, so I "
+            "did not queue that one. Send it again once I have caught up (/stop drops the "
+            "queue).",
+        )
+        return True
 
     async def lane(self, key: ConversationKey) -> Lane:
         """The lane of `key`, loaded from the store on first use."""

@@ -68,6 +68,9 @@ class AgentConfig(_Section):
         description="Instructions placed first in every conversation.",
     )
     max_iterations: int = Field(20, ge=1, le=500, examples=[20])
+    max_queued: int = Field(
+        20, ge=1, description="Messages that may wait per conversation; more are turned away."
+    )
     cancel_grace_seconds: float = Field(1.0, ge=0, le=60)
     parallel_read_tools: bool = True
     approval_timeout_seconds: float = Field(300.0, gt=0)

@@ -155,3 +155,19 @@ async def test_stop_drops_queued_messages_for_good(fake_llm: FakeLLM, tmp_path: 
         await agent.reconcile()
         await agent.wait_idle()
         assert len(fake_llm.requests) == 1  # "second" was not re-queued
+
+
+async def test_a_full_queue_turns_a_message_away_and_says_so(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.responder = lambda _r: Reply(text="answer", chunk_size=2, chunk_delay=0.02)
+    async with running_agent(fake_llm, tmp_path, agent={"max_queued": 3}) as agent:
+        chat = RecordingResponder()
+        for i in range(5):  # one runs, three wait, the fifth is turned away
+            await agent.submit(inbound(f"m{i}"), chat)
+        text = await chat.wait_sent("did not queue")
+        assert "3 messages waiting" in text
+        await agent.wait_idle()
+        assert chat.finals == ["answer"] * 4
+        asked = [m["content"] for r in fake_llm.requests for m in r.json["messages"][-1:]]
+        assert "m4" not in asked
