@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -232,12 +233,29 @@ class App:
         )
         return agent
 
+    @contextlib.asynccontextmanager
+    async def running_agent(
+        self, responders: Callable[[ConversationKey], Responder | None] | None = None
+    ) -> AsyncIterator[Agent]:
+        """`open_agent` … `close_agent` as one block: the store is closed however the
+        block ends, so a script that raises still exits."""
+        agent = await self.open_agent(responders)
+        try:
+            yield agent
+        finally:
+            await self.close_agent(agent)
+
     async def close_agent(self, agent: Agent, grace: float = 10.0) -> None:
-        await agent.shutdown(grace)
-        agent.events.close()
-        if REAPER.ledger is agent.store:
-            REAPER.ledger = None
-        await agent.store.aclose()
+        """Stop the agent's runs, then close its events log and store (always)."""
+        try:
+            await agent.shutdown(grace)
+        finally:
+            try:
+                agent.events.close()
+            finally:
+                if REAPER.ledger is agent.store:
+                    REAPER.ledger = None
+                await agent.store.aclose()
 
     def reload(self) -> str:
         """Read config.toml and tools.yaml again (SPEC §8). The new settings apply to each

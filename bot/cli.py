@@ -114,14 +114,13 @@ async def _jobs(app: App, action: str, name: str | None) -> int:
             return _fail(f"no job named `{name}` in the configuration", 1)
         kind = job.channel.split(":", 1)[0]
         channels = {k: c for k, c in build_channels(app).items() if k == kind}
-        agent = await app.open_agent()
         try:
-            Scheduler(app, agent, channels).check(job)  # only this job's target must run
-            for channel in channels.values():
-                await channel.start(agent)
-            result = await jobs_run(app, agent, channels, name)
+            async with app.running_agent() as agent:
+                Scheduler(app, agent, channels).check(job)  # only this job's target must run
+                for channel in channels.values():
+                    await channel.start(agent)
+                result = await jobs_run(app, agent, channels, name)
         finally:
-            await app.close_agent(agent)
             for channel in channels.values():
                 await channel.stop()
     except ConfigError as exc:

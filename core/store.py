@@ -202,13 +202,23 @@ class Store:
         return cls(conn, writer)
 
     async def aclose(self) -> None:
-        while self._pending or self._inflight is not None:  # also what flushing queued
-            await self.flush()
-        self._writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._writer
-        await self._conn.close()
-        self._write_conn.close()
+        """Flush what is queued, then close both connections — also when the flush
+        fails: aiosqlite's worker thread would otherwise keep the process alive."""
+        try:
+            while self._pending or self._inflight is not None:  # also what flushing queued
+                await self.flush()
+        finally:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+            await self._conn.close()
+            self._write_conn.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     # --- the writer -----------------------------------------------------------------
 
