@@ -22,6 +22,7 @@ from core.events import (
     Observed,
     StreamDone,
     StreamRestarted,
+    TokensEstimated,
     ToolFinished,
 )
 from core.store import Store
@@ -111,6 +112,17 @@ class RunEvents:
                         estimated=usage.estimated,
                     )
                 self.emit("agent.llm.call", data)
+            case TokensEstimated(usage=usage):
+                self.input_tokens += usage.input_tokens
+                self.output_tokens += usage.output_tokens
+                self.emit(
+                    "agent.llm.usage",
+                    {
+                        "input_tokens": usage.input_tokens,
+                        "output_tokens": usage.output_tokens,
+                        "estimated": True,
+                    },
+                )
             case StreamRestarted(attempt=attempt, reason=reason, delay=delay):
                 self.emit("agent.llm.retry", {"attempt": attempt, "reason": reason, "delay": delay})
             case ToolFinished(call=call, result=result, duration=duration):

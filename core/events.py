@@ -116,7 +116,18 @@ class Observed:
     kind: Literal["observed"] = "observed"
 
 
-LoopEvent = StreamEvent | LLMCallStarted | ToolStarted | ToolFinished | Notice | Observed
+@dataclass(frozen=True, slots=True)
+class TokensEstimated:
+    """The provider sent no usage for the call that just finished (Ollama-style servers):
+    the loop counted the tokens itself. Every ledger adds this as it adds a real usage."""
+
+    usage: Usage
+    kind: Literal["tokens_estimated"] = "tokens_estimated"
+
+
+LoopEvent = (
+    StreamEvent | LLMCallStarted | ToolStarted | ToolFinished | Notice | Observed | TokensEstimated
+)
 
 EventSink = Callable[[LoopEvent], None]
 

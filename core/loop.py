@@ -24,6 +24,7 @@ from core.events import (
     EventSink,
     LLMCallStarted,
     Notice,
+    TokensEstimated,
     ToolFinished,
     ToolStarted,
     Usage,
@@ -277,7 +278,10 @@ async def _call(run: _Run, iteration: int, tools: Sequence[ToolSpec]) -> Message
             raise
         await run.guards.context.compact(run.messages, sink=run.sink)
         done = await run.provider.complete(run.messages, tools, run.sink)
-    usage = done.usage or _estimate(run.counter, run.messages, done.message)
+    usage = done.usage
+    if usage is None:
+        usage = _estimate(run.counter, run.messages, done.message)
+        run.sink(TokensEstimated(usage))
     run.input_tokens += usage.input_tokens
     run.output_tokens += usage.output_tokens
     return done.message

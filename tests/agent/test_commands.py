@@ -178,3 +178,26 @@ async def test_redelivered_event_is_answered_once_also_after_restart(
     async with running_agent(fake_llm, tmp_path) as agent:
         assert not await agent.submit(inbound("hi", event_id="ev1"), chat)
     assert chat.finals == ["once"]
+
+
+async def test_a_server_without_usage_gets_one_estimated_ledger(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="an answer of a few words", omit_usage=True))
+    async with running_agent(fake_llm, tmp_path) as agent:
+        chat = RecordingResponder()
+        await agent.submit(inbound("hello there"), chat)
+        await agent.wait_idle()
+        await agent.submit(inbound("/status"), chat)
+        status = chat.sent[-1]
+        runs = await agent.store.runs(limit=5)
+        run = next(r for r in runs if r.state == "completed")
+        events = await agent.store.events(run.id)
+    line = next(x for x in status.splitlines() if x.startswith("Tokens used here"))
+    assert line == f"Tokens used here: {run.input_tokens:,} in, {run.output_tokens:,} out"
+    assert run.input_tokens > 0
+    assert run.output_tokens > 0
+    usage = [data for _at, name, _it, data in events if name == "agent.llm.usage"]
+    assert usage == [
+        {"input_tokens": run.input_tokens, "output_tokens": run.output_tokens, "estimated": True}
+    ]
