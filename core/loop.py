@@ -149,6 +149,7 @@ class _Run:
     input_tokens: int = 0
     output_tokens: int = 0
     tool_calls: int = 0
+    iteration: int = 0
 
     def checkpoint(self, kind: str, iteration: int) -> None:
         if self.recorder is not None:
@@ -189,13 +190,36 @@ async def run_loop(
     )
     run.guards.start_turn(sink)
     executor.sink = sink  # built once per conversation; each run owns its events
-    tools = executor.registry.specs()
+    limits = run.guards.limits
+    if limits is None:
+        return await _turn(run)
+    # The hard limit bounds everything the turn awaits: a stream that never ends, a long
+    # Retry-After, a tool that outlives it (its process group is killed on cancellation).
+    deadline = asyncio.timeout(limits.remaining)
+    try:
+        async with deadline:
+            return await _turn(run)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+    limits.check()  # records the hard-limit event
+    if pending := unanswered_calls(messages):
+        close_calls(messages, pending)
+    messages.append(Message.assistant(HARD_LIMIT_TEXT))
+    sink(Notice(HARD_LIMIT_TEXT, "warning"))
+    return run.outcome("time_limit", HARD_LIMIT_TEXT, run.iteration)
+
+
+async def _turn(run: _Run) -> LoopOutcome:
+    messages, config, sink = run.messages, run.config, run.sink
+    tools = run.executor.registry.specs()
     empty_turns = 0
     if pending := unanswered_calls(messages):
         await _run_tools(run, pending, 0)
         if (stop := await _after_tools(run, pending, 0)) is not None:
             return stop
     for iteration in range(1, config.max_iterations + 1):
+        run.iteration = iteration
         if (stop := await _before_call(run, iteration)) is not None:
             return stop
         assistant = await _call(run, iteration, tools)
@@ -218,6 +242,11 @@ async def run_loop(
     messages.append(Message.assistant(MAX_ITERATIONS_TEXT))
     sink(Notice(MAX_ITERATIONS_TEXT, "warning"))
     return run.outcome("max_iterations", MAX_ITERATIONS_TEXT, config.max_iterations)
+
+
+def close_calls(messages: list[Message], calls: Sequence[ToolCall]) -> None:
+    """Give each call that never got a result the cancelled result (a valid transcript)."""
+    messages.extend(Message.tool_result(c, CANCELLED_RESULT, is_error=True) for c in calls)
 
 
 async def _before_call(run: _Run, iteration: int) -> LoopOutcome | None:

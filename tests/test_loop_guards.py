@@ -3,11 +3,13 @@ ask_human (SPEC §6)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import time
 
 from pydantic import BaseModel
 
-from core.clock import FakeClock
+from core.clock import FakeClock, SystemClock
 from core.errors import ToolTransientError
 from core.events import LoopEvent, Observed
 from core.loop import NUDGE_PREFIX, Guards, LoopConfig, run_loop
@@ -18,7 +20,7 @@ from core.tools.base import Category, SandboxSettings, Tool, ToolContext, ToolRe
 from core.tools.executor import ToolExecutor
 from core.tools.policy import SessionKind, ToolPolicy
 from tests.conftest import provider_for
-from tests.fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
+from tests.fakes.llm import FakeLLM, Fault, RecordedRequest, Reply, ToolCallSpec
 from tests.helpers import EchoArgs, EchoTool
 
 
@@ -302,3 +304,50 @@ async def test_a_second_run_gets_its_own_time_limit_and_retry_events(fake_llm: F
     assert "agent.tool.retry" in names
     assert "agent.exhaustion.soft_limit" in names
     assert not [e for e in first if isinstance(e, Observed)]
+
+
+async def _hard_limited(fake_llm: FakeLLM, tmp_path: object, hard: float) -> tuple[object, float]:
+    from pathlib import Path
+
+    from core.tools.builtin import BashTool
+    from core.transcript import is_valid
+
+    assert isinstance(tmp_path, Path)
+    sandbox = SandboxSettings(workspace=tmp_path / "ws", artifacts_dir=tmp_path / "art")
+    executor = ToolExecutor(ToolRegistry([BashTool()]), ToolPolicy(), ToolContext(sandbox))
+    messages = history()
+    started = time.monotonic()
+    async with asyncio.timeout(20):  # without the limit this would run for minutes
+        outcome = await run_loop(
+            messages,
+            provider_for(fake_llm, clock=SystemClock()),  # type: ignore[arg-type]
+            executor,
+            guards=Guards(limits=TimeLimits(soft=hard / 2, hard=hard)),
+        )
+    elapsed = time.monotonic() - started
+    assert is_valid(messages)
+    assert messages[-1].content == HARD_LIMIT_TEXT
+    return outcome, elapsed
+
+
+async def test_the_hard_limit_ends_an_endless_stream(fake_llm: FakeLLM, tmp_path: object) -> None:
+    fake_llm.script(Reply(text="word " * 100_000, chunk_size=5, chunk_delay=0.01))
+    outcome, elapsed = await _hard_limited(fake_llm, tmp_path, hard=1.5)
+    assert outcome.reason == "time_limit"  # type: ignore[attr-defined]
+    assert 1.5 <= elapsed < 2.5
+
+
+async def test_the_hard_limit_ends_a_long_retry_after_wait(
+    fake_llm: FakeLLM, tmp_path: object
+) -> None:
+    fake_llm.script(Reply(fault=Fault(status=429, retry_after=120)), Reply(text="too late"))
+    outcome, elapsed = await _hard_limited(fake_llm, tmp_path, hard=1.5)
+    assert outcome.reason == "time_limit"  # type: ignore[attr-defined]
+    assert elapsed < 2.5
+
+
+async def test_the_hard_limit_ends_a_long_tool(fake_llm: FakeLLM, tmp_path: object) -> None:
+    fake_llm.script(Reply(tool_calls=[ToolCallSpec("bash", {"command": "sleep 60"})]))
+    outcome, elapsed = await _hard_limited(fake_llm, tmp_path, hard=1.5)
+    assert outcome.reason == "time_limit"  # type: ignore[attr-defined]
+    assert elapsed < 2.5 + 1.0  # + the grace a side-effecting tool gets to finish
