@@ -31,7 +31,7 @@ from core.errors import ContextLimitExceeded
 from core.events import EventSink, Observed
 from core.messages import Message
 from core.providers.base import Provider
-from core.tokens import TokenCounter
+from core.tokens import FRAMING_TOKENS, TokenCounter
 from core.transcript import (
     SUMMARY_HEADER,
     clip,
@@ -68,6 +68,8 @@ TACO_PROMPT = (
     "file paths, exit codes and structured content; drop verbose headers and repetition.\n\n"
     "<output>\n{body}\n</output>"
 )
+SUMMARY_PROMPT_OVERHEAD = 200  # tokens of SUMMARY_PROMPT / TACO_PROMPT around the body
+SUMMARY_WINDOW_MARGIN = 0.05  # of the summary model's window: its tokenizer is not ours
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 log = logging.getLogger(__name__)
 KEPT_ARTIFACT = re.compile(r"bytes cut; full output in (.+?)\]…")  # see sandbox.cut_notice
@@ -111,14 +113,70 @@ class CompactionReport:
     summary: Literal["llm", "truncation", "none"] = "none"
 
 
-def provider_summarizer(provider: Provider) -> Summarizer:
-    """A `Summarizer` that makes one streamed call to `provider` and returns its text."""
+class ProviderSummarizer:
+    """A `Summarizer` that makes one streamed call to `provider` and returns its text.
 
-    async def summarize(text: str) -> str:
+    The summary model often has a smaller window than the main one: its input is clipped
+    (middle cut, counted with `counter`) to `max_input_tokens`, so the request always fits.
+    """
+
+    def __init__(self, provider: Provider, counter: TokenCounter | None = None) -> None:
+        self.provider = provider
+        self.counter = counter or TokenCounter()
+
+    @property
+    def max_input_tokens(self) -> int:
+        """Tokens the user text may have: the provider's window minus its max output, the
+        system prompt, framing and a margin (our tokenizer is not the provider's)."""
+        settings = self.provider.settings
+        window = settings.context_window
+        overhead = self.counter.text(SUMMARIZER_SYSTEM) + 2 * FRAMING_TOKENS
+        margin = int(window * SUMMARY_WINDOW_MARGIN)
+        return max(0, window - settings.max_output_tokens - overhead - margin)
+
+    async def __call__(self, text: str) -> str:
+        text = clip_to_tokens(text, self.max_input_tokens, self.counter)
         request = [Message.system(SUMMARIZER_SYSTEM), Message.user(text)]
-        return (await provider.complete(request)).message.content.strip()
+        return (await self.provider.complete(request)).message.content.strip()
 
-    return summarize
+
+def provider_summarizer(
+    provider: Provider, counter: TokenCounter | None = None
+) -> ProviderSummarizer:
+    """A `ProviderSummarizer` for `provider` (see there)."""
+    return ProviderSummarizer(provider, counter)
+
+
+def clip_to_tokens(text: str, tokens: int, counter: TokenCounter) -> str:
+    """`text` within `tokens` as `counter` counts them; an over-long text loses its middle,
+    so the instructions at its start and the newest part at its end both stay."""
+    if len(text.encode()) <= tokens:  # a token is at least one byte: no need to count
+        return text
+    if tokens <= 0:
+        return ""
+    keep = min(len(text), tokens * 8)  # chars: over 8 chars a token is rare
+    for _ in range(6):
+        clipped = _cut_middle(text, keep)
+        used = counter.text(clipped)
+        if used <= tokens:
+            return clipped
+        keep = int(keep * tokens / used * 0.95)
+    # Never reached in practice. A token is at least one byte and a char at most four:
+    # this many chars always fit.
+    room = tokens - len(_cut_mark(len(text)).encode())
+    return _cut_middle(text, room // 4) if room > 0 else text[: tokens // 4]
+
+
+def _cut_middle(text: str, keep: int) -> str:
+    if keep >= len(text):
+        return text
+    head = keep // 2
+    tail = keep - head
+    return text[:head] + _cut_mark(len(text) - keep) + (text[-tail:] if tail else "")
+
+
+def _cut_mark(cut: int) -> str:
+    return f"\n…[{cut} characters cut to fit the summary model's window]…\n"
 
 
 class _Watermark:
@@ -351,14 +409,23 @@ class ContextManager:
         entry = self._originals.get(m.tool_call_id or "") if m.role == "tool" else None
         return entry[1] if entry is not None and entry[0] is m else m
 
+    def _summary_input_tokens(self) -> int:
+        """`summary_max_input_tokens`, or less if the summary model's window is smaller
+        (the summarizer still clips what it sends: this cut drops the oldest part first)."""
+        budget = self.settings.summary_max_input_tokens
+        if isinstance(self.summarizer, ProviderSummarizer):
+            budget = min(budget, self.summarizer.max_input_tokens)
+        return budget
+
     async def _summary_text(
         self, head: list[Message], deep: bool
     ) -> tuple[str, Literal["llm", "truncation"]]:
-        budget = self.settings.summary_max_input_tokens
+        budget = self._summary_input_tokens()
         cap = max(256, self.window // 7)  # a summary must stay well under the window
         text = ""
         if self.summarizer is not None:
-            prompt = SUMMARY_PROMPT.format(body=render(head, self.counter, budget - 200))
+            body = render(head, self.counter, budget - SUMMARY_PROMPT_OVERHEAD)
+            prompt = SUMMARY_PROMPT.format(body=body)
             try:
                 text = clip((await self.summarizer(prompt)).strip(), cap)
             except Exception:  # any failure: truncation below keeps the work going
@@ -414,7 +481,7 @@ class ContextManager:
         prompt = TACO_PROMPT.format(
             name=result.name or "tool",
             target=self.settings.taco_target,
-            body=clip(result.content, self.settings.summary_max_input_tokens - 200),
+            body=clip(result.content, self._summary_input_tokens() - SUMMARY_PROMPT_OVERHEAD),
         )
         try:
             text = (await self.summarizer(prompt)).strip()

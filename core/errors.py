@@ -2,11 +2,13 @@
 
 ParleyError
 ├── ConfigError                 bad config.toml / tools.yaml: names key, problem and fix
-├── ProviderError               an LLM call failed (.retryable, .retry_after, .status)
+├── ProviderError               an LLM call failed (.retryable, .retry_after, .status, .code);
+│   │                           HTTP error answers and in-stream error events alike
 │   ├── ProviderAuthError       401/403: wrong or missing key; never retried
 │   ├── ProviderRateLimited     429; retried honouring Retry-After
 │   ├── ProviderUnavailable     5xx, connect/read timeouts, a cut stream; retried
-│   └── ContextLengthError      the provider says the prompt is too long
+│   └── ContextLengthError      the provider says the prompt is too long (by error code
+│                               or message); the loop compacts and retries once
 ├── ContextLimitExceeded        our own pre-flight estimate is over the hard limit
 ├── ToolError                   a tool could not run (turned into an error result)
 │   ├── ToolValidationError     arguments failed the tool's schema
@@ -15,7 +17,8 @@ ParleyError
 │   └── ToolTransientError      timeout, refused connection, 429 or 5xx: a tool with HTTP
 │                               semantics raises it; idempotent tools are retried
 │                               (.retry_after, .status)
-└── ChannelError                a chat platform refused or failed a call
+├── ChannelError                a chat platform refused or failed a call
+└── StoreError                  a write to the store failed (its statement, not its batch)
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ class ConfigError(ParleyError):
 
 
 class ProviderError(ParleyError):
-    """An LLM call failed. `retryable` says whether trying again can help."""
+    """An LLM call failed. `retryable` says whether trying again can help; `code` is the
+    vendor's error code or type (e.g. "tool_use_failed"), if it sent one."""
 
     retryable: bool = False
 
@@ -45,10 +49,12 @@ class ProviderError(ParleyError):
         status: int | None = None,
         retry_after: float | None = None,
         retryable: bool | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.code = code
         if retryable is not None:
             self.retryable = retryable
 
@@ -114,3 +120,8 @@ class ToolTransientError(ToolError):
 
 class ChannelError(ParleyError):
     """A chat platform refused or failed a call."""
+
+
+class StoreError(ParleyError):
+    """A statement could not be written to the store. Only that statement is lost: the
+    rest of its group commit is written without it."""

@@ -4,6 +4,7 @@ retries honouring Retry-After, permanent errors, cut streams, thinking blocks.""
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import pytest
 
@@ -210,3 +211,151 @@ async def test_connection_is_reused_across_calls(fake_llm: FakeLLM, kind: str) -
         await collect(provider)
     assert len(fake_llm.requests) == 3
     assert fake_llm.connections == 1
+
+
+# ---- errors inside the stream, real context-overflow answers, refusals, server tools ----
+
+ErrorShape = Literal["event", "data", "failed"]
+GROQ_TOOL_USE_FAILED = {
+    "message": "Failed to call a function. Please adjust your prompt. "
+    "See 'failed_generation' for more details.",
+    "type": "invalid_request_error",
+    "code": "tool_use_failed",
+    "failed_generation": '<function=lookup{"query": "x"}</function>',
+}
+ANTHROPIC_OVERFLOW_MESSAGE = (
+    "input length and `max_tokens` exceed context limit: 198000 + 8192 > 200000, "
+    "decrease input length or `max_tokens` and try again"
+)
+RESPONSES_OVERFLOW = {
+    "message": "Your input exceeds the context window of this model. "
+    "Please adjust your input and try again.",
+    "type": "invalid_request_error",
+    "param": "input",
+    "code": "context_length_exceeded",
+}
+
+
+@pytest.mark.parametrize("shape", ["event", "data"])
+async def test_chat_stream_error_reaches_the_user_at_once(
+    fake_llm: FakeLLM, shape: ErrorShape
+) -> None:
+    clock = FakeClock()
+    fault = Fault(stream_error=GROQ_TOOL_USE_FAILED, stream_error_as=shape)
+    fake_llm.script(Reply(text="never sent", fault=fault))
+    provider = provider_for(fake_llm, "openai_chat", clock)
+    events: list[object] = []
+    with pytest.raises(ProviderError) as info:
+        await provider.complete([Message.user("hi")], TOOLS, events.append)
+    assert "Failed to call a function. Please adjust your prompt." in str(info.value)
+    assert "failed_generation" in str(info.value)
+    assert info.value.code == "tool_use_failed"
+    assert not info.value.retryable
+    assert not isinstance(info.value, ProviderUnavailable)
+    assert len(fake_llm.requests) == 1  # not retried as a cut stream
+    assert clock.sleeps == []
+    assert not any(isinstance(e, StreamRestarted) for e in events)
+
+
+@pytest.mark.parametrize("kind", ["openai_chat", "openai_responses"])
+async def test_server_error_in_the_stream_is_retried_with_its_message(
+    fake_llm: FakeLLM, kind: str
+) -> None:
+    server_error = {
+        "message": "The server had an error while processing your request.",
+        "type": "server_error",
+        "code": "server_error",
+    }
+    fake_llm.script(Reply(fault=Fault(stream_error=server_error)), Reply(text="second try"))
+    events = await collect(provider_for(fake_llm, kind, FakeClock()))
+    [restarted] = [e for e in events if isinstance(e, StreamRestarted)]
+    assert "The server had an error while processing your request." in restarted.reason
+    assert done_of(events).message.content == "second try"
+
+
+@pytest.mark.parametrize(
+    ("kind", "error", "shape"),
+    [
+        (
+            "openai_chat",
+            {
+                "message": "This model's maximum context length is 8192 tokens.",
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+            },
+            "event",
+        ),
+        ("openai_responses", RESPONSES_OVERFLOW, "event"),
+        ("openai_responses", RESPONSES_OVERFLOW, "failed"),
+        (
+            "anthropic",
+            {"type": "invalid_request_error", "message": ANTHROPIC_OVERFLOW_MESSAGE},
+            "event",
+        ),
+    ],
+)
+async def test_context_overflow_in_the_stream_is_a_context_length_error(
+    fake_llm: FakeLLM, kind: str, error: dict[str, str], shape: ErrorShape
+) -> None:
+    clock = FakeClock()
+    fault = Fault(stream_error=error, stream_error_as=shape)
+    fake_llm.script(Reply(text="never sent", fault=fault))
+    with pytest.raises(ContextLengthError, match="context"):
+        await collect(provider_for(fake_llm, kind, clock))
+    assert len(fake_llm.requests) == 1
+    assert clock.sleeps == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [
+        (
+            "anthropic",
+            {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": ANTHROPIC_OVERFLOW_MESSAGE},
+            },
+        ),
+        ("openai_responses", {"error": RESPONSES_OVERFLOW}),
+    ],
+)
+async def test_recorded_context_overflow_answers_are_context_length_errors(
+    fake_llm: FakeLLM, kind: str, body: dict[str, object]
+) -> None:
+    fake_llm.script(Reply(fault=Fault(status=400, body=body)))
+    with pytest.raises(ContextLengthError) as info:
+        await collect(provider_for(fake_llm, kind))
+    assert info.value.status == 400
+    assert len(fake_llm.requests) == 1
+
+
+@pytest.mark.parametrize("kind", ["openai_chat", "openai_responses"])
+async def test_a_refusal_is_the_answer(fake_llm: FakeLLM, kind: str) -> None:
+    refusal = "I'm sorry, but I can't help with that request."
+    fake_llm.script(Reply(refusal=refusal, chunk_size=6))
+    events = await collect(provider_for(fake_llm, kind))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == refusal
+    done = done_of(events)
+    assert done.message.content == refusal
+    assert done.stop_reason == "refusal"
+
+
+@pytest.mark.parametrize("block_type", ["server_tool_use", "some_future_tool_use"])
+async def test_anthropic_deltas_of_untracked_blocks_are_ignored(
+    fake_llm: FakeLLM, block_type: str
+) -> None:
+    fake_llm.script(
+        Reply(
+            text="Found it.",
+            server_tool_calls=[ToolCallSpec("web_search", {"query": "parley chat ops"})],
+            server_tool_type=block_type,
+            tool_calls=[ToolCallSpec("lookup", {"q": "x"}, id="t1")],
+            chunk_size=4,
+        )
+    )
+    events = await collect(provider_for(fake_llm, "anthropic"))
+    message = done_of(events).message
+    assert message.content == "Found it."
+    assert [(c.id, c.name, json.loads(c.arguments)) for c in message.tool_calls] == [
+        ("t1", "lookup", {"q": "x"})
+    ]

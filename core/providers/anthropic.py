@@ -6,18 +6,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from core.errors import ProviderError, ProviderRateLimited, ProviderUnavailable
 from core.events import ReasoningDelta, StreamEvent, TextDelta, ToolCallDelta, Usage
 from core.messages import Message
-from core.providers.base import MessageBuilder, Provider, decode_json
+from core.providers.base import MessageBuilder, Provider, decode_json, error_from_event
 from core.tools.base import ToolSpec
 
 ANTHROPIC_VERSION = "2023-06-01"
-RETRYABLE_ERRORS = {
-    "overloaded_error": ProviderUnavailable,
-    "api_error": ProviderUnavailable,
-    "rate_limit_error": ProviderRateLimited,
-}
 
 
 def _tool_input(arguments: str) -> Any:
@@ -116,9 +110,7 @@ class AnthropicProvider(Provider):
             case "message_stop":
                 acc.finished = True
             case "error":
-                error = payload.get("error") or {}
-                error_cls = RETRYABLE_ERRORS.get(error.get("type", ""), ProviderError)
-                raise error_cls(f"{self.name}: {error.get('message') or error}")
+                raise error_from_event(self.name, payload.get("error") or payload)
         return []
 
     @staticmethod
@@ -146,12 +138,18 @@ class AnthropicProvider(Provider):
             case "text_delta":
                 return [TextDelta(delta.get("text", ""))]
             case "input_json_delta":
-                return [
-                    ToolCallDelta(acc.index_map[index], None, None, delta.get("partial_json", ""))
-                ]
+                # Only our own tool_use blocks are tracked: server tools (`server_tool_use`,
+                # web search) and block types we do not know stream input we must not run.
+                slot = acc.index_map.get(index)
+                if slot is None:
+                    return []
+                return [ToolCallDelta(slot, None, None, delta.get("partial_json", ""))]
             case "thinking_delta" | "signature_delta":
+                position = acc.reasoning_index.get(index)
+                if position is None:
+                    return []
                 # Keep the block verbatim (with its signature) so it can be sent back.
-                block = acc.reasoning_blocks[acc.reasoning_index[index]]
+                block = acc.reasoning_blocks[position]
                 field_name = "thinking" if delta["type"] == "thinking_delta" else "signature"
                 block[field_name] = block.get(field_name, "") + delta.get(field_name, "")
                 if field_name == "thinking":

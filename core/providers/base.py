@@ -40,12 +40,35 @@ from core.events import (
 from core.messages import Message, ToolCall
 from core.tools.base import ToolSpec
 
+# An error is sorted by its code (or type) first, then by HTTP status, and only then by
+# its message: one table for HTTP error answers and in-stream error events alike.
+CONTEXT_LENGTH_CODES = frozenset({"context_length_exceeded"})
+AUTH_CODES = frozenset({"authentication_error", "permission_error", "invalid_api_key"})
+RATE_LIMIT_CODES = frozenset(
+    {"rate_limit_exceeded", "rate_limit_error", "rate_limited", "requests", "tokens"}
+)
+UNAVAILABLE_CODES = frozenset(
+    {
+        "server_error",
+        "api_error",
+        "internal_error",
+        "internal_server_error",
+        "overloaded",
+        "overloaded_error",
+        "service_unavailable",
+        "timeout",
+    }
+)
 CONTEXT_LENGTH_MARKERS = (
     "context_length",
     "context length",
     "maximum context",
+    "maximum context length",
     "prompt is too long",
     "too many tokens",
+    "exceed context limit",  # Anthropic: "input length and `max_tokens` exceed context limit"
+    "exceeds the context window",  # OpenAI Responses: "Your input exceeds the context window"
+    "context_length_exceeded",
 )
 REASONING_MARKERS = ("reasoning", "thinking", "thought")
 DRAIN_SECONDS = 1.0
@@ -83,6 +106,7 @@ class MessageBuilder:
     index_map: dict[int, int] = field(default_factory=dict)  # wire item index -> call index
     reasoning_index: dict[int, int] = field(default_factory=dict)  # wire index -> block
     stop_reason: str = ""
+    refused: bool = False  # the text is the model's refusal (stop reason "refusal")
     usage: Usage | None = None
     finished: bool = False
 
@@ -130,28 +154,75 @@ class MessageBuilder:
 
 def error_from_response(status: int, body: str, headers: httpx.Headers) -> ProviderError:
     """Map an HTTP error answer to our error tree."""
-    detail = _error_detail(body)
-    message = f"HTTP {status}: {detail}"
-    if status in (401, 403):
-        return ProviderAuthError(message, status=status)
-    if status == 429:
-        return ProviderRateLimited(message, status=status, retry_after=_retry_after(headers))
-    if status in (408, 409, 425) or status >= 500:
-        return ProviderUnavailable(message, status=status, retry_after=_retry_after(headers))
-    if any(marker in detail.lower() for marker in CONTEXT_LENGTH_MARKERS):
-        return ContextLengthError(message, status=status)
-    return ProviderError(message, status=status)
+    return provider_error(
+        f"HTTP {status}", _error_object(body), status=status, retry_after=_retry_after(headers)
+    )
 
 
-def _error_detail(body: str) -> str:
+def error_from_event(provider: str, error: Any) -> ProviderError:
+    """Map an error sent inside a stream (an `error` event, a `{"error": {...}}` chunk, a
+    failed response) to our error tree. `error` is the vendor's error object (or text)."""
+    return provider_error(provider, error if isinstance(error, dict) else {"message": str(error)})
+
+
+def provider_error(
+    where: str,
+    error: dict[str, Any],
+    *,
+    status: int | None = None,
+    retry_after: float | None = None,
+) -> ProviderError:
+    """The one mapping from a vendor's error object to our tree, with the server's own words
+    (its message, its code, and what the model tried if Groq says so) as the message.
+
+    Args:
+        where: what the message starts with ("HTTP 400", the provider's name).
+        error: `{"message", "type", "code", ...}`; an int `code` is an HTTP status, as
+            OpenRouter sends it.
+        status: the HTTP status, if the error came as an HTTP answer.
+        retry_after: seconds from a Retry-After header.
+    """
+    code, kind = error.get("code"), error.get("type")
+    if isinstance(code, int) and not isinstance(code, bool):
+        status, code = status or code, None
+    said = str(error.get("message") or error.get("reason") or kind or error)[:500]
+    labels = {str(v).lower() for v in (code, kind) if v}
+    error_cls = _error_class(labels, status, said)
+    text = f"{where}: {said}"
+    if isinstance(code, str) and code and code not in said:
+        text += f" ({code})"
+    if failed := error.get("failed_generation"):
+        text += f"\nfailed_generation: {str(failed)[:300]}"
+    label = str(code or kind) if code or kind else None
+    return error_cls(text, status=status, retry_after=retry_after, code=label)
+
+
+def _error_class(labels: set[str], status: int | None, said: str) -> type[ProviderError]:
+    """A context-overflow code first, then the code or type and the HTTP status (auth, rate
+    limit, server trouble), and only then the server's message."""
+    if labels & CONTEXT_LENGTH_CODES:
+        return ContextLengthError
+    if status in (401, 403) or labels & AUTH_CODES:
+        return ProviderAuthError
+    if status == 429 or labels & RATE_LIMIT_CODES:
+        return ProviderRateLimited
+    if status in (408, 409, 425) or (status or 0) >= 500 or labels & UNAVAILABLE_CODES:
+        return ProviderUnavailable
+    if any(marker in said.lower() for marker in CONTEXT_LENGTH_MARKERS):
+        return ContextLengthError
+    return ProviderError
+
+
+def _error_object(body: str) -> dict[str, Any]:
+    """The error object of an HTTP error body (OpenAI, Anthropic and plainer shapes)."""
     try:
         data = json.loads(body)
     except ValueError:
-        return body[:500] or "(empty body)"
+        return {"message": body[:500] or "(empty body)"}
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, dict):
-        return str(error.get("message") or error.get("type") or error)[:500]
-    return str(error)[:500]
+        return error
+    return {"message": str(error)}
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
@@ -259,7 +330,8 @@ class Provider(ABC):
             try:
                 async for event in self._stream_once(body, acc):
                     yield event
-                yield StreamDone(acc.message(), acc.stop_reason or "stop", acc.usage)
+                stop_reason = "refusal" if acc.refused else acc.stop_reason or "stop"
+                yield StreamDone(acc.message(), stop_reason, acc.usage)
                 return
             except ProviderError as exc:
                 if not exc.retryable or attempt >= self.settings.max_retries:

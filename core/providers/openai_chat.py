@@ -3,12 +3,20 @@ vLLM, llama.cpp, LM Studio, Groq, DeepSeek."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
+from core.errors import ProviderError
 from core.events import ReasoningDelta, StreamEvent, TextDelta, ToolCallDelta, Usage
 from core.messages import Message
-from core.providers.base import MessageBuilder, Provider, decode_json, is_reasoning_key
+from core.providers.base import (
+    MessageBuilder,
+    Provider,
+    decode_json,
+    error_from_event,
+    is_reasoning_key,
+)
 from core.tools.base import ToolSpec
 
 
@@ -68,7 +76,13 @@ class OpenAIChatProvider(Provider):
         if data.strip() == "[DONE]":
             acc.finished = True
             return []
+        if event == "error":
+            raise self._stream_error(data)
         chunk = decode_json(data, self.name)
+        if isinstance(chunk, dict) and chunk.get("error"):
+            # Groq, OpenRouter, vLLM: the server's error as a chunk of its own. Dropping it
+            # would leave a cut stream, retried in vain, with the reason never shown.
+            raise error_from_event(self.name, chunk["error"])
         out: list[StreamEvent] = []
         if usage := chunk.get("usage"):
             out.append(Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)))
@@ -79,11 +93,24 @@ class OpenAIChatProvider(Provider):
                     out.append(ReasoningDelta(value))
             if text := delta.get("content"):
                 out.append(TextDelta(text))
+            if refusal := delta.get("refusal"):
+                acc.refused = True  # the refusal is the answer the user gets to read
+                out.append(TextDelta(refusal))
             for fragment in delta.get("tool_calls") or ():
                 out.append(self._tool_fragment(fragment, acc))
             if reason := choice.get("finish_reason"):
                 acc.stop_reason = reason
         return out
+
+    def _stream_error(self, data: str) -> ProviderError:
+        """An `event: error`: its data is `{"error": {...}}`, a bare error object or text."""
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            payload = data.strip() or "(no details)"
+        if isinstance(payload, dict) and isinstance(payload.get("error"), dict | str):
+            payload = payload["error"]
+        return error_from_event(self.name, payload)
 
     @staticmethod
     def _tool_fragment(fragment: dict[str, Any], acc: MessageBuilder) -> ToolCallDelta:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core.errors import ProviderError, ProviderUnavailable
 from core.events import ReasoningDelta, StreamEvent, TextDelta, ToolCallDelta, Usage
 from core.messages import Message
-from core.providers.base import MessageBuilder, Provider, decode_json
+from core.providers.base import MessageBuilder, Provider, decode_json, error_from_event
 from core.tools.base import ToolSpec
 
 
@@ -74,6 +73,9 @@ class OpenAIResponsesProvider(Provider):
         kind = payload.get("type") or event
         if kind == "response.output_text.delta":
             return [TextDelta(payload.get("delta", ""))]
+        if kind == "response.refusal.delta":
+            acc.refused = True  # the refusal is the answer the user gets to read
+            return [TextDelta(payload.get("delta", ""))]
         if kind.startswith("response.reasoning") and kind.endswith(".delta"):
             return [ReasoningDelta(payload.get("delta", ""))]
         if kind == "response.output_item.added":
@@ -107,9 +109,13 @@ class OpenAIResponsesProvider(Provider):
         return slots[output_index]
 
     def _failure(self, payload: dict[str, Any]) -> list[StreamEvent]:
-        response = payload.get("response") or payload
-        error = response.get("error") or response.get("incomplete_details") or {}
-        message = f"{self.name}: {error.get('message') or error.get('reason') or payload}"
-        if error.get("code") in ("server_error", "rate_limit_exceeded"):
-            raise ProviderUnavailable(message)
-        raise ProviderError(message)
+        """`error` ({type: "error", code, message} at the top level), `response.failed`
+        (`response.error`) or `response.incomplete` (`response.incomplete_details`)."""
+        response = payload.get("response") or {}
+        error = (
+            response.get("error")
+            or response.get("incomplete_details")
+            or payload.get("error")
+            or {k: v for k, v in payload.items() if k not in ("type", "sequence_number")}
+        )
+        raise error_from_event(self.name, error)

@@ -70,12 +70,27 @@ class Fault:
     * ``retry_after``: seconds, sent as a ``Retry-After`` header with the error status.
     * ``cut_after``: stream with status 200, then drop the connection after this many SSE
       events (0: right after the headers), without the final events / ``[DONE]``.
+    * ``body``: with ``status``, this exact JSON body instead of the vendor-shaped default
+      built from ``message`` (to replay a recorded error answer).
+    * ``stream_error``: stream with status 200, then send this vendor error object in the
+      stream and end it (cleanly, without the final events / ``[DONE]``) after ``cut_after``
+      events (default 1: after the opening event). The object is the inner ``error`` of the
+      vendor's shape, e.g. ``{"message": ..., "type": ..., "code": ...}`` (OpenAI) or
+      ``{"type": ..., "message": ...}`` (Anthropic). ``stream_error_as`` picks the wire
+      shape: ``"event"`` (default) an ``event: error`` SSE event, i.e. Chat
+      ``{"error": {...}}``, Responses ``{"type": "error", "code", "message", "param",
+      "sequence_number"}``, Anthropic ``{"type": "error", "error": {...}}``; ``"data"`` a
+      plain ``data: {"error": {...}}`` chunk (Chat; Groq, OpenRouter); ``"failed"`` a
+      Responses ``response.failed`` event with ``response.error = {code, message}``.
     """
 
     status: int | None = None
     retry_after: float | None = None
     cut_after: int | None = None
     message: str = "injected fault"
+    body: dict[str, Any] | None = None
+    stream_error: dict[str, Any] | None = None
+    stream_error_as: Literal["event", "data", "failed"] = "event"
 
 
 @dataclass
@@ -86,11 +101,23 @@ class Reply:
     ``len / 4`` of the request body and of the generated strings. Text, reasoning and tool
     arguments are split into fragments of ``chunk_size`` characters, each its own SSE event;
     ``chunk_delay`` seconds pass between consecutive events.
+
+    ``refusal``: the model refuses, in each vendor's way: Chat ``delta.refusal`` fragments,
+    a Responses ``refusal`` content part (``response.refusal.delta``), Anthropic a text block
+    and stop reason ``"refusal"``.
+
+    ``server_tool_calls`` (Anthropic only): tools the server runs itself, streamed before the
+    text as a ``server_tool_type`` block (default ``server_tool_use``; any other name plays
+    a block type the client does not know) with ``input_json_delta`` fragments, then its
+    result block (``web_search_tool_result`` for ``web_search``, else ``<name>_tool_result``).
     """
 
     text: str = ""
     reasoning: str = ""
     tool_calls: list[ToolCallSpec] = field(default_factory=list)
+    refusal: str = ""
+    server_tool_calls: list[ToolCallSpec] = field(default_factory=list)
+    server_tool_type: str = "server_tool_use"
     usage: tuple[int, int] | None = None
     omit_usage: bool = False  # Chat/Responses: send no usage at all (as some servers do)
     chunk_size: int = 8
@@ -370,15 +397,52 @@ class FakeLLM:
             extra = {}
             if fault.retry_after is not None:
                 extra["Retry-After"] = _format_seconds(fault.retry_after)
-            return self._error(api, fault.status, fault.message, extra)
+            return self._error(api, fault.status, fault.message, extra, fault.body)
 
         if api == "chat":
-            events = self._chat_events(body, reply, len(raw))
+            events = list(self._chat_events(body, reply, len(raw)))
         elif api == "responses":
-            events = self._responses_events(body, reply, len(raw))
+            events = list(self._responses_events(body, reply, len(raw)))
         else:
-            events = self._anthropic_events(body, reply, len(raw))
-        return await self._stream(request, reply, list(events))
+            events = list(self._anthropic_events(body, reply, len(raw)))
+        if fault is not None and fault.stream_error is not None:
+            kept = 1 if fault.cut_after is None else fault.cut_after
+            events = [*events[:kept], self._stream_error(api, fault, kept, body)]
+        return await self._stream(request, reply, events)
+
+    def _stream_error(self, api: Api, fault: Fault, seq: int, body: dict[str, Any]) -> bytes:
+        """The in-stream error event of `fault` (see :class:`Fault`), in `api`'s shape."""
+        error = fault.stream_error or {}
+        if api == "anthropic":
+            return _event("error", {"type": "error", "error": error})
+        if api == "chat":
+            if fault.stream_error_as == "data":
+                return _data({"error": error})
+            return _event("error", {"error": error})
+        if fault.stream_error_as == "failed":
+            response = {
+                "id": self._next_id("resp_"),
+                "object": "response",
+                "status": "failed",
+                "model": body["model"],
+                "output": [],
+                "error": {
+                    "code": error.get("code") or error.get("type"),
+                    "message": error.get("message"),
+                },
+                "incomplete_details": None,
+                "usage": None,
+            }
+            payload = {"type": "response.failed", "sequence_number": seq, "response": response}
+            return _event("response.failed", payload)
+        payload = {
+            "type": "error",
+            "code": error.get("code"),
+            "message": error.get("message"),
+            "param": error.get("param"),
+            "sequence_number": seq,
+        }
+        return _event("error", payload)
 
     async def _take_reply(self, rec: RecordedRequest) -> Reply | None:
         if self._queue:
@@ -414,10 +478,16 @@ class FakeLLM:
 
     @staticmethod
     def _error(
-        api: Api, status: int, message: str, headers: dict[str, str] | None = None
+        api: Api,
+        status: int,
+        message: str,
+        headers: dict[str, str] | None = None,
+        recorded: dict[str, Any] | None = None,
     ) -> web.Response:
         body: dict[str, Any]
-        if api == "anthropic":
+        if recorded is not None:
+            body = recorded
+        elif api == "anthropic":
             etype = _ANTHROPIC_ERROR.get(status, "api_error")
             body = {"type": "error", "error": {"type": etype, "message": message}}
         else:
@@ -430,7 +500,9 @@ class FakeLLM:
         self, request: web.Request, reply: Reply, events: list[bytes]
     ) -> web.StreamResponse:
         resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
-        cut = reply.fault.cut_after if reply.fault is not None else None
+        fault = reply.fault
+        # A stream error ends the stream where it stands: `cut_after` placed it, no cut.
+        cut = fault.cut_after if fault is not None and fault.stream_error is None else None
         delay = reply.chunk_delay
         try:
             await resp.prepare(request)  # sends the headers right away
@@ -545,6 +617,8 @@ class FakeLLM:
             yield chunk({"content": None, "reasoning_content": frag})
         for frag in _split(reply.text, size):
             yield chunk({"content": frag})
+        for frag in _split(reply.refusal, size):
+            yield chunk({"content": None, "refusal": frag})
         for index, tc in enumerate(reply.tool_calls):
             call_id = tc.id or self._next_call_id()
             head = {
@@ -619,10 +693,8 @@ class FakeLLM:
             output.append(item)
             yield ev("response.output_item.done", {"output_index": index, "item": item})
 
-        if reply.text or not reply.tool_calls:
+        if reply.text or reply.refusal or not reply.tool_calls:
             index, item_id = len(output), self._next_id("msg_")
-            part = {"type": "output_text", "text": reply.text, "annotations": []}
-            ids = {"item_id": item_id, "output_index": index, "content_index": 0}
             item = {
                 "id": item_id,
                 "type": "message",
@@ -631,12 +703,26 @@ class FakeLLM:
                 "content": [],
             }
             yield ev("response.output_item.added", {"output_index": index, "item": item})
-            yield ev("response.content_part.added", {**ids, "part": {**part, "text": ""}})
-            for frag in _split(reply.text, size):
-                yield ev("response.output_text.delta", {**ids, "delta": frag, "logprobs": []})
-            yield ev("response.output_text.done", {**ids, "text": reply.text, "logprobs": []})
-            yield ev("response.content_part.done", {**ids, "part": part})
-            item = {**item, "status": "completed", "content": [part]}
+            parts: list[dict[str, Any]] = []
+            if reply.text or not reply.refusal:
+                part = {"type": "output_text", "text": reply.text, "annotations": []}
+                ids = {"item_id": item_id, "output_index": index, "content_index": len(parts)}
+                yield ev("response.content_part.added", {**ids, "part": {**part, "text": ""}})
+                for frag in _split(reply.text, size):
+                    yield ev("response.output_text.delta", {**ids, "delta": frag, "logprobs": []})
+                yield ev("response.output_text.done", {**ids, "text": reply.text, "logprobs": []})
+                yield ev("response.content_part.done", {**ids, "part": part})
+                parts.append(part)
+            if reply.refusal:
+                part = {"type": "refusal", "refusal": reply.refusal}
+                ids = {"item_id": item_id, "output_index": index, "content_index": len(parts)}
+                yield ev("response.content_part.added", {**ids, "part": {**part, "refusal": ""}})
+                for frag in _split(reply.refusal, size):
+                    yield ev("response.refusal.delta", {**ids, "delta": frag})
+                yield ev("response.refusal.done", {**ids, "refusal": reply.refusal})
+                yield ev("response.content_part.done", {**ids, "part": part})
+                parts.append(part)
+            item = {**item, "status": "completed", "content": parts}
             output.append(item)
             yield ev("response.output_item.done", {"output_index": index, "item": item})
 
@@ -721,9 +807,20 @@ class FakeLLM:
             yield delta({"type": "signature_delta", "signature": signature})
             yield stop()
             index += 1
-        if reply.text or not reply.tool_calls:
+        for tc in reply.server_tool_calls:
+            call_id = tc.id or self._next_id("srvtoolu_")
+            block = {"type": reply.server_tool_type, "id": call_id, "name": tc.name, "input": {}}
+            yield start(block)
+            for frag in _split(tc.arguments_json(), size):
+                yield delta({"type": "input_json_delta", "partial_json": frag})
+            yield stop()
+            index += 1
+            yield start(_server_tool_result(tc.name, call_id))
+            yield stop()
+            index += 1
+        if reply.text or reply.refusal or not reply.tool_calls:
             yield start({"type": "text", "text": ""})
-            for frag in _split(reply.text, size):
+            for frag in _split(reply.text + reply.refusal, size):
                 yield delta({"type": "text_delta", "text": frag})
             yield stop()
             index += 1
@@ -739,13 +836,33 @@ class FakeLLM:
             {
                 "type": "message_delta",
                 "delta": {
-                    "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+                    "stop_reason": (
+                        "refusal"
+                        if reply.refusal
+                        else "tool_use"
+                        if reply.tool_calls
+                        else "end_turn"
+                    ),
                     "stop_sequence": None,
                 },
                 "usage": {"output_tokens": completion},
             },
         )
         yield _event("message_stop", {"type": "message_stop"})
+
+
+def _server_tool_result(name: str, call_id: str) -> dict[str, Any]:
+    """The result block a server tool's use is followed by (no deltas of its own)."""
+    if name == "web_search":
+        result = {
+            "type": "web_search_result",
+            "title": "Fake result",
+            "url": "https://example.com/fake",
+            "encrypted_content": "ZmFrZQ==",
+            "page_age": None,
+        }
+        return {"type": "web_search_tool_result", "tool_use_id": call_id, "content": [result]}
+    return {"type": f"{name}_tool_result", "tool_use_id": call_id, "content": []}
 
 
 # ---------------------------------------------------------------------- validators

@@ -7,7 +7,7 @@ import itertools
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -367,6 +367,135 @@ async def test_cut_after_drops_connection(
             await collect_data_lines(resp, received)
     assert len(received) == cut_after
     assert fake.disconnects == 0
+
+
+async def test_recorded_error_body_is_sent_verbatim(
+    fake: FakeLLM, client: httpx.AsyncClient
+) -> None:
+    body = {
+        "error": {
+            "message": "Your input exceeds the context window of this model.",
+            "type": "invalid_request_error",
+            "param": "input",
+            "code": "context_length_exceeded",
+        }
+    }
+    fake.script(Reply(fault=Fault(status=400, body=body)))
+    resp = await post_json(client, fake, "responses", default_body("responses"))
+    assert resp.status_code == 400
+    assert resp.json() == body
+
+
+STREAM_ERROR = {"message": "Failed to call a function.", "type": "invalid_request_error"}
+
+
+@pytest.mark.parametrize(
+    ("api", "shape", "name", "expected"),
+    [
+        ("chat", "event", "error", {"error": STREAM_ERROR}),
+        ("chat", "data", None, {"error": STREAM_ERROR}),
+        ("anthropic", "event", "error", {"type": "error", "error": STREAM_ERROR}),
+        (
+            "responses",
+            "event",
+            "error",
+            {
+                "type": "error",
+                "code": None,
+                "message": "Failed to call a function.",
+                "param": None,
+                "sequence_number": 1,
+            },
+        ),
+    ],
+)
+async def test_stream_error_ends_the_stream(
+    fake: FakeLLM,
+    client: httpx.AsyncClient,
+    api: str,
+    shape: Literal["event", "data"],
+    name: str | None,
+    expected: dict[str, Any],
+) -> None:
+    fault = Fault(stream_error=STREAM_ERROR, stream_error_as=shape)
+    fake.script(Reply(text="never finished", fault=fault))
+    events = await stream(client, fake, api)
+    assert len(events) == 2  # the opening event, then the error; a clean end, no [DONE]
+    assert events[-1] == (name, json.dumps(expected, separators=(",", ":")))
+    assert fake.disconnects == 0
+
+
+async def test_stream_error_as_a_failed_response(fake: FakeLLM, client: httpx.AsyncClient) -> None:
+    error = {"message": "Your input exceeds the context window.", "code": "context_length_exceeded"}
+    fault = Fault(stream_error=error, stream_error_as="failed", cut_after=2)
+    fake.script(Reply(text="never finished", fault=fault))
+    events = await stream(client, fake, "responses")
+    assert [name for name, _ in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.failed",
+    ]
+    failed = json.loads(events[-1][1])
+    assert failed["sequence_number"] == 2
+    assert failed["response"]["status"] == "failed"
+    assert failed["response"]["error"] == {
+        "code": "context_length_exceeded",
+        "message": "Your input exceeds the context window.",
+    }
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_refusal_in_each_wire_format(
+    fake: FakeLLM, client: httpx.AsyncClient, api: str
+) -> None:
+    refusal = "I'm sorry, I can't help with that."
+    fake.script(Reply(refusal=refusal, chunk_size=5))
+    events = await stream(client, fake, api)
+    data = payloads(events)
+    if api == "chat":
+        fragments = [d["refusal"] for d in chat_deltas(events) if d.get("refusal")]
+        assert not text_fragments(api, events)
+        assert data[-1]["choices"][0]["finish_reason"] == "stop"
+    elif api == "responses":
+        fragments = [p["delta"] for p in data if p["type"] == "response.refusal.delta"]
+        assert not text_fragments(api, events)
+        final = data[-1]["response"]
+        assert final["output"][0]["content"] == [{"type": "refusal", "refusal": refusal}]
+    else:
+        fragments = text_fragments(api, events)
+        assert data[-2]["delta"]["stop_reason"] == "refusal"
+    assert len(fragments) > 1
+    assert "".join(fragments) == refusal
+
+
+@pytest.mark.parametrize("block_type", ["server_tool_use", "mcp_tool_use"])
+async def test_anthropic_server_tool_blocks(
+    fake: FakeLLM, client: httpx.AsyncClient, block_type: str
+) -> None:
+    fake.script(
+        Reply(
+            text="Found.",
+            server_tool_calls=[ToolCallSpec("web_search", {"query": "parley"})],
+            server_tool_type=block_type,
+            chunk_size=4,
+        )
+    )
+    events = await stream(client, fake, "anthropic")
+    data = payloads(events)
+    starts = [p["content_block"] for p in data if p["type"] == "content_block_start"]
+    assert [b["type"] for b in starts] == [block_type, "web_search_tool_result", "text"]
+    assert starts[0]["id"].startswith("srvtoolu_")
+    assert starts[1]["tool_use_id"] == starts[0]["id"]
+    partial = [
+        p["delta"]["partial_json"]
+        for p in data
+        if p["type"] == "content_block_delta" and p["delta"]["type"] == "input_json_delta"
+    ]
+    assert len(partial) > 1
+    assert {p["index"] for p in data if p.get("delta", {}).get("type") == "input_json_delta"} == {0}
+    assert json.loads("".join(partial)) == {"query": "parley"}
+    assert "".join(text_fragments("anthropic", events)) == "Found."
+    assert data[-2]["delta"]["stop_reason"] == "end_turn"
 
 
 async def test_chunk_delay_is_observed(fake: FakeLLM, client: httpx.AsyncClient) -> None:
