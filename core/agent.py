@@ -26,7 +26,7 @@ from core.clock import Clock, SystemClock
 from core.commands import Commands, parse_command
 from core.config import GoalsConfig
 from core.conversation import Conversation, Wiring
-from core.errors import ParleyError
+from core.errors import ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.journal import JournalBox
 from core.loop import LoopOutcome, unanswered_calls
@@ -340,7 +340,7 @@ class Agent:
                     raise
                 # /stop reached the run before it began: it never ran, record that.
                 if run_id is not None:
-                    self.store.update_run(run_id, state="cancelled", reason="stopped")
+                    self.store.set_run_state(run_id, "cancelled", "stopped")
                 lane.last_state, lane.run_id = "cancelled", None
                 return None
 
@@ -355,6 +355,7 @@ class Agent:
     ) -> LoopOutcome | None:
         run_id = given_id or new_run_id()
         lane.run_id, lane.stoppable = run_id, True
+        Store.write_for(lane.conv)  # this task's failed writes are this run's to report
         stream = responder.stream()
         sink = RunEvents(self.events, stream, run_id=run_id, conv=lane.conv)
         conversation: Conversation | None = None
@@ -383,7 +384,7 @@ class Agent:
             state, text = "cancelled", STOPPED_TEXT
             if self._closing and recorder is not None:  # a shutdown, not /stop: resumable
                 state, text = "timed_out", RESTARTING_TEXT
-                self.store.update_run(run_id, resumable=1)
+                self.store.mark_resumable(run_id)
         except ParleyError as exc:
             state, text = "failed", f"Sorry, that failed: {exc}"
             log.warning("run %s failed: %s", run_id, exc)
@@ -393,10 +394,9 @@ class Agent:
         lane.stoppable = False  # from here on the answer is delivered, not cut short
         if conversation is not None and recorder is not None:
             self._finish_run(lane, conversation, recorder, sink)
-        self.store.update_run(
+        self.store.finish_run(
             run_id,
             state=state,
-            ended_at=time.time(),
             reason=outcome.reason if outcome else state,
             text=text[:2000],
             iterations=recorder.iteration if recorder else 0,
@@ -404,8 +404,15 @@ class Agent:
             output_tokens=sink.output_tokens,
         )
         sink.emit(f"agent_run.{state}", {"reason": outcome.reason if outcome else state})
+        try:
+            await self.store.flush()
+        except StoreError as exc:  # what this run wrote may be lost: say so, loudly
+            log.error("run %s: %s", run_id, exc)
+            state, text = "failed", f"Sorry, that failed: I could not save this run ({exc})."
+            self.store.set_run_state(run_id, state, "store_error")
+            with contextlib.suppress(StoreError):
+                await self.store.flush()
         lane.last_state, lane.run_id = state, None
-        await self.store.flush()
         try:
             await stream.finish(text)
         except DeliveryError:
@@ -432,13 +439,13 @@ class Agent:
         # The run's own temp dir: tools' HOME and TMPDIR, writable inside the sandbox.
         conversation.executor.ctx.scratch = default_temp_root() / "runs" / run_id
         if resume:
-            self.store.update_run(run_id, state="running", resumable=0, ended_at=None)
+            self.store.resume_run(run_id)
         else:
             self.store.forget_resumable(lane.conv)
             if given_id is None:
                 await self.store.create_run(run_id, lane.conv, trigger)
             else:  # a queued run starts
-                self.store.update_run(run_id, state="running", started_at=time.time())
+                self.store.start_run(run_id)
         conversation.refresh_system()
         return recorder
 
@@ -508,7 +515,7 @@ class Agent:
             )
             conversation.messages.append(Message.assistant(text))
             self.store.save_messages(lane.conv, conversation.messages)
-            self.store.update_run(run.id, state="waiting_on_human", resumable=0, reason="unsafe")
+            self.store.set_run_state(run.id, "waiting_on_human", "unsafe", resumable=False)
             self.events.emit("agent_run.resume_unsafe", {"why": why}, run_id=run.id, conv=lane.conv)
             lane.last_state = "waiting_on_human"
             await self.store.flush()
@@ -553,7 +560,7 @@ class Agent:
         key = parse_conv(conv)
         responder = self.responders(key)
         if responder is None:
-            self.store.update_run(run_id, state="failed", reason="no channel to answer in")
+            self.store.set_run_state(run_id, "failed", "no channel to answer in")
             return
         lane = await self.lane(key)
         inbound = Inbound(*key, user_id="", user_name="", text=text)

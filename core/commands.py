@@ -111,7 +111,7 @@ class Commands:
     async def _stop(self, lane: Lane, args: str, responder: Responder) -> str:
         dropped = len(lane.queue)
         for _inbound, _responder, run_id in lane.queue:  # never re-queued after a restart
-            self.agent.store.update_run(run_id, state="cancelled", reason="dropped by /stop")
+            self.agent.store.set_run_state(run_id, "cancelled", "dropped by /stop")
         lane.queue.clear()
         stopped = await self.agent.stop(lane)
         goal_stopped = await self.agent.stop_goal(lane)

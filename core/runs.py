@@ -152,13 +152,7 @@ async def reconcile_runs(store: Store, events: EventLog, *, before: float) -> li
             continue
         checkpoint = await store.last_checkpoint(run.id)
         resumable = checkpoint is not None and checkpoint.kind != "final"
-        store.update_run(
-            run.id,
-            state="timed_out",
-            ended_at=time.time(),
-            resumable=int(resumable),
-            reason="interrupted",
-        )
+        store.set_run_state(run.id, "timed_out", "interrupted", resumable=resumable)
         events.emit("agent_run.reconcile", {"resumable": resumable}, run_id=run.id, conv=run.conv)
         if resumable:
             interrupted.append(run)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import sqlite3
@@ -24,6 +25,7 @@ from typing import Any
 
 import aiosqlite
 
+from core.errors import StoreError
 from core.messages import Message
 
 log = logging.getLogger(__name__)
@@ -176,16 +178,23 @@ _RUN_COLUMNS = (
 )
 
 _Statement = tuple[str, Sequence[Any]]
+_WRITER: contextvars.ContextVar[str | None] = contextvars.ContextVar("store_writer", default=None)
 
 
 class Store:
+    failed_writes = 0
+    """Statements that failed, in every store of this process (the tests watch it)."""
+
     """One SQLite database; open with `await Store.open(path)`, close with `aclose()`."""
 
     def __init__(self, conn: aiosqlite.Connection, writer: sqlite3.Connection) -> None:
         self._conn = conn
         self._write_conn = writer
         self._inflight: asyncio.Future[None] | None = None
-        self._pending: list[tuple[_Statement, asyncio.Future[None] | None]] = []
+        self._pending: list[tuple[int, _Statement, asyncio.Future[None] | None, str | None]] = []
+        self._seq = 0  # statements queued so far
+        # Failed write_soon statements: (seq, error, owner), until a flush reports them.
+        self._failures: list[tuple[int, StoreError, str | None]] = []
         self._wake = asyncio.Event()
         self._writer = asyncio.create_task(self._write_loop(), name="parley-store-writer")
         self.commits = 0
@@ -223,23 +232,48 @@ class Store:
     # --- the writer -----------------------------------------------------------------
 
     async def write(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """Run one statement and return when it is committed."""
+        """Run one statement and return when it is committed.
+
+        Raises:
+            StoreError: this statement failed (the rest of its batch was committed).
+        """
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(((sql, params), done))
-        self._wake.set()
+        self._queue((sql, params), done)
         await done
 
     def write_soon(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """Queue one statement for the next group commit without waiting for it."""
-        self._pending.append(((sql, params), None))
+        """Queue one statement for the next group commit without waiting for it; a failure
+        is raised by the next `flush`."""
+        self._queue((sql, params), None)
+
+    def _queue(self, statement: _Statement, done: asyncio.Future[None] | None) -> None:
+        self._seq += 1
+        self._pending.append((self._seq, statement, done, _WRITER.get()))
         self._wake.set()
 
+    @staticmethod
+    def write_for(owner: str) -> None:
+        """Tag the current task's writes as `owner`'s (a conversation), so that a failed
+        one is raised by that owner's `flush`, not by another conversation's."""
+        _WRITER.set(owner)
+
     async def flush(self) -> None:
-        """Wait until everything queued so far is committed (also a batch in flight)."""
+        """Wait until everything queued so far is committed (also a batch in flight).
+
+        Raises:
+            StoreError: a statement this task's owner (see `write_for`) queued before this
+                call failed, and no `flush` has reported it yet.
+        """
+        upto, owner = self._seq, _WRITER.get()
         if self._pending:
-            await self.write("SELECT 1")  # the writer is sequential: this commits last
+            with contextlib.suppress(StoreError):  # the sentinel itself cannot fail
+                await self.write("SELECT 1")  # the writer is sequential: this commits last
         elif self._inflight is not None:
             await asyncio.shield(self._inflight)
+        failed = [f for f in self._failures if f[0] <= upto and f[2] == owner]
+        if failed:
+            self._failures = [f for f in self._failures if f not in failed]
+            raise StoreError(f"{len(failed)} store write(s) failed; the first: {failed[0][1]}")
 
     async def _write_loop(self) -> None:
         while True:
@@ -250,24 +284,33 @@ class Store:
                 continue
             self._inflight = asyncio.get_running_loop().create_future()
             try:
-                await self._commit([statement for statement, _ in batch])
-            except Exception as exc:  # every waiter hears about it; the loop goes on
-                log.error("store: a batch of %d statements failed: %s", len(batch), exc)
-                for _, done in batch:
-                    if done is not None and not done.done():
-                        done.set_exception(exc)
-            else:
-                for _, done in batch:
-                    if done is not None and not done.done():
-                        done.set_result(None)
+                errors = await self._commit([entry[1] for entry in batch])
+            except Exception as exc:  # not a statement's fault (e.g. the disk): all hear it
+                errors = dict.fromkeys(range(len(batch)), exc)
             finally:
                 self._inflight.set_result(None)
                 self._inflight = None
+            for index, (seq, (sql, _), done, owner) in enumerate(batch):
+                error = errors.get(index)
+                if error is None:
+                    if done is not None and not done.done():
+                        done.set_result(None)
+                    continue
+                problem = StoreError(f"{error} (in: {sql.split('(')[0].strip()[:80]})")
+                log.error("store: a write failed: %s", problem)
+                Store.failed_writes += 1
+                if done is not None:
+                    if not done.done():
+                        done.set_exception(problem)
+                else:
+                    self._failures.append((seq, problem, owner))
 
-    async def _commit(self, statements: list[_Statement]) -> None:
-        # One thread hop per batch; the writer loop never runs two at once.
-        await asyncio.to_thread(_commit_batch, self._write_conn, statements)
+    async def _commit(self, statements: list[_Statement]) -> dict[int, Exception]:
+        """Commit `statements`; returns the failed ones by index (the others are written).
+        One thread hop per batch; the writer loop never runs two at once."""
+        errors = await asyncio.to_thread(_commit_batch, self._write_conn, statements)
         self.commits += 1
+        return errors
 
     async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
         async with self._conn.execute(sql, params) as cursor:
@@ -344,9 +387,55 @@ class Store:
             (run_id, conv, state, trigger, now, None if state == "queued" else now, text),
         )
 
-    def update_run(self, run_id: str, **fields: Any) -> None:
-        cols = ", ".join(f"{name} = ?" for name in fields)
-        self.write_soon(f"UPDATE runs SET {cols} WHERE id = ?", (*fields.values(), run_id))
+    def start_run(self, run_id: str) -> None:
+        """A queued run begins."""
+        self.write_soon(
+            "UPDATE runs SET state = 'running', started_at = ? WHERE id = ?", (time.time(), run_id)
+        )
+
+    def resume_run(self, run_id: str) -> None:
+        """An interrupted run goes on (`/resume`)."""
+        self.write_soon(
+            "UPDATE runs SET state = 'running', resumable = 0, ended_at = NULL WHERE id = ?",
+            (run_id,),
+        )
+
+    def set_run_state(
+        self, run_id: str, state: str, reason: str, *, resumable: bool | None = None
+    ) -> None:
+        """A run ends (or waits) without an answer of its own: cancelled, failed,
+        waiting on a human, interrupted."""
+        if resumable is None:
+            self.write_soon(
+                "UPDATE runs SET state = ?, reason = ?, ended_at = ? WHERE id = ?",
+                (state, reason, time.time(), run_id),
+            )
+        else:
+            self.write_soon(
+                "UPDATE runs SET state = ?, reason = ?, ended_at = ?, resumable = ? WHERE id = ?",
+                (state, reason, time.time(), int(resumable), run_id),
+            )
+
+    def mark_resumable(self, run_id: str) -> None:
+        self.write_soon("UPDATE runs SET resumable = 1 WHERE id = ?", (run_id,))
+
+    def finish_run(
+        self,
+        run_id: str,
+        *,
+        state: str,
+        reason: str,
+        text: str,
+        iterations: int,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None:
+        """A run's final row: how it ended, its answer and what it used."""
+        self.write_soon(
+            "UPDATE runs SET state = ?, ended_at = ?, reason = ?, text = ?, iterations = ?, "
+            "input_tokens = ?, output_tokens = ? WHERE id = ?",
+            (state, time.time(), reason, text, iterations, input_tokens, output_tokens, run_id),
+        )
 
     def forget_resumable(self, conv: str) -> None:
         """New input in a conversation supersedes its interrupted runs."""
@@ -654,8 +743,10 @@ def _writer_connection(path: str) -> sqlite3.Connection:
     return conn
 
 
-def _commit_batch(conn: sqlite3.Connection, statements: list[_Statement]) -> None:
-    """Run `statements` as one transaction (in the writer's thread)."""
+def _commit_batch(conn: sqlite3.Connection, statements: list[_Statement]) -> dict[int, Exception]:
+    """Run `statements` as one transaction (in the writer's thread). If one fails, the
+    batch is run again statement by statement, each under a savepoint, so the bad one
+    alone is left out. Returns the failed statements' errors by index."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         for sql, group in _grouped(statements):
@@ -664,9 +755,28 @@ def _commit_batch(conn: sqlite3.Connection, statements: list[_Statement]) -> Non
             else:
                 conn.executemany(sql, group)
         conn.execute("COMMIT")
+        return {}
+    except sqlite3.Error:
+        conn.execute("ROLLBACK")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    errors: dict[int, Exception] = {}
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for index, (sql, params) in enumerate(statements):
+            conn.execute("SAVEPOINT one")
+            try:
+                conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                conn.execute("ROLLBACK TO one")
+                errors[index] = exc
+            conn.execute("RELEASE one")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return errors
 
 
 def _grouped(statements: list[_Statement]) -> list[tuple[str, list[Sequence[Any]]]]:

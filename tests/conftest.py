@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,18 @@ def _private_home(
 ) -> None:
     """Defaults such as `~/.parley/parley.db` land in a temporary home, never the real one."""
     monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+
+
+@pytest.fixture(autouse=True)
+def _no_failed_store_writes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A store write that fails is a bug unless the test causes it on purpose."""
+    from core.store import Store
+
+    before = Store.failed_writes
+    yield
+    failed = Store.failed_writes - before
+    if failed and request.node.get_closest_marker("store_failures_expected") is None:
+        pytest.fail(f"{failed} store write(s) failed during this test (see the log)")
 
 
 @pytest.fixture(autouse=True)
