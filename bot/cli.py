@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from importlib import metadata
@@ -44,7 +45,34 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start every enabled channel (the console if none)")
     run.add_argument("--provider", help="provider name from config.toml")
     run.add_argument("--console", action="store_true", help="also talk in this terminal")
+    run.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        help="what goes to stderr (default: $PARLEY_LOG_LEVEL, else info); info says why "
+        "a message was ignored",
+    )
     return parser
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _setup_logging(args: argparse.Namespace) -> str | None:
+    """Log to stderr at --log-level, else $PARLEY_LOG_LEVEL, else info for `run` and
+    warning for the rest. Returns a complaint about a bad $PARLEY_LOG_LEVEL."""
+    env = os.environ.get("PARLEY_LOG_LEVEL", "").strip().lower()
+    default = "info" if args.command == "run" else "warning"
+    level = getattr(args, "log_level", None) or env or default
+    problem = None
+    if level not in LOG_LEVELS:
+        problem = f"PARLEY_LOG_LEVEL={env!r} is not one of {', '.join(LOG_LEVELS)}"
+        level = default
+    logging.basicConfig(
+        level=level.upper(),
+        format="parley %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return problem
 
 
 def _config_path(arg: Path | None) -> Path:
@@ -145,6 +173,8 @@ async def _run(app: App, provider_name: str, *, console: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if (problem := _setup_logging(args)) is not None:
+        return _fail(problem)
     from core.errors import ConfigError
 
     try:

@@ -1,6 +1,10 @@
 """Who the bot answers on a platform (SPEC §9, §13): its own messages never; other
-bots only when allowed and then within a per-peer budget; only allowlisted users or
-channels; in group channels, only when mentioned or in a thread it is part of."""
+bots only when they @mention it (or `ignore_bots = false`), pass the allowlists, stay
+within a per-peer budget and the chain cap; only allowlisted users or channels; in group
+channels, only when mentioned or in a thread it is part of.
+
+Every refusal is logged at info with its reason (never the text), so an operator can
+see why a message got no answer."""
 
 from __future__ import annotations
 
@@ -24,17 +28,24 @@ class Gate:
         self._config = config
         self._clock = clock or SystemClock()
         self._bot_messages: dict[str, deque[float]] = {}
+        # Messages without a human author since a human last spoke, per channel or chat.
+        self._chain: dict[tuple[str, str], int] = {}
 
     def admit(
         self, inbound: Inbound, *, from_bot: bool, from_self: bool, in_bot_thread: bool = False
     ) -> bool:
-        """True if the bot should answer `inbound`. Refusals are logged (debug) with the
-        reason, never the text."""
+        """True if the bot should answer `inbound`. Refusals are logged with the reason,
+        never the text."""
         config = self._config
         if from_self:
-            return self._refuse(inbound, "own message")
-        if from_bot and config.ignore_bots:
-            return self._refuse(inbound, "from a bot (ignore_bots)")
+            return self._refuse(inbound, "own message", logging.DEBUG)
+        place = (inbound.channel, inbound.channel_id)
+        if not from_bot:
+            self._chain.pop(place, None)  # a human spoke: bots may be answered again
+        elif not self._chain_open(place):
+            return self._refuse(inbound, f"bot chain of {config.max_bot_chain} messages")
+        if from_bot and config.ignore_bots and not inbound.mentions_bot:
+            return self._refuse(inbound, "from a bot that does not mention Parley")
         if not config.admits(inbound.user_id, inbound.channel_id):
             return self._refuse(inbound, "user and channel not in the allowlists")
         if (
@@ -45,7 +56,16 @@ class Gate:
             return self._refuse(inbound, "group message without a mention")
         if from_bot and not self._bot_within_budget(inbound.user_id):
             return self._refuse(inbound, "bot peer budget spent")
+        if from_bot:
+            self._chain[place] = self._chain.get(place, 0) + 1  # Parley's answer adds one
         return True
+
+    def _chain_open(self, place: tuple[str, str]) -> bool:
+        """Count one bot message in `place`; False once `max_bot_chain` messages have gone
+        by there without a human (Parley's own answers to bots count too)."""
+        chain = self._chain.get(place, 0)
+        self._chain[place] = chain + 1
+        return chain < self._config.max_bot_chain
 
     def _bot_within_budget(self, bot_id: str) -> bool:
         """Count one message from bot `bot_id`; False once it has had its budget in the
@@ -60,8 +80,9 @@ class Gate:
         return True
 
     @staticmethod
-    def _refuse(inbound: Inbound, reason: str) -> bool:
-        log.debug(
+    def _refuse(inbound: Inbound, reason: str, level: int = logging.INFO) -> bool:
+        log.log(
+            level,
             "ignoring %s message %s from %s in %s: %s",
             inbound.channel,
             inbound.event_id or inbound.message_id,

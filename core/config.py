@@ -118,7 +118,15 @@ class AccessConfig(_Section):
     require_mention: bool = Field(
         True, description="In group channels answer only when mentioned or in the bot's thread."
     )
-    ignore_bots: bool = Field(True, description="Never answer other bots.")
+    ignore_bots: bool = Field(
+        True, description="Answer another bot only when it @mentions Parley (false: always)."
+    )
+    max_bot_chain: int = Field(
+        6,
+        ge=1,
+        description="After this many messages without a human author in a channel, answer "
+        "no bot there until a human speaks.",
+    )
     bot_peer_budget: int = Field(
         5, ge=0, description="Messages answered per allowed bot per minute (ping-pong guard)."
     )

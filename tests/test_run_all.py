@@ -167,3 +167,56 @@ async def test_jobs_run_of_a_silent_answer_says_silent_and_succeeds(
         code, listing, _ = await parley("--config", str(config), "jobs", "list", env=env)
     assert code == 0
     assert "silent" in listing
+
+
+async def test_an_ignored_message_logs_its_reason_at_info_without_its_text(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    mallory = TgUser(666, "Mallory", "mallory")
+    async with FakeTelegram(token=TELEGRAM_TOKEN) as telegram:
+        config = tmp_path / "config.toml"
+        config.write_text(
+            fake_llm_config(
+                fake_llm.base_url,
+                tmp_path,
+                f"""
+                [channels.telegram]
+                enabled = true
+                base_url = "{telegram.url}"
+                allow_users = ["{ALICE.id}"]
+                """,
+            )
+        )
+        env = child_env(TELEGRAM_BOT_TOKEN=TELEGRAM_TOKEN)
+        proc = await start_parley(
+            "--config", str(config), "run", "--log-level", "info", env=env, stdin=False
+        )
+        assert proc.stderr is not None
+        log: list[str] = []
+        try:
+            async with asyncio.timeout(60):
+                while "parley: ready" not in (line := (await proc.stderr.readline()).decode()):
+                    assert line, "parley run exited early:\n" + "".join(log)
+            telegram.dm(mallory, "secret plans for the heist")
+            async with asyncio.timeout(20):
+                while "ignoring" not in (line := (await proc.stderr.readline()).decode()):
+                    log.append(line)
+                log.append(line)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.wait(), 60)
+    line = log[-1]
+    assert "INFO" in line
+    assert "not in the allowlists" in line
+    assert "heist" not in "".join(log)
+    assert not fake_llm.requests
+
+
+async def test_a_bad_log_level_in_the_environment_is_a_clear_error(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(fake_llm_config("http://127.0.0.1:9", tmp_path))
+    code, _out, err = await parley(
+        "--config", str(config), "runs", env=child_env(PARLEY_LOG_LEVEL="chatty")
+    )
+    assert code == 2
+    assert "PARLEY_LOG_LEVEL" in err

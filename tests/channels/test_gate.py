@@ -50,6 +50,28 @@ def test_other_bots_are_ignored_by_default() -> None:
     assert g.admit(msg(dm=True), from_bot=False, from_self=False)
 
 
+def test_a_bot_that_mentions_parley_is_answered_if_allowed() -> None:
+    g = gate(allow_channels=["C1"])
+    assert g.admit(msg("ALERTBOT", mention=True), from_bot=True, from_self=False)
+    assert not g.admit(msg("ALERTBOT", "C9", mention=True), from_bot=True, from_self=False)
+
+
+def test_a_slow_bot_loop_stops_at_the_chain_cap_until_a_human_speaks() -> None:
+    clock = FakeClock()
+    g = Gate(AccessConfig(open=True, max_bot_chain=6), clock=clock)
+    answered = []
+    for _minute in range(4):  # 3 messages, a minute's pause, 3 more …: the budget refills
+        for _ in range(3):
+            answered.append(g.admit(msg("B1", mention=True), from_bot=True, from_self=False))
+        clock.now += 61
+    # Each answered bot message and Parley's answer make two messages with no human.
+    assert answered == [True, True, True] + [False] * 9
+    assert g.admit(msg("U1", mention=True), from_bot=False, from_self=False)
+    assert g.admit(msg("B1", mention=True), from_bot=True, from_self=False)
+    other_place = msg("B1", "C2", mention=True)
+    assert g.admit(other_place, from_bot=True, from_self=False)
+
+
 def test_empty_allowlists_admit_nobody_and_open_admits_everyone() -> None:
     closed = gate()
     assert not closed.admit(msg(dm=True), from_bot=False, from_self=False)
@@ -79,7 +101,8 @@ def test_groups_need_a_mention_or_the_bots_thread_unless_configured() -> None:
 
 def test_allowed_bot_has_a_per_peer_budget_per_minute() -> None:
     clock = FakeClock()
-    g = Gate(AccessConfig(open=True, ignore_bots=False, bot_peer_budget=3), clock=clock)
+    chain = {"max_bot_chain": 100}  # the chain cap is tested on its own
+    g = Gate(AccessConfig(open=True, ignore_bots=False, bot_peer_budget=3, **chain), clock=clock)
     results = [g.admit(msg("B1", dm=True), from_bot=True, from_self=False) for _ in range(5)]
     assert results == [True, True, True, False, False]
     assert g.admit(msg("B2", dm=True), from_bot=True, from_self=False)  # another peer
@@ -89,7 +112,7 @@ def test_allowed_bot_has_a_per_peer_budget_per_minute() -> None:
     clock.now += 31
     assert g.admit(msg("B1", dm=True), from_bot=True, from_self=False)
     # Messages refused for other reasons do not use up the budget.
-    g2 = Gate(AccessConfig(open=True, ignore_bots=False, bot_peer_budget=1), clock=clock)
+    g2 = Gate(AccessConfig(open=True, ignore_bots=False, bot_peer_budget=1, **chain), clock=clock)
     assert not g2.admit(msg("B1"), from_bot=True, from_self=False)  # no mention
     assert g2.admit(msg("B1", mention=True), from_bot=True, from_self=False)
     none = Gate(AccessConfig(open=True, ignore_bots=False, bot_peer_budget=0), clock=clock)
