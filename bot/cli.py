@@ -72,6 +72,10 @@ def _setup_logging(args: argparse.Namespace) -> str | None:
         format="parley %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if level != "debug":  # the libraries' info lines (every HTTP request) are noise here
+        for name in ("httpx", "httpcore", "discord", "telegram", "apscheduler", "slack_bolt",
+                     "slack_sdk", "aiohttp", "hpack"):  # fmt: skip
+            logging.getLogger(name).setLevel(logging.WARNING)
     return problem
 
 
