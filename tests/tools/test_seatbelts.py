@@ -143,3 +143,49 @@ async def test_path_rules_are_computed_once_per_configuration(settings: SandboxS
     first = PathRules.of(settings)
     await _file_tool(settings, "list_directory", path=".")
     assert PathRules.of(settings) is first
+
+
+REWRITES = [
+    "$(echo rm) -rf x",
+    "`echo rm` -rf x",
+    "R=rm; $R -rf x",
+    "$'\\x72\\x6d' -rf x",
+    "{rm,-rf,x}",
+    "printf 'rm -rf x' | sh",
+    "echo cm0gLXJmIHgK | base64 -d | bash",
+    "python3 -c \"import shutil; shutil.rmtree('x')\"",
+    "alias d='rm -rf'; d x",
+    "eval rm -rf x",
+    "bash <<< 'rm -rf x'",
+    "perl -e 'system(\"rm -rf x\")'",
+    "node -e \"require('fs').rmSync('x',{recursive:true})\"",
+    "S=sudo; $S -n true",
+    "{sudo,-n,true}",
+]
+
+
+@pytest.mark.parametrize("command", REWRITES)
+async def test_every_rewrite_asks_an_approver_or_is_denied_without_one(
+    settings: SandboxSettings, command: str
+) -> None:
+    workspace = settings.resolved_workspace()
+    (workspace / "x").mkdir(parents=True)
+    call = ToolCall(id="c1", name="bash", arguments=json.dumps({"command": command}))
+    nobody = ToolExecutor(ToolRegistry(builtin_tools()), ToolPolicy(), ToolContext(settings))
+    result = await nobody.execute(call)
+    assert result.is_error
+    assert (workspace / "x").exists()
+    asked: list[str] = []
+
+    async def approver(tool: str, summary: str, reason: str) -> bool:
+        asked.append(summary)
+        return False
+
+    policy = ToolPolicy(approver=approver)
+    denied = await ToolExecutor(
+        ToolRegistry(builtin_tools()), policy, ToolContext(settings)
+    ).execute(call)
+    assert denied.is_error
+    assert (workspace / "x").exists()
+    # A dynamic rm asks a human; a statically known sudo is refused without asking.
+    assert asked or "blocked" in denied.content
