@@ -508,10 +508,10 @@ class StoreTimer:
         store._commit = self.timed_commit  # type: ignore[method-assign]
         store.write = self.timed_write  # type: ignore[method-assign]
 
-    async def timed_commit(self, statements: list[Any]) -> None:
+    async def timed_commit(self, statements: list[Any]) -> dict[int, Exception]:
         start = time.perf_counter()
         try:
-            await self.commit(statements)
+            return await self.commit(statements)
         finally:
             self.commit_s += time.perf_counter() - start
             self.statements += len(statements)

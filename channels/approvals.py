@@ -44,6 +44,18 @@ def parse_approval_button(data: str) -> tuple[str, bool] | None:
     return None if m is None else (m[1], m[2] == "y")
 
 
+def duration_text(seconds: float) -> str:
+    """A timeout as people say it: "8 s", "90 s", "5 min", "1 h 30 min"."""
+    whole = max(1, round(seconds))
+    if whole < 120:
+        return f"{whole} s"
+    minutes = round(whole / 60)
+    if minutes < 120:
+        return f"{minutes} min"
+    hours, rest = divmod(minutes, 60)
+    return f"{hours} h {rest} min" if rest else f"{hours} h"
+
+
 def approved_text(user_name: str) -> str:
     return f"✅ Approved by {user_name}"
 

@@ -19,7 +19,9 @@ class Channel(Protocol):
     name: str
 
     async def start(self, agent: AgentPort) -> None:
-        """Connect and begin handing inbound messages to `agent.submit`."""
+        """Connect and begin handing inbound messages to `agent.submit`. A platform event
+        is acknowledged (ack, offset, HTTP 200) only after `submit` returned for it: a
+        crash before that leaves it with the platform, which delivers it again."""
 
     async def stop(self) -> None:
         """Stop taking input and close connections."""

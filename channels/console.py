@@ -1,36 +1,46 @@
 """The terminal channel: `parley chat` (interactive) and `parley chat -m` (one turn).
 
-The answer streams to stdout; tool activity, reasoning and notices go to stderr, so
-`parley chat -m "…" > answer.txt` captures only the answer.
+The answer streams to stdout as it arrives (to a pipe as well as a terminal); tool activity,
+reasoning and notices go to stderr, so `parley chat -m "…" > answer.txt` captures only what
+the model says. The terminal is read all the time, also while a turn runs, so `/stop` and the
+other commands act at once, as on every channel.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import AsyncIterator
 from typing import TextIO
 
-from core.agent import Agent
-from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, is_silent
+from core.agent import Agent, Lane
+from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, is_silent, valid_text
 from core.conversation import Conversation
-from core.errors import ContextLimitExceeded, ProviderError
+from core.errors import ContextLimitExceeded, ProviderError, StoreError
 from core.events import (
+    LLMCallStarted,
     LoopEvent,
     Notice,
     ReasoningDelta,
+    StreamDone,
     StreamRestarted,
     TextDelta,
     ToolFinished,
     ToolStarted,
 )
 
+log = logging.getLogger(__name__)
+
 DIM, RESET = "\x1b[2m", "\x1b[0m"
+PROMPT = "you> "
 HELP = (
-    "Type a message. Ctrl-C stops the running turn; /help lists commands; /exit (or Ctrl-D) quits."
+    "Type a message. /stop or Ctrl-C stops the running turn; /help lists commands; "
+    "/exit (or Ctrl-D) quits."
 )
 
 
@@ -40,34 +50,54 @@ def _one_line(text: str, width: int = 100) -> str:
 
 
 class ConsoleRenderer:
-    """An event sink that draws a turn in the terminal."""
+    """An event sink that draws a turn in the terminal: the model's text on `out` as it
+    streams, everything else on `err`."""
 
-    def __init__(self, out: TextIO, err: TextIO, *, stream_text: bool, color: bool) -> None:
+    def __init__(self, out: TextIO, err: TextIO, *, color: bool) -> None:
         self.out, self.err = out, err
-        self.stream_text = stream_text
         self.color = color
         self.at_line_start = True
+        self._message = ""  # the assistant message being streamed
+        self._shown = ""  # what of it is on `out` (a retried stream may repeat it)
+        self.last_message = ""  # the text of the last complete assistant message
 
     def _dim(self, text: str) -> str:
         return f"{DIM}{text}{RESET}" if self.color else text
 
-    def _err_line(self, text: str) -> None:
-        if not self.at_line_start:
-            self.out.write("\n")
+    def _write(self, text: str) -> None:
+        if text:
+            self.out.write(text)
             self.out.flush()
-            self.at_line_start = True
+            self.at_line_start = text.endswith("\n")
+
+    def _err_line(self, text: str) -> None:
+        self.finish()
         self.err.write(text + "\n")
         self.err.flush()
 
+    def _text(self, text: str) -> None:
+        self._message += text
+        if self._shown.startswith(self._message):
+            return  # a retried stream repeating what is already on the screen
+        if self._message.startswith(self._shown):
+            self._write(self._message[len(self._shown) :])
+        else:  # the retry says something else: start the answer again below
+            self._err_line("(the answer was retried and differs; it starts again below)")
+            self._write(self._message)
+        self._shown = self._message
+
     def __call__(self, event: LoopEvent) -> None:
         match event:
-            case TextDelta(text=text) if self.stream_text:
-                self.out.write(text)
-                self.out.flush()
-                self.at_line_start = text.endswith("\n")
-            case ReasoningDelta(text=text) if self.stream_text:
+            case TextDelta(text=text):
+                self._text(text)
+            case ReasoningDelta(text=text):
                 self.err.write(self._dim(text))
                 self.err.flush()
+            case LLMCallStarted():
+                self._message = self._shown = ""
+            case StreamDone():
+                self.last_message, self._message, self._shown = self._message, "", ""
+                self.finish()
             case ToolStarted(call=call, category=category):
                 tag = "" if category == "read" else f" [{category}]"
                 self._err_line(self._dim(f"→ {call.name}{tag} {_one_line(call.arguments, 80)}"))
@@ -76,39 +106,104 @@ class ConsoleRenderer:
                 summary = _one_line(result.content, 90) or "(no output)"
                 self._err_line(self._dim(f"  {mark} {call.name} {duration:.1f}s: {summary}"))
             case StreamRestarted(attempt=attempt, reason=reason, delay=delay, discard=discard):
-                note = (
-                    "; discarding the partial answer above" if discard and self.stream_text else ""
-                )
-                self._err_line(f"⟳ retry {attempt} in {delay:.1f}s ({_one_line(reason, 80)}){note}")
+                if discard:
+                    self._message = ""  # what the retry repeats of `_shown` is not shown twice
+                self._err_line(f"⟳ retry {attempt} in {delay:.1f}s ({_one_line(reason, 80)})")
             case Notice(text=text):
                 self._err_line(text)
             case _:
                 pass
 
+    def begin(self) -> None:
+        """A new turn: nothing of it is shown yet."""
+        self._message = self._shown = self.last_message = ""
+
+    def complete(self, text: str) -> None:
+        """End the turn with its final `text`: written unless it is what just streamed
+        (a stop notice, an error or a summary was not)."""
+        final, streamed = text.strip(), self.last_message.strip()
+        if not streamed or (final != streamed and not final.endswith("\n\n" + streamed)):
+            self.message(text)
+        self.finish()
+
+    def message(self, text: str) -> None:
+        """A whole message on lines of its own."""
+        self.finish()
+        self._write(text.rstrip("\n") + "\n")
+
     def finish(self) -> None:
+        """End the line the streamed text is on."""
         if not self.at_line_start:
-            self.out.write("\n")
-            self.out.flush()
-            self.at_line_start = True
+            self._write("\n")
 
 
 class LineReader:
-    """Reads stdin lines on a daemon thread, so the event loop stays free for Ctrl-C."""
+    """Reads the terminal's lines on a daemon thread, so the event loop stays free for
+    Ctrl-C and for a running turn. Bytes that are not UTF-8 become U+FFFD here.
 
-    def __init__(self) -> None:
+    A line answers the question being asked (`ask`: an approval prompt) unless it is a
+    /command; every other line waits for `readline`.
+    """
+
+    def __init__(self, fd: int | None = None) -> None:
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._question: asyncio.Future[str | None] | None = None
+        self._eof = False
         self._loop = asyncio.get_running_loop()
+        self._fd = sys.stdin.fileno() if fd is None else fd
         threading.Thread(target=self._pump, name="stdin", daemon=True).start()
 
     def _pump(self) -> None:
-        for line in sys.stdin:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, line.rstrip("\n"))
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
+        # os.read, not sys.stdin: a thread blocked in a buffered read holds its lock, and
+        # the interpreter aborts at exit if it has to wait for that lock.
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except OSError:  # the terminal went away
+                chunk = b""
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                self._send(raw.decode("utf-8", "replace").rstrip("\r"))
+        if pending:
+            self._send(pending.decode("utf-8", "replace").rstrip("\r"))
+        self._send(None)
 
-    async def readline(self, prompt: str, err: TextIO) -> str | None:
+    def _send(self, line: str | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed while we read: exiting
+            self._loop.call_soon_threadsafe(self._deliver, line)
+
+    def _deliver(self, line: str | None) -> None:
+        question = self._question
+        answers = line is None or not line.lstrip().startswith("/")  # commands act as ever
+        if question is not None and not question.done() and answers:
+            question.set_result(line)
+            if line is not None:
+                return
+        if line is None:
+            self._eof = True
+        self._queue.put_nowait(line)
+
+    async def readline(self) -> str | None:
+        """The next line typed (None at end of input)."""
+        return await self._queue.get()
+
+    async def ask(self, prompt: str, err: TextIO) -> str | None:
+        """Write `prompt` and wait for the answer: the next line that is not a /command
+        (None at end of input)."""
+        if self._eof:
+            return None
+        question: asyncio.Future[str | None] = self._loop.create_future()
+        self._question = question
         err.write(prompt)
         err.flush()
-        return await self._queue.get()
+        try:
+            return await question
+        finally:
+            if self._question is question:
+                self._question = None
 
 
 class ConsoleApprover:
@@ -124,7 +219,7 @@ class ConsoleApprover:
         prompt = f"\n⚠ {reason}\n  {_one_line(summary, 200)}\n  allow? [y/N] "
         try:
             async with asyncio.timeout(self.timeout):
-                answer = await self.reader.readline(prompt, self.err)
+                answer = await self.reader.ask(prompt, self.err)
         except TimeoutError:
             self.err.write("\n  no answer: denied\n")
             return False
@@ -132,7 +227,7 @@ class ConsoleApprover:
 
 
 def _report_failure(exc: BaseException, err: TextIO) -> None:
-    if isinstance(exc, ContextLimitExceeded | ProviderError):
+    if isinstance(exc, ContextLimitExceeded | ProviderError | StoreError):
         err.write(f"error: {exc}\n")
     else:
         err.write(f"error: {type(exc).__name__}: {exc}\n")
@@ -140,15 +235,15 @@ def _report_failure(exc: BaseException, err: TextIO) -> None:
 
 
 async def run_one_shot(conversation: Conversation, message: str) -> int:
-    """`parley chat -m`: one turn; only the final answer goes to stdout."""
-    renderer = ConsoleRenderer(sys.stdout, sys.stderr, stream_text=False, color=False)
+    """`parley chat -m`: one turn; the answer streams to stdout as it arrives."""
+    renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=False)
     try:
-        outcome = await conversation.turn(message, renderer)
+        outcome = await conversation.turn(valid_text(message), renderer)
     except (ProviderError, ContextLimitExceeded) as exc:
+        renderer.finish()
         _report_failure(exc, sys.stderr)
         return 1
-    sys.stdout.write(outcome.text.rstrip("\n") + "\n")
-    sys.stdout.flush()
+    renderer.complete(outcome.text)
     return 0 if outcome.reason == "final" else 1
 
 
@@ -160,26 +255,16 @@ class ConsoleStream:
 
     def __init__(self, renderer: ConsoleRenderer) -> None:
         self.renderer = renderer
-        self.streamed = ""
+        renderer.begin()
 
     def __call__(self, event: LoopEvent) -> None:
-        if isinstance(event, TextDelta):
-            self.streamed += event.text
-        elif isinstance(event, StreamRestarted) and event.discard:
-            self.streamed = ""
         self.renderer(event)
 
     async def finish(self, text: str) -> None:
         if is_silent(text):
             self.renderer.finish()
-            return
-        if not self.streamed.strip() or text.strip() != self.streamed.strip():
-            # The answer was not (all) streamed: a stop notice, an error, a summary.
-            self.renderer.finish()
-            self.renderer.out.write(text.rstrip("\n") + "\n")
-            self.renderer.out.flush()
-            self.renderer.at_line_start = True
-        self.renderer.finish()
+        else:
+            self.renderer.complete(text)
 
 
 class ConsoleResponder:
@@ -190,9 +275,7 @@ class ConsoleResponder:
 
     async def send(self, text: str) -> None:
         if not is_silent(text):
-            self.renderer.finish()
-            self.renderer.out.write(text.rstrip("\n") + "\n")
-            self.renderer.out.flush()
+            self.renderer.message(text)
 
     def stream(self) -> ConsoleStream:
         return ConsoleStream(self.renderer)
@@ -205,39 +288,90 @@ class ConsoleResponder:
         yield
 
 
+async def _settled(agent: Agent) -> Lane:
+    """The console's lane once nothing runs or waits in it."""
+    while True:
+        lane = await agent.lane(CONSOLE_KEY)
+        busy = [t for t in (lane.worker, lane.run_task) if t is not None and not t.done()]
+        if not busy:
+            return lane
+        await asyncio.wait(busy)
+
+
+class _Prompt:
+    """Shows `you> ` whenever the console's lane falls idle (never inside a streamed
+    answer); input is read all the time regardless."""
+
+    def __init__(self, agent: Agent, renderer: ConsoleRenderer) -> None:
+        self.agent, self.renderer = agent, renderer
+        self._task: asyncio.Task[None] | None = None
+
+    def when_idle(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._show(), name="console prompt")
+            self._task.add_done_callback(_log_failure)
+
+    async def _show(self) -> None:
+        await _settled(self.agent)
+        self.renderer.finish()
+        self.renderer.err.write(PROMPT)
+        self.renderer.err.flush()
+
+    async def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.wait({self._task})  # never raises: a cancel of our own goes on
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("%s failed", task.get_name(), exc_info=exc)
+
+
 async def run_interactive(
     agent: Agent, reader: LineReader, responder: ConsoleResponder, *, handle_sigint: bool = True
 ) -> int:
-    """`parley chat`: a REPL over the durable agent. Ctrl-C stops the running turn, not the
-    program; every command (`/status`, `/resume`, …) works as typed."""
+    """`parley chat`: a REPL over the durable agent. Input is read while a turn runs:
+    messages queue, commands (`/stop`, `/status`, …) act at once; Ctrl-C stops the running
+    turn, not the program. `/exit` or Ctrl-D quits once the queued messages are answered."""
     loop = asyncio.get_running_loop()
-    lane = await agent.lane(CONSOLE_KEY)
 
     def on_sigint() -> None:
-        if lane.run_task is not None and not lane.run_task.done():
+        lane = agent.lanes.get(CONSOLE_KEY)
+        if lane is not None and lane.run_task is not None and not lane.run_task.done():
             lane.run_task.cancel()  # a second Ctrl-C cancels again: force
         else:
-            sys.stderr.write("\n(type /exit or press Ctrl-D to quit)\nyou> ")
+            sys.stderr.write(f"\n(type /exit or press Ctrl-D to quit)\n{PROMPT}")
             sys.stderr.flush()
 
     if handle_sigint:
         loop.add_signal_handler(signal.SIGINT, on_sigint)
         await agent.reconcile()  # `parley run` reconciles once for every channel
     sys.stderr.write(HELP + "\n")
+    prompt = _Prompt(agent, responder.renderer)
     try:
-        while (line := await reader.readline("you> ", sys.stderr)) is not None:
+        prompt.when_idle()
+        while (line := await reader.readline()) is not None:
             text = line.strip()
-            if not text:
-                continue
             if text in ("/exit", "/quit"):
                 break
-            await agent.submit(
-                Inbound(*CONSOLE_KEY, user_id="console", user_name="you", text=text, is_dm=True),
-                responder,
-            )
-            await agent.wait_idle()
-            responder.renderer.finish()
+            if text:
+                inbound = Inbound(
+                    *CONSOLE_KEY, user_id="console", user_name="you", text=text, is_dm=True
+                )
+                try:
+                    await agent.submit(inbound, responder)
+                except StoreError as exc:  # not stored: say so, and keep the terminal
+                    _report_failure(exc, sys.stderr)
+            prompt.when_idle()
+        await prompt.close()
+        lane = agent.lanes.get(CONSOLE_KEY)
+        if lane is not None and not lane.idle:
+            sys.stderr.write("(finishing the running turn first; Ctrl-C stops it)\n")
+        await _settled(agent)  # what was typed before /exit (or the end of a piped input)
+        responder.renderer.finish()
     finally:
+        await prompt.close()
         if handle_sigint:
             loop.remove_signal_handler(signal.SIGINT)
     return 0
@@ -246,7 +380,7 @@ async def run_interactive(
 def terminal_responder(approval_timeout: float) -> ConsoleResponder:
     """This process's terminal as a conversation: answers stream to stdout, approvals are
     asked on stdin (its reader is `responder.approver.reader`)."""
-    renderer = ConsoleRenderer(sys.stdout, sys.stderr, stream_text=True, color=sys.stdout.isatty())
+    renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=sys.stdout.isatty())
     return ConsoleResponder(renderer, ConsoleApprover(LineReader(), sys.stderr, approval_timeout))
 
 

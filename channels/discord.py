@@ -26,7 +26,7 @@ from typing import Any, TypeVar, cast
 import aiohttp
 import yarl
 
-from channels.approvals import Approvals, approval_button_id, parse_approval_button
+from channels.approvals import Approvals, approval_button_id, duration_text, parse_approval_button
 from channels.gate import Gate
 from channels.stream import EditBudget, RateLimited, ReplyStreamer, TransientError, Typing, deliver
 from channels.text import to_discord
@@ -501,11 +501,10 @@ def _prompt_text(request: ApprovalRequest) -> str:
     summary = request.summary.replace("```", "`\u200b``")
     if len(summary) > 1200:
         summary = summary[:1200] + "…"
-    minutes = max(1, round(request.timeout / 60))
     return (
         f"⚠️ **Approval needed** for `{request.tool}`: {request.reason[:300]}\n"
         f"```\n{summary}\n```\n"
-        f"An approver has {minutes} min to answer; no answer denies it."
+        f"An approver has {duration_text(request.timeout)} to answer; no answer denies it."
     )
 
 

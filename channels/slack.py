@@ -12,6 +12,14 @@ here for the moment, and in the agent's store across restarts).
 Bot threads: the bot answers un-mentioned channel messages only in threads it is part of —
 those it posted in, and the root of every conversation it answered (kept in memory).
 
+Stored before acknowledged: bolt acknowledges an event when its listener returns, so the
+message listener returns only once the agent has stored the message as a queued run (or
+has dropped it as a duplicate, or the gate has refused it). If that takes longer than
+Slack's ack budget, or fails, the event is left unacknowledged and Slack delivers it
+again; the store drops the copy if the first one was committed after all. A crash before
+the commit therefore never loses a message. Commands act at once and store nothing, so
+they are acknowledged at once.
+
 Slack has no typing indicator for bots outside assistant threads; receipt is shown with
 `ack_reaction` instead, so `typing()` does nothing.
 """
@@ -31,6 +39,7 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
@@ -49,6 +58,7 @@ from core.chat import (
     ReplyStream,
 )
 from core.clock import Clock, SystemClock
+from core.commands import parse_command
 from core.config import SlackConfig
 from core.errors import ChannelError, ConfigError
 
@@ -63,6 +73,7 @@ COMMANDS = frozenset(
 APPROVE_ACTION, DENY_ACTION = "parley_approve", "parley_deny"
 EVENTS_PATH = "/slack/events"
 STOP_GRACE = 2.0  # seconds stop() lets in-flight events reach the agent
+ACK_BUDGET = 2.5  # seconds a listener may hold the ack (Slack retries after 3 s)
 _HANDLED_SUBTYPES = frozenset({None, "bot_message", "thread_broadcast", "file_share", "me_message"})
 _BANG_COMMAND = re.compile(r"^!([a-z]+)\b", re.IGNORECASE)
 
@@ -303,6 +314,9 @@ class _Recent:
         while len(self._keys) > self._size:
             self._keys.popitem(last=False)
 
+    def discard(self, key: object) -> None:
+        self._keys.pop(key, None)
+
 
 CHANNEL_WIDE_COMMANDS = frozenset({"help", "provider"})  # the rest act on one thread
 
@@ -352,8 +366,8 @@ class SlackChannel:
             client=self.client,
             signing_secret=self._signing_secret,
             request_verification_enabled=self.config.mode == "http",
-            # Listeners only hand work to tracked tasks, so running them before the ack is
-            # quick, and bolt keeps no untracked listener tasks of its own.
+            # The ack waits for the listener: a message is acknowledged once it is stored.
+            # Bolt keeps no untracked listener tasks of its own this way, either.
             process_before_response=True,
             logger=log,
         )
@@ -427,20 +441,44 @@ class SlackChannel:
         if not channel_id.startswith("D"):
             self._threads.add((channel_id, thread_ts))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
+        return task
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("slack handler failed: %s", exc, exc_info=exc)
 
-    # ---- bolt listeners: acknowledge, hand over, return -----------------------------------
+    # ---- bolt listeners: hand over, then acknowledge -----------------------------------------
 
-    async def _on_event(self, event: dict[str, Any]) -> None:
-        self._spawn(self._handle_message(event))
+    async def _on_event(self, event: dict[str, Any]) -> BoltResponse | None:
+        """Returns (and so lets bolt acknowledge the event) once the message is stored; a
+        503 leaves it unacknowledged, so Slack delivers it again."""
+        taken = self._take(event)
+        if taken is None:
+            return None  # nothing to store: an edit, a duplicate, someone not allowed
+        inbound, responder = taken
+        # A task, not an await: the hand-over finishes even if the listener gives up.
+        handover = self._spawn(self._hand_over(inbound, responder))
+        if parse_command(inbound.text) is not None:
+            return None  # commands act at once and store nothing: no reason to wait
+        await asyncio.wait({handover}, timeout=ACK_BUDGET)
+        if not handover.done():
+            why = f"still waiting for the store after {ACK_BUDGET:g} s"
+        elif handover.cancelled() or handover.exception() is not None:
+            why = "handing it over failed"
+        else:
+            return None
+        log.warning(
+            "slack: event %s is not stored (%s); leaving it unacknowledged so that Slack "
+            "delivers it again",
+            inbound.event_id,
+            why,
+        )
+        return BoltResponse(status=503, body="")
 
     async def _on_command(
         self, ack: Callable[[], Awaitable[None]], command: dict[str, Any]
@@ -488,19 +526,20 @@ class SlackChannel:
         in_bot_thread = bool(thread_ts) and (channel_id, thread_ts) in self._threads
         return inbound, from_bot, from_self, in_bot_thread
 
-    async def _handle_message(self, event: dict[str, Any]) -> None:
+    def _take(self, event: dict[str, Any]) -> tuple[Inbound, SlackResponder] | None:
+        """A message event as what to hand to the agent, or None if it is not for it."""
         normalised = self._normalise(event)
         if normalised is None:
-            return
+            return None
         inbound, from_bot, from_self, in_bot_thread = normalised
         # app_mention + message for one ts, and Slack's retries, collapse here.
         if inbound.event_id in self._seen:
-            return
+            return None
         self._seen.add(inbound.event_id)
         if not self._gate.admit(
             inbound, from_bot=from_bot, from_self=from_self, in_bot_thread=in_bot_thread
         ):
-            return
+            return None
         if not inbound.is_dm:
             self.remember_thread(inbound.channel_id, inbound.thread_id)
         # No await before submit: two quick messages must reach the agent in order. The
@@ -510,10 +549,20 @@ class SlackChannel:
         # level, so the whole DM stays one conversation (unless the user used a thread).
         thread_ts = event.get("thread_ts")
         reply_in = str(thread_ts) if thread_ts else (None if inbound.is_dm else str(event["ts"]))
-        responder = SlackResponder(self, inbound.channel_id, reply_in)
-        if await self._submit(inbound, responder) and self.config.ack_reaction:
-            await self._react(inbound.channel_id, inbound.message_id, self.config.ack_reaction)
-        await self._user_name(inbound.user_id)
+        return inbound, SlackResponder(self, inbound.channel_id, reply_in)
+
+    async def _hand_over(self, inbound: Inbound, responder: SlackResponder) -> None:
+        """Submit; returns once the agent has stored the message (or dropped a duplicate)."""
+        try:
+            submitted = await self._submit(inbound, responder)
+        except BaseException:
+            self._seen.discard(inbound.event_id)  # Slack's redelivery gets another go
+            raise
+        if submitted and self.config.ack_reaction:
+            reaction = self.config.ack_reaction
+            self._spawn(self._react(inbound.channel_id, inbound.message_id, reaction))
+        if inbound.user_id not in self._names:
+            self._spawn(self._learn_name(inbound.user_id))
 
     async def _handle_command(self, command: dict[str, Any]) -> None:
         name, args = str(command.get("command", "")), str(command.get("text", "")).strip()
@@ -582,16 +631,15 @@ class SlackChannel:
             self.clock,
         )
 
-    async def _user_name(self, user_id: str) -> str:
-        if user_id not in self._names:
-            try:
-                info = await slack_call(lambda: self.client.users_info(user=user_id))
-            except (SlackApiError, RateLimited, TransientError):
-                return user_id
-            user = info.get("user") or {}
-            profile = user.get("profile") or {}
-            self._names[user_id] = str(profile.get("display_name") or user.get("name") or user_id)
-        return self._names[user_id]
+    async def _learn_name(self, user_id: str) -> None:
+        """Look up a user's display name, for their next message."""
+        try:
+            info = await slack_call(lambda: self.client.users_info(user=user_id))
+        except (SlackApiError, RateLimited, TransientError):
+            return
+        user = info.get("user") or {}
+        profile = user.get("profile") or {}
+        self._names[user_id] = str(profile.get("display_name") or user.get("name") or user_id)
 
     async def _react(self, channel_id: str, ts: str, name: str) -> None:
         try:

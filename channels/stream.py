@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+import math
 from collections.abc import Awaitable, Callable
 from functools import partial
 from types import TracebackType
@@ -73,7 +73,13 @@ class Surface(Protocol):
 
 class EditBudget:
     """At most `max_calls` calls in any `window` seconds (a sliding window), e.g.
-    Discord's 5 edits per 5 s per channel. Share one per platform channel."""
+    Discord's 5 edits per 5 s per channel. Share one per platform channel.
+
+    A call's slot is dated when its answer comes back (`landed`), not when it is sent:
+    the platform counted the call at some moment in between, so a slot freed `window`
+    after the answer can never let the platform see one call too many, whatever the
+    network's jitter. (Dating it at sending, edits spaced exactly 5.000 s apart reached
+    Discord as 6 in 5 s.) Until it lands, a call holds its slot."""
 
     def __init__(self, max_calls: int, window: float, clock: Clock) -> None:
         if max_calls < 1:
@@ -81,18 +87,30 @@ class EditBudget:
         self.max_calls = max_calls
         self.window = window
         self._clock = clock
-        self._calls: deque[float] = deque()
+        self._calls: list[float] = []  # when each counted call landed; inf: in flight
+        self._landed = asyncio.Event()
 
     async def acquire(self) -> None:
-        """Wait until one more call fits in the window, and count it."""
+        """Wait until one more call fits in the window, and count it (in flight)."""
         while True:
             now = self._clock.monotonic()
-            while self._calls and self._calls[0] <= now - self.window:
-                self._calls.popleft()
+            # (A microsecond's slack: float sums must not keep a slot one ulp too long.)
+            self._calls = [t for t in self._calls if t + self.window > now + 1e-6]
             if len(self._calls) < self.max_calls:
-                self._calls.append(now)
+                self._calls.append(math.inf)
                 return
-            await self._clock.sleep(self._calls[0] + self.window - now)
+            earliest = min(self._calls)
+            if earliest == math.inf:  # every slot is in flight: wait for one to land
+                self._landed.clear()
+                await self._landed.wait()
+            else:
+                await self._clock.sleep(earliest + self.window - now)
+
+    def landed(self) -> None:
+        """The call counted by an `acquire` got its answer (or failed): date its slot."""
+        if math.inf in self._calls:
+            self._calls[self._calls.index(math.inf)] = self._clock.monotonic()
+            self._landed.set()
 
 
 async def _call(
@@ -106,7 +124,11 @@ async def _call(
         if budget is not None:
             await budget.acquire()
         try:
-            return await op()
+            try:
+                return await op()
+            finally:
+                if budget is not None:
+                    budget.landed()
         except RateLimited as exc:
             limited += 1
             if limited > MAX_RATE_LIMITS:
@@ -263,6 +285,8 @@ class ReplyStreamer:
             return None
         finally:
             self._last_sent = self._clock.monotonic()
+            if self._budget is not None:
+                self._budget.landed()
 
     async def _typing_again(self) -> None:
         if self._typing is None:

@@ -9,11 +9,20 @@ inline-keyboard buttons answered through callback queries.
 
 PTB's own retrying rate limiter is not used: the reply streamer handles 429 itself and
 must see it as `stream.RateLimited`.
+
+Stored before confirmed: Telegram forgets an update once it is confirmed — by a later
+`getUpdates` offset past it, or by the webhook's 200 — so both wait until the update is
+taken in: a message stored by the agent as a queued run (or dropped as a redelivery), a
+command started (commands store nothing), anything else handled. PTB's `Updater` confirms
+each batch as soon as it has fetched it, so polling is driven here (`_poll`) instead; the
+webhook answers once the update is taken in, 500 if that failed. An update whose hand-over
+failed is not confirmed, and Telegram delivers it again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hmac
 import logging
@@ -38,7 +47,14 @@ from telegram import (
     User,
 )
 from telegram.constants import ChatAction, ChatType, ParseMode
-from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram.error import (
+    BadRequest,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
 from telegram.ext import (
     ApplicationBuilder,
     CallbackQueryHandler,
@@ -59,8 +75,10 @@ from core.chat import (
     ReplyStream,
     Responder,
     is_silent,
+    valid_text,
 )
 from core.clock import Clock, SystemClock
+from core.commands import parse_command
 from core.config import TelegramConfig
 from core.errors import ConfigError
 
@@ -86,6 +104,9 @@ COMMANDS: tuple[tuple[str, str], ...] = (
 _OUR_COMMANDS = frozenset(name for name, _ in COMMANDS)
 _ALIASES = {"start": "help"}  # Telegram clients send /start when a user opens the bot
 _PROMPT_SUMMARY_LIMIT = 3000
+POLL_TIMEOUT = timedelta(seconds=10)  # long poll
+HANDOVER_WAIT = 1.0  # seconds to wait for unfinished hand-overs before polling again
+MAX_POLL_BACKOFF = 30.0
 _T = TypeVar("_T")
 
 
@@ -189,6 +210,24 @@ class _Surface:
         return await _mapped(call(text, None))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Handover:
+    """A message on its way to the agent; `taken` (if any) is done once it was submitted,
+    which for a message means stored."""
+
+    inbound: Inbound
+    responder: Responder
+    taken: asyncio.Future[None] | None = None
+
+    def done(self) -> None:
+        if self.taken is not None and not self.taken.done():
+            self.taken.set_result(None)
+
+    def failed(self, exc: Exception) -> None:
+        if self.taken is not None and not self.taken.done():
+            self.taken.set_exception(exc)
+
+
 class _Responder:
     """A `core.chat.Responder` for one place in Telegram."""
 
@@ -254,6 +293,7 @@ class TelegramChannel:
             .base_url(f"{base}/bot")
             .base_file_url(f"{base}/file/bot")
             .job_queue(None)  # scheduling is Parley's own (APScheduler in bot/)
+            .updater(None)  # polling is ours: see `_poll`
             .build()
         )
         self.app.add_handler(
@@ -262,8 +302,12 @@ class TelegramChannel:
         self.app.add_handler(CallbackQueryHandler(self._on_callback, block=False))
         self.app.add_error_handler(self._on_error)
         self._agent: AgentPort | None = None
-        self._inboxes: dict[ConversationKey, asyncio.Queue[tuple[Inbound, Responder]]] = {}
+        self._inboxes: dict[ConversationKey, asyncio.Queue[_Handover]] = {}
         self._workers: set[asyncio.Task[None]] = set()
+        self._taking: dict[int, asyncio.Future[None]] = {}  # id(update) → taken in
+        self._poller: asyncio.Task[None] | None = None
+        self._offset = 0  # every update below it is taken in
+        self._handovers: dict[int, asyncio.Future[None]] = {}  # polled, at or past the offset
         self._webhook: web.AppRunner | None = None
         self.webhook_port: int | None = None
         self._bot_id = 0
@@ -300,10 +344,9 @@ class TelegramChannel:
             if self.config.mode == "webhook":
                 await self._start_webhook()
             else:
-                assert self.app.updater is not None
-                await self.app.updater.start_polling(
-                    poll_interval=0, allowed_updates=list(ALLOWED_UPDATES)
-                )
+                await self.app.bot.delete_webhook()  # getUpdates is refused while one is set
+                self._poller = asyncio.create_task(self._poll(), name="telegram polling")
+                self._poller.add_done_callback(_poller_ended)
         except BaseException:
             await self.stop()
             raise
@@ -314,12 +357,18 @@ class TelegramChannel:
         if self._webhook is not None:
             runner, self._webhook = self._webhook, None
             await runner.cleanup()
-        if self.app.updater is not None and self.app.updater.running:
-            await self.app.updater.stop()
+        polling = self._poller is not None
+        if self._poller is not None:
+            poller, self._poller = self._poller, None
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
         if self.app.running:
             await self.app.stop()
         if self._workers:  # hand what was received to the agent
             await asyncio.gather(*self._workers, return_exceptions=True)
+        if polling:
+            self._advance(self._handovers)
+            await self._confirm()
         await self.app.shutdown()
         await self.app.bot.shutdown()  # in case initialize() failed half-way
 
@@ -370,8 +419,88 @@ class TelegramChannel:
         except (ValueError, TypeError, KeyError):
             log.warning("telegram: webhook request with a malformed update")
             return web.Response(status=400, text="malformed update")
-        await self.app.update_queue.put(update)
+        taken = await self._dispatch(update)
+        try:
+            await asyncio.shield(taken)
+        except Exception:  # logged where it failed; Telegram delivers the update again
+            return web.Response(status=500, text="update not taken in")
         return web.Response(text="ok")
+
+    # ------------------------------------------------------------------ polling
+
+    async def _poll(self) -> None:
+        """Long polling that confirms an update only once it is taken in.
+
+        The offset sent to `getUpdates` confirms every update below it, so it stays at the
+        first update still being taken in. Until that one is done, polls return at once
+        (with it again: skipped) after waiting up to `HANDOVER_WAIT` for it, so a slow
+        hand-over in one chat holds back the confirmation, not the other chats.
+        """
+        handovers = self._handovers
+        backoff = 0.0
+        while True:
+            try:
+                updates = await self.app.bot.get_updates(
+                    offset=self._offset,
+                    timeout=timedelta(0) if handovers else POLL_TIMEOUT,
+                    allowed_updates=list(ALLOWED_UPDATES),
+                )
+            except RetryAfter as exc:
+                await self.clock.sleep(_seconds(exc.retry_after))
+                continue
+            except TimedOut:
+                continue
+            except TelegramError as exc:
+                backoff = min(max(backoff * 2, 1.0), MAX_POLL_BACKOFF)
+                log.warning("telegram: getUpdates failed (%s); again in %.0f s", exc, backoff)
+                await self.clock.sleep(backoff)
+                continue
+            backoff = 0.0
+            for update in updates:
+                if update.update_id not in handovers:
+                    handovers[update.update_id] = await self._dispatch(update)
+            unfinished = [h for h in handovers.values() if not h.done()]
+            if unfinished:
+                await asyncio.wait(unfinished, timeout=HANDOVER_WAIT)
+            if not self._advance(handovers):
+                await self.clock.sleep(HANDOVER_WAIT)  # a failed hand-over: retry it calmly
+
+    def _advance(self, handovers: dict[int, asyncio.Future[None]]) -> bool:
+        """Move the offset past the updates taken in, up to the first that is not; False
+        if one failed (it is forgotten here, so the next poll takes it in again)."""
+        for update_id in sorted(handovers):
+            handover = handovers[update_id]
+            if not handover.done():
+                return True
+            del handovers[update_id]
+            if handover.cancelled() or handover.exception() is not None:
+                return False
+            self._offset = max(self._offset, update_id + 1)
+        return True
+
+    async def _confirm(self) -> None:
+        """Tell Telegram what was taken in before stopping, so a restart does not fetch
+        it again (it would be dropped as a redelivery anyway)."""
+        if not self._offset:
+            return
+        with contextlib.suppress(TelegramError):
+            await self.app.bot.get_updates(
+                offset=self._offset, timeout=timedelta(0), allowed_updates=list(ALLOWED_UPDATES)
+            )
+
+    async def _dispatch(self, update: Update) -> asyncio.Future[None]:
+        """Run PTB's handlers on `update`; returns what is done once it is taken in."""
+        taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._taking[id(update)] = taken  # by object: a redelivery may be in flight too
+        try:
+            await self.app.process_update(update)
+        except Exception:  # PTB reports handler errors itself; this is PTB failing
+            log.exception("telegram: update %s could not be processed", update.update_id)
+        finally:
+            # A message handler claims its hand-over; anything else is done when handled.
+            if self._taking.pop(id(update), None) is taken and not taken.done():
+                taken.set_result(None)
+        return taken
 
     # ------------------------------------------------------------------ Channel
 
@@ -389,7 +518,11 @@ class TelegramChannel:
         sender = message.from_user if message is not None else None
         if message is None or sender is None or message.text is None:
             return
-        inbound = self._inbound(update.update_id, message, sender, message.text)
+        if (text := valid_text(message.text)) is not message.text:
+            # A lone surrogate: PTB's entity parsing (UTF-16) would fail on it. U+FFFD is one
+            # UTF-16 unit as well, so the entities' offsets still fit the valid copy.
+            message = Message.de_json(message.to_dict() | {"text": text}, self.app.bot)
+        inbound = self._inbound(update.update_id, message, sender, text)
         if inbound is None:
             return
         reply = message.reply_to_message
@@ -406,7 +539,11 @@ class TelegramChannel:
             int(inbound.thread_id) if inbound.thread_id else None,
             None if inbound.is_dm else message.message_id,
         )
-        self._enqueue(inbound, _Responder(self, place))
+        taken = self._taking.pop(id(update), None)
+        if taken is not None and parse_command(inbound.text) is not None:
+            taken.set_result(None)  # commands act at once and store nothing
+            taken = None
+        self._enqueue(_Handover(inbound, _Responder(self, place), taken))
 
     def _inbound(self, update_id: int, message: Message, sender: User, text: str) -> Inbound | None:
         """The message as an `Inbound`, or None if it is empty or a command for another bot."""
@@ -457,30 +594,31 @@ class TelegramChannel:
             text = re.sub(pattern, "", text, flags=re.IGNORECASE)
         return text.strip(), mentioned
 
-    def _enqueue(self, inbound: Inbound, responder: Responder) -> None:
+    def _enqueue(self, handover: _Handover) -> None:
         """Submit in update order per conversation, off PTB's update processing: a slow
         submit (a command such as /compact runs inside it) never holds up other chats or
         the approval button clicks a running turn waits for."""
-        inbox = self._inboxes.get(inbound.key)
+        key = handover.inbound.key
+        inbox = self._inboxes.get(key)
         if inbox is None:
-            inbox = self._inboxes[inbound.key] = asyncio.Queue()
-            worker = asyncio.create_task(self._submit_all(inbound.key, inbox))
+            inbox = self._inboxes[key] = asyncio.Queue()
+            worker = asyncio.create_task(self._submit_all(key, inbox))
             self._workers.add(worker)
             worker.add_done_callback(self._workers.discard)
-        inbox.put_nowait((inbound, responder))
+        inbox.put_nowait(handover)
 
-    async def _submit_all(
-        self, key: ConversationKey, inbox: asyncio.Queue[tuple[Inbound, Responder]]
-    ) -> None:
+    async def _submit_all(self, key: ConversationKey, inbox: asyncio.Queue[_Handover]) -> None:
         try:
             while not inbox.empty():
-                inbound, responder = inbox.get_nowait()
-                if self._agent is None:
-                    continue
+                handover = inbox.get_nowait()
                 try:
-                    await self._agent.submit(inbound, responder)
-                except Exception:
-                    log.exception("telegram: submitting event %s failed", inbound.event_id)
+                    if self._agent is not None:
+                        await self._agent.submit(handover.inbound, handover.responder)
+                except Exception as exc:
+                    log.exception("telegram: submitting event %s failed", handover.inbound.event_id)
+                    handover.failed(exc)
+                else:
+                    handover.done()
         finally:
             del self._inboxes[key]
 
@@ -567,6 +705,11 @@ class TelegramChannel:
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.error("telegram: error while handling an update", exc_info=context.error)
+
+
+def _poller_ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.critical("telegram: polling stopped: %s", exc, exc_info=exc)
 
 
 def _prompt_text(request: ApprovalRequest) -> str:

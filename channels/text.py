@@ -1,98 +1,30 @@
 """Reply text for chat platforms: splitting over the size limit and Markdown conversion.
 
 Models answer in CommonMark-ish Markdown; each platform wants its own dialect and has a
-per-message limit (SPEC §9). `split_message` cuts at paragraph, line, word boundaries
-(in that order) and never leaves a code fence open in a piece: a cut inside a fence
-closes it and reopens it, with the same info string, in the next piece.
+per-message limit (SPEC §9). `split_message` first lays out Markdown tables (no platform
+renders them; channels/tables.py), then cuts at paragraph, line, sentence and word
+boundaries (in that order), keeps a laid-out table in one piece where it fits, and never
+leaves a code fence open in a piece: a cut inside a fence closes it and reopens it, with
+the same info string, in the next piece. The converters lay out tables the same way.
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-Measure = Callable[[str], int]
+from channels.fences import FENCE_LINE, Fence, find_fences, inside, opens
+from channels.tables import TABLE_WIDTH, lay_out_tables
 
-# A fence line: up to any indentation (models indent fences inside list items), three or
-# more backticks or tildes, then the info string (or nothing, for a closing line).
-_FENCE_LINE = re.compile(r"^([ \t]*)(`{3,}|~{3,})([^\n]*)$")
+Measure = Callable[[str], int]
+Span = tuple[int, int]
 
 
 def utf8_len(text: str) -> int:
     """Size of `text` in UTF-8 bytes (Slack's limits are in bytes)."""
     return len(text.encode("utf-8"))
-
-
-# ---- fences ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Fence:
-    """A fenced code block of some text; its content is `text[start:end]`."""
-
-    opener: str  # the opening line without its newline, e.g. "```python"
-    closer: str  # the line that closes it, e.g. "```"
-    lang: str
-    line_start: int  # where the opening line starts
-    start: int  # first content index (after the opening line's newline)
-    end: int  # where the closing line starts (len(text) when unclosed)
-    close_end: int  # after the closing line and its newline (len(text) when unclosed)
-
-
-def _opens(line: str) -> re.Match[str] | None:
-    m = _FENCE_LINE.match(line)
-    # CommonMark: a backtick fence's info string has no backticks ("```x```" is inline code).
-    if m is None or (m[2][0] == "`" and "`" in m[3]):
-        return None
-    return m
-
-
-def _closes(line: str, opener: re.Match[str]) -> bool:
-    m = _FENCE_LINE.match(line)
-    return (
-        m is not None
-        and m[2][0] == opener[2][0]
-        and len(m[2]) >= len(opener[2])
-        and not m[3].strip()
-    )
-
-
-def _fences(text: str) -> list[_Fence]:
-    """The fenced code blocks of `text`, in order; the last may be unclosed."""
-    fences: list[_Fence] = []
-    opened: tuple[int, int, re.Match[str]] | None = None
-    pos, n = 0, len(text)
-    while pos < n:
-        newline = text.find("\n", pos)
-        line_end = n if newline < 0 else newline + 1
-        line = text[pos:line_end].rstrip("\n")
-        if opened is None:
-            m = _opens(line)
-            if m is not None:
-                opened = (pos, line_end, m)
-        elif _closes(line, opened[2]):
-            fences.append(_fence(opened, end=pos, close_end=line_end))
-            opened = None
-        pos = line_end
-    if opened is not None:
-        fences.append(_fence(opened, end=n, close_end=n))
-    return fences
-
-
-def _fence(opened: tuple[int, int, re.Match[str]], *, end: int, close_end: int) -> _Fence:
-    line_start, start, m = opened
-    info = m[3].strip()
-    return _Fence(
-        opener=m[0].rstrip("\r"),
-        closer=m[1] + m[2],
-        lang=info.split()[0] if info else "",
-        line_start=line_start,
-        start=start,
-        end=end,
-        close_end=close_end,
-    )
 
 
 # ---- splitting ---------------------------------------------------------------------------
@@ -112,29 +44,46 @@ class _Piece:
 def split_message(text: str, limit: int, measure: Measure = len) -> list[str]:
     """Cut `text` into pieces with `measure(piece) <= limit`.
 
-    Cuts at paragraph ("\\n\\n") boundaries first, then lines, then words, then anywhere.
-    A cut inside a code fence closes the fence at the end of the piece and reopens it
-    (same info string) at the start of the next; that added text counts toward the
-    limit. Joining the pieces minus the added fence lines gives back the text (less
-    whitespace that could not be attached to a piece); no piece is blank.
+    Tables are laid out first (`render_tables`), as the converters will show them, so
+    the measure sees what is sent. Cuts at paragraph ("\\n\\n") boundaries first, then
+    lines, then sentence ends, then words, then anywhere, and before a laid-out table
+    rather than inside one that fits a piece of its own. A cut inside a code fence closes
+    the fence at the end of the piece and reopens it (same info string) at the start of
+    the next; that added text counts toward the limit. Joining the pieces minus the added
+    fence lines gives back the laid-out text (less whitespace that could not be attached
+    to a piece); no piece is blank.
     """
-    return [piece.text for piece in _split(text, limit, measure)]
+    laid_out, tables = _tables_laid_out(text)
+    return [piece.text for piece in _split(laid_out, limit, measure, tables)]
 
 
-def _split(text: str, limit: int, measure: Measure) -> list[_Piece]:
+@dataclass(frozen=True, slots=True)
+class _Text:
+    """The text being split, with what constrains where it may be cut."""
+
+    text: str
+    fences: list[Fence]
+    whole: list[Span]  # blocks (laid-out tables) to move to the next piece, not cut
+
+
+def _split(
+    text: str, limit: int, measure: Measure, blocks: list[Span] | None = None
+) -> list[_Piece]:
     if limit < 1:
         raise ValueError(f"limit must be positive, got {limit}")
-    fences = _fences(text)
+    fences = find_fences(text)
+    whole = [(a, b) for a, b in blocks or [] if measure(text[a:b]) <= limit]
+    doc = _Text(text, fences, whole)
     reserve = max((measure("\n" + f.closer) for f in fences), default=0)
     pieces: list[_Piece] = []
     pos = 0
     while pos < len(text) and text[pos:].strip():
-        inside = _inside(fences, pos)
-        head = inside.opener + "\n" if inside else ""
+        fence = inside(fences, pos)
+        head = fence.opener + "\n" if fence else ""
         if measure(head + text[pos:]) <= limit:
             pieces.append(_Piece(head, text[pos:], ""))
             break
-        cut, head, tail = _cut(text, pos, head, fences, limit - reserve, limit, measure)
+        cut, head, tail = _cut(doc, pos, head, limit - reserve, limit, measure)
         if text[pos:cut].strip():
             pieces.append(_Piece(head, text[pos:cut], tail))
         pos = cut
@@ -142,15 +91,10 @@ def _split(text: str, limit: int, measure: Measure) -> list[_Piece]:
 
 
 def _cut(
-    text: str,
-    pos: int,
-    head: str,
-    fences: list[_Fence],
-    budget: int,
-    limit: int,
-    measure: Measure,
+    doc: _Text, pos: int, head: str, budget: int, limit: int, measure: Measure
 ) -> tuple[int, str, str]:
     """Where the piece starting at `pos` ends, with its head and tail fence lines."""
+    text = doc.text
     hi = _longest_fit(text, pos, head, budget, measure)
     fenced = True
     if hi <= pos:
@@ -158,9 +102,9 @@ def _cut(
         head, fenced = "", False
         hi = _longest_fit(text, pos, "", limit, measure)
     while True:
-        cut = _best_cut(text, pos, hi, fences) if hi > pos else pos + 1
+        cut = _best_cut(doc, pos, hi) if hi > pos else pos + 1
         tail = ""
-        fence = _inside(fences, cut) if fenced else None
+        fence = inside(doc.fences, cut) if fenced else None
         if fence is not None:
             tail = ("" if text[cut - 1] == "\n" else "\n") + fence.closer
         # The measure may not be additive (e.g. it measures converted markup): check.
@@ -181,33 +125,82 @@ def _longest_fit(text: str, pos: int, head: str, budget: int, measure: Measure) 
     return lo
 
 
-def _best_cut(text: str, pos: int, hi: int, fences: list[_Fence]) -> int:
-    def usable(cut: int) -> bool:
-        return _allowed(text, fences, cut) and not text[pos:cut].isspace()
+def _best_cut(doc: _Text, pos: int, hi: int) -> int:
+    """The best cut in `(pos, hi]`: the last boundary of the strongest kind found in the
+    window's second half, else anywhere in it; moved back to the start of a block that
+    it would cut and that fits a piece of its own."""
 
+    def usable(cut: int) -> bool:
+        return _allowed(doc.text, doc.fences, cut) and not doc.text[pos:cut].isspace()
+
+    cut = _boundary_cut(doc.text, pos, hi, usable)
+    for start, end in doc.whole:
+        if pos < start < cut < end and usable(start):
+            return start
+    return cut
+
+
+def _boundary_cut(text: str, pos: int, hi: int, usable: Callable[[int], bool]) -> int:
     half = pos + (hi - pos) // 2
-    for sep, floor in (("\n\n", half), ("\n", half), (" ", half), ("\n", pos), (" ", pos)):
-        end = hi
-        while (found := text.rfind(sep, floor, end)) >= 0:
-            cut = found + len(sep)
+    for cuts, floor in (
+        (_after("\n\n"), half),
+        (_after("\n"), half),
+        (_sentence_ends, half),
+        (_after(" "), half),
+        (_after("\n"), pos),
+        (_sentence_ends, pos),
+        (_after(" "), pos),
+    ):
+        for cut in cuts(text, floor, hi):
             if cut > pos and usable(cut):
                 return cut
-            end = cut - 1
     for cut in range(hi, pos, -1):
         if usable(cut):
             return cut
     return hi
 
 
-def _inside(fences: list[_Fence], pos: int) -> _Fence | None:
-    """The fence whose content a cut at `pos` falls in."""
-    for fence in fences:
-        if fence.start <= pos <= fence.end:
-            return fence
-    return None
+Cuts = Callable[[str, int, int], Iterator[int]]
 
 
-def _allowed(text: str, fences: list[_Fence], cut: int) -> bool:
+def _after(sep: str) -> Cuts:
+    """Cuts just after each `sep` lying in `text[floor:hi]`, last first."""
+
+    def cuts(text: str, floor: int, hi: int) -> Iterator[int]:
+        end = hi
+        while (found := text.rfind(sep, floor, end)) >= 0:
+            yield found + len(sep)
+            end = found + len(sep) - 1
+
+    return cuts
+
+
+# A sentence end: terminal punctuation (and closing quotes or brackets) followed by
+# whitespace, the cut going after the whitespace; CJK full stops need none.
+_SENTENCE_END = re.compile(r"[.!?…‼⁇⁈⁉][.!?…\"'”’»)\]]*[ \t\n]+|[。！？｡][」』）\"'”’]*[ \t\n]*")
+# A full stop after these (or after a single letter, an initial) ends no sentence.
+_ABBREVIATIONS = frozenset(
+    {"e.g", "i.e", "cf", "vs", "al", "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "fig"}
+)
+
+
+def _sentence_ends(text: str, floor: int, hi: int) -> Iterator[int]:
+    """Cuts just after each sentence end lying in `text[floor:hi]`, last first."""
+    found = [m.end() for m in _SENTENCE_END.finditer(text, floor, hi) if _ends_sentence(text, m)]
+    return reversed(found)
+
+
+def _ends_sentence(text: str, m: re.Match[str]) -> bool:
+    if text[m.start()] != ".":
+        return True
+    start = m.start()
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "."):
+        start -= 1
+    word = text[start : m.start()].lower()
+    return not (len(word) == 1 and word.isalpha()) and word not in _ABBREVIATIONS
+
+
+def _allowed(text: str, fences: list[Fence], cut: int) -> bool:
     """Whether cutting at `cut` keeps every fence line intact and creates no new one."""
     for fence in fences:
         if fence.line_start < cut <= fence.start or fence.end <= cut < fence.close_end:
@@ -220,12 +213,12 @@ def _allowed(text: str, fences: list[_Fence], cut: int) -> bool:
     line_end = text.find("\n", cut)
     line = text[line_start : len(text) if line_end < 0 else line_end]
     before, after = line[: cut - line_start], line[cut - line_start :]
-    return _fence_kind(before) == _fence_kind(line) and _FENCE_LINE.match(after) is None
+    return _fence_kind(before) == _fence_kind(line) and FENCE_LINE.match(after) is None
 
 
 def _fence_kind(line: str) -> tuple[str, str] | None:
     """(marker, "open" or "fence") for a line that can open only / open or close a fence."""
-    m = _opens(line.rstrip("\r"))
+    m = opens(line.rstrip("\r"))
     if m is None:
         return None
     return (m[2], "open" if m[3].strip() else "fence")
@@ -334,10 +327,51 @@ def _prose(text: str, d: _Dialect) -> str:
     return "\n".join(out)
 
 
+def _plain_text(text: str) -> str:
+    return text
+
+
+# Cells of a laid-out table are shown in monospace, where markup would show literally.
+_PLAIN = _Dialect(
+    escape=_plain_text,
+    code=_plain_text,
+    pre=lambda _lang, code: code,
+    bold=_plain_text,
+    italic=_plain_text,
+    strike=_plain_text,
+    link=lambda label, url: label if label == url else f"{label} ({url})",
+    url=_plain_text,
+    bullet="",
+    quote="\n".join,
+)
+
+
+def render_tables(md: str, width: int = TABLE_WIDTH) -> str:
+    """Markdown with each table (outside code fences) laid out for chat: an aligned
+    fenced block of plain text, or "column: value" lines where wider than `width`."""
+    return _tables_laid_out(md, width)[0]
+
+
+def _tables_laid_out(md: str, width: int = TABLE_WIDTH) -> tuple[str, list[Span]]:
+    """`render_tables(md)`, and where each laid-out table is in it."""
+    out: list[str] = []
+    spans: list[Span] = []
+    size = pos = 0
+    fences = [(f.line_start, f.close_end) for f in find_fences(md)]
+    for start, end in [*fences, (len(md), len(md))]:  # the prose before each fence, and after
+        prose, found = lay_out_tables(md[pos:start], lambda cell: _inline(cell, _PLAIN), width)
+        spans += [(size + a, size + b) for a, b in found]
+        out += [prose, md[start:end]]
+        size += len(prose) + end - start
+        pos = end
+    return "".join(out), spans
+
+
 def _convert(md: str, d: _Dialect) -> str:
+    md = render_tables(md)
     out: list[str] = []
     pos = 0
-    for fence in _fences(md):
+    for fence in find_fences(md):
         out.append(_prose(md[pos : fence.line_start], d))
         code = md[fence.start : fence.end]
         out.append(d.pre(fence.lang, code.removesuffix("\n")))
@@ -375,7 +409,8 @@ _TELEGRAM = _Dialect(
 
 def to_telegram_html(md: str) -> str:
     """Markdown → Telegram HTML (`parse_mode="HTML"`): <b>, <i>, <s>, <code>, <pre>,
-    <a href>, <blockquote>; `&`, `<`, `>` escaped everywhere else."""
+    <a href>, <blockquote>; tables as aligned <pre> blocks (`render_tables`); `&`, `<`,
+    `>` escaped everywhere else."""
     return _convert(md, _TELEGRAM)
 
 
@@ -401,7 +436,8 @@ _SLACK = _Dialect(
 
 def to_slack_mrkdwn(md: str) -> str:
     """Markdown → Slack mrkdwn: **b** → *b*, *i*/_i_ → _i_, ~~s~~ → ~s~, [t](u) → <u|t>,
-    headings → bold lines; code kept; `&`, `<`, `>` escaped."""
+    headings → bold lines, tables → aligned ``` blocks (`render_tables`); code kept; `&`,
+    `<`, `>` escaped."""
     return _convert(md, _SLACK)
 
 
@@ -410,10 +446,11 @@ _DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 
 def to_discord(md: str) -> str:
     """Markdown → Discord Markdown: the same, except headings below ### become bold
-    lines (Discord renders only #, ## and ###)."""
+    lines (Discord renders only #, ## and ###) and tables are laid out."""
+    md = render_tables(md)
     out: list[str] = []
     pos = 0
-    for fence in _fences(md):
+    for fence in find_fences(md):
         out.append(_discord_prose(md[pos : fence.line_start]))
         out.append(md[fence.line_start : fence.close_end])
         pos = fence.close_end

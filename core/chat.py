@@ -8,7 +8,7 @@ reply per run, plain posts (command replies, notices, cron reports) and approval
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 from core.events import LoopEvent
@@ -19,6 +19,20 @@ ConversationKey = tuple[str, str, str]
 SILENT_REPLIES = ("[SILENT]", "NO_REPLY")
 
 
+def valid_text(text: str) -> str:
+    """`text` as valid Unicode: a surrogate pair is joined into its character and a lone
+    surrogate (JSON's `"\\ud800"`, a byte Python could not decode) becomes U+FFFD.
+
+    SQLite, JSON encoders and the platforms refuse lone surrogates, so text from outside
+    (platform events, the terminal) passes through here before anything stores or sends it.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 def is_silent(text: str) -> bool:
     """An empty reply, or one the model marked as not to be posted."""
     stripped = text.strip()
@@ -27,7 +41,11 @@ def is_silent(text: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Inbound:
-    """One message from a platform, normalised. `text` is untrusted user data."""
+    """One message from a platform, normalised. `text` is untrusted user data.
+
+    Every field is made valid Unicode when the message is built (see `valid_text`), so no
+    platform's odd bytes can break a store commit or a request later on.
+    """
 
     channel: str
     channel_id: str
@@ -40,9 +58,18 @@ class Inbound:
     event_id: str = ""
     message_id: str = ""
 
+    def __post_init__(self) -> None:
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if (valid := valid_text(value)) is not value:
+                object.__setattr__(self, name, valid)  # frozen: set once, while being built
+
     @property
     def key(self) -> ConversationKey:
         return (self.channel, self.channel_id, self.thread_id)
+
+
+_TEXT_FIELDS = tuple(f.name for f in fields(Inbound) if f.type in ("str", str))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,4 +122,8 @@ class AgentPort(Protocol):
 
     async def submit(self, inbound: Inbound, responder: Responder) -> bool:
         """Queue `inbound` in its conversation's lane (commands act at once). False if the
-        platform event was seen before (redelivery) and was dropped."""
+        platform event was seen before (redelivery) and was dropped.
+
+        Returns once a message is stored (its queued run committed, with the event id), so
+        a channel tells its platform "received" only after this returns; if it raises, the
+        message is not stored and the platform should deliver it again."""

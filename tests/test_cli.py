@@ -34,7 +34,8 @@ async def test_chat_m_runs_a_multi_tool_turn_end_to_end(fake_llm: FakeLLM, tmp_p
     env = child_env(OPENAI_BASE_URL=fake_llm.base_url, OPENAI_API_KEY="sk-secret-test-key")
     code, out, err = await parley("--config", str(config), "chat", "-m", "read the note", env=env)
     assert code == 0, err
-    assert out == "The note says: hello from the tool.\n"  # only the answer on stdout
+    # Only what the model says is on stdout (its words before a tool call stream too).
+    assert out == "Writing it.\nThe note says: hello from the tool.\n"
     assert "→ write_file" in err
     assert "→ bash" in err
     assert "→ list_directory" in err
@@ -45,6 +46,20 @@ async def test_chat_m_runs_a_multi_tool_turn_end_to_end(fake_llm: FakeLLM, tmp_p
     assert "note.txt" in results[2]
     assert fake_llm.requests[0].headers["authorization"] == "Bearer sk-secret-test-key"
     fake_llm.assert_complete()
+
+
+async def test_chat_m_streams_the_answer_into_a_pipe(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    fake_llm.script(Reply(text="first second third fourth fifth.", chunk_size=6, chunk_delay=0.4))
+    config = write_config(tmp_path)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    proc = await start_parley("--config", str(config), "chat", "-m", "count", env=env, stdin=False)
+    assert proc.stdout is not None
+    first = await asyncio.wait_for(proc.stdout.read(1024), 15)
+    assert first == b"first "  # the first delta, readable while the rest is still coming
+    assert proc.returncode is None
+    rest = await asyncio.wait_for(proc.stdout.read(), 15)
+    assert await proc.wait() == 0
+    assert first + rest == b"first second third fourth fifth.\n"
 
 
 async def test_config_from_parley_config_env(fake_llm: FakeLLM, tmp_path: Path) -> None:

@@ -135,3 +135,13 @@ async def test_an_approval_stands_when_the_prompt_cannot_be_edited() -> None:
     await until(lambda: bool(prompt.shown))
     assert approvals.resolve(request.id, "U1", "Ann", True) == "ok"
     assert await asking is True
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.3, "1 s"), (8, "8 s"), (90, "90 s"), (300, "5 min"), (5400, "90 min"), (7200, "2 h")],
+)
+def test_timeouts_read_in_units_people_use(seconds: float, text: str) -> None:
+    from channels.approvals import duration_text
+
+    assert duration_text(seconds) == text

@@ -146,6 +146,18 @@ async def test_dm_gets_one_streamed_message_edited_to_the_full_answer(
     assert fake.calls_of("trigger_typing")
 
 
+async def test_lone_surrogate_in_a_message_is_replaced_not_fatal(
+    fake: FakeDiscord, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="got it"))
+    async with running_agent(fake_llm, tmp_path) as agent, discord_channel(fake, agent):
+        await fake.dm("caf\u00e9 \ud800 ok")  # JSON "\ud800": valid JSON, invalid Unicode
+        await wait_texts(fake, DM_CHANNEL_ID, ["got it"])
+        await agent.wait_idle()
+    [user] = [m["content"] for m in fake_llm.requests[0].json["messages"] if m["role"] == "user"]
+    assert user == "caf\u00e9 \ufffd ok"  # and no store write failed
+
+
 async def test_long_answer_with_code_block_is_split_at_2000_chars(
     fake: FakeDiscord, fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
@@ -212,9 +224,13 @@ async def test_server_error_is_retried_with_backoff(fake: FakeDiscord) -> None:
     assert clock.sleeps[:2] == [0.5, 1.0]
 
 
-async def test_edit_budget_is_shared_by_all_streams_of_a_channel(fake: FakeDiscord) -> None:
+@pytest.mark.parametrize("jitter", [0.0, 0.5], ids=["steady", "jittery network"])
+async def test_edit_budget_is_shared_by_all_streams_of_a_channel(
+    fake: FakeDiscord, jitter: float
+) -> None:
     clock = FakeClock()
     fake.clock = clock  # stamp calls with the adapter's clock
+    fake.network_jitter = jitter  # each call reaches Discord up to this late
     shown = 0
 
     def shown_calls() -> int:
@@ -235,7 +251,8 @@ async def test_edit_budget_is_shared_by_all_streams_of_a_channel(fake: FakeDisco
     assert fake.bot_texts(CHANNEL_ID) == ["".join(agent.pieces)] * 2
     stamps = [c.at for c in fake.calls if c.method in POSTS]
     assert len(stamps) >= 12
-    # Discord: at most 5 message calls per 5 s per channel, across both replies.
+    # Discord: at most 5 message calls per 5 s per channel (as Discord counts them, on
+    # arrival), across both replies.
     assert all(stamps[i + 5] - stamps[i] >= 5.0 for i in range(len(stamps) - 5))
 
 
@@ -362,6 +379,7 @@ async def test_approval_timeout_denies_and_edits_the_prompt(
         m for m in fake.channels[DM_CHANNEL_ID].messages.values() if "Approval" in m["content"]
     )
     assert "Timed out" in prompt["content"]
+    assert "An approver has 1 s to answer" in prompt["content"]  # not "1 min"
     assert prompt["components"] == []
     assert junk.exists()
 
@@ -434,19 +452,21 @@ async def test_compact_and_stop_commands_work(
 # --------------------------------------------------------------------------- who is answered
 
 
-async def test_bots_and_own_messages_get_no_answer(
+async def test_a_bot_is_answered_only_when_it_mentions_parley(
     fake: FakeDiscord, fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
-    fake_llm.script(Reply(text="Only for humans."))
+    fake_llm.script(Reply(text="Looking into the alert."), Reply(text="Only for humans."))
     async with running_agent(fake_llm, tmp_path) as agent, discord_channel(fake, agent):
-        await fake.from_bot("ping")  # allowlisted, but a bot
-        await fake.from_bot("ping", channel_id=CHANNEL_ID, mention=True)
+        await fake.from_bot("ping")  # allowlisted, but a bot that does not mention Parley
         await fake.from_self("echo of myself")
-        await fake.dm("hello")  # answered after the others were dropped
+        await fake.from_bot("disk full on db-1, investigate", channel_id=CHANNEL_ID, mention=True)
+        await wait_texts(fake, CHANNEL_ID, ["Looking into the alert."])
+        await agent.wait_idle()
+        await fake.dm("hello")
         await wait_texts(fake, DM_CHANNEL_ID, ["Only for humans."])
         await agent.wait_idle()
-    assert fake.bot_texts(CHANNEL_ID) == []
-    assert len(fake_llm.requests) == 1
+    assert fake.bot_texts(CHANNEL_ID) == ["Looking into the alert."]
+    assert len(fake_llm.requests) == 2
 
 
 async def test_user_outside_the_allowlist_gets_no_answer(

@@ -19,10 +19,10 @@ from channels.slack import (
     slack_size,
 )
 from channels.text import split_message, to_slack_mrkdwn, utf8_len
-from core.chat import AgentPort
+from core.chat import AgentPort, Inbound, Responder
 from core.clock import FakeClock
 from core.config import SlackConfig
-from core.errors import ChannelError, ConfigError
+from core.errors import ChannelError, ConfigError, StoreError
 from tests.agentkit import running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.fakes.slack import BOT_USER_ID, Envelope, FakeSlack, Posted
@@ -180,6 +180,17 @@ async def test_final_text_survives_server_errors(
     assert len(fake.calls_of("chat.postMessage")) >= 3
 
 
+async def test_lone_surrogate_in_a_message_is_replaced_not_fatal(
+    fake: FakeSlack, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="got it"))
+    async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent):
+        await fake.dm("caf\u00e9 \ud800 ok")  # JSON "\ud800": valid JSON, invalid Unicode
+        await final_text(fake, "D1", None, "got it")
+        await agent.wait_idle()
+    assert llm_inputs(fake_llm) == ["caf\u00e9 \ufffd ok"]  # and no store write failed
+
+
 # ---- who gets an answer ------------------------------------------------------------------------
 
 
@@ -227,22 +238,24 @@ async def test_mention_answers_once_in_thread_and_follow_ups_continue_it(
     assert {m.thread_ts for m in fake.live_messages()} == {root.ts}
 
 
-async def test_own_and_other_bots_messages_get_no_answer(
+async def test_a_bot_is_answered_only_when_it_mentions_parley(
     fake: FakeSlack, fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
-    fake_llm.script(Reply(text="for the human"))
+    fake_llm.script(Reply(text="looking into it"), Reply(text="for the human"))
     cfg = config(fake, allow_channels=["C1"])
     async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent, cfg) as ch:
         await fake.own_message(f"<@{BOT_USER_ID}> talking to myself")
-        await fake.bot_message(f"<@{BOT_USER_ID}> hello from another bot")
-        await fake.bot_message(f"<@{BOT_USER_ID}> legacy integration", legacy=True)
+        await fake.bot_message("hello from another bot")  # no mention: ignored
+        await fake.bot_message("legacy integration", legacy=True)
+        await ch.settled()
+        alert = await fake.bot_message(f"<@{BOT_USER_ID}> disk full on db-1, investigate")
+        await final_text(fake, "C1", alert.ts, "looking into it")
         await ch.settled()
         human = await fake.mention("hi", user="U1")
         await final_text(fake, "C1", human.ts, "for the human")
         await ch.settled()
 
-    assert llm_inputs(fake_llm) == ["hi"]
-    assert len(fake.calls_of("reactions.add")) == 1
+    assert llm_inputs(fake_llm) == ["disk full on db-1, investigate", "hi"]
 
 
 async def test_user_outside_the_allowlist_gets_no_answer(
@@ -439,6 +452,32 @@ async def test_http_mode_slash_command_is_acked_in_the_response(
         command = await fake.slash("/parley", "help")
         assert command.http_status == 200
         await fake.until(lambda: [m for m in fake.thread("D1", None) if "/compact" in m.text])
+
+
+class StoreFailsOnce:
+    """Stand-in agent whose store refuses the first message (a full disk, say)."""
+
+    def __init__(self) -> None:
+        self.attempts: list[Inbound] = []
+
+    async def submit(self, inbound: Inbound, responder: Responder) -> bool:
+        self.attempts.append(inbound)
+        if len(self.attempts) == 1:
+            raise StoreError("disk full")
+        return True
+
+
+async def test_event_that_could_not_be_stored_is_not_acknowledged_and_comes_again(
+    fake: FakeSlack,
+) -> None:
+    agent = StoreFailsOnce()
+    cfg = config(fake, mode="http", http_port=0, ack_reaction=None)
+    async with slack_channel(fake, agent, cfg):
+        envelope = await fake.dm("keep me")
+        assert envelope.http_status == 503  # Slack retries what it did not get a 200 for
+        again = await fake.redeliver(envelope)
+        assert again.http_status == 200
+    assert [i.text for i in agent.attempts] == ["keep me", "keep me"]
 
 
 # ---- configuration ------------------------------------------------------------------------------

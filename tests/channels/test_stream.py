@@ -386,8 +386,22 @@ async def test_edit_budget_keeps_calls_within_the_window() -> None:
     for _ in range(17):
         await budget.acquire()
         times.append(clock.now)
+        budget.landed()  # the platform answered at once
     assert times[:5] == [0.0] * 5
     assert all(times[i + 5] - times[i] >= 5.0 - 1e-9 for i in range(len(times) - 5))
+
+
+async def test_edit_budget_counts_a_call_from_when_its_answer_came_back() -> None:
+    clock = FakeClock()
+    budget = EditBudget(1, 5.0, clock)
+    await budget.acquire()
+    waiting = asyncio.ensure_future(budget.acquire())
+    await asyncio.sleep(0)
+    assert not waiting.done()  # in flight: the slot is held however long it takes
+    clock.now = 3.0
+    budget.landed()  # the platform counted it somewhere in [0, 3]
+    await waiting
+    assert clock.now >= 8.0
 
 
 async def test_streamer_respects_a_shared_edit_budget() -> None:

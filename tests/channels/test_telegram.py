@@ -19,7 +19,7 @@ from core.agent import Agent
 from core.chat import Inbound, Responder
 from core.clock import FakeClock, SystemClock
 from core.config import TelegramConfig
-from core.errors import ConfigError
+from core.errors import ConfigError, StoreError
 from core.events import TextDelta
 from tests.agentkit import running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
@@ -295,6 +295,22 @@ async def test_redelivered_update_is_answered_once_also_after_restart(
     assert duplicates == [str(update["update_id"])] * 2
 
 
+async def test_lone_surrogates_in_updates_are_replaced_not_fatal(
+    fake: FakeTelegram, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="got it"), Reply(text="got that too"))
+    async with agent_on_telegram(fake, fake_llm, tmp_path):
+        fake.dm(ALICE, "caf\u00e9 \ud800 ok")  # JSON "\ud800": valid JSON, invalid Unicode
+        await wait_text(fake, ALICE.id, "got it")
+        fake.group_message(GROUP, ALICE, "\udfff and a mention", mention=True)  # an entity
+        await wait_text(fake, GROUP, "got that too")
+    users = [
+        [m["content"] for m in request.json["messages"] if m["role"] == "user"][-1]
+        for request in fake_llm.requests
+    ]
+    assert users == ["caf\u00e9 \ufffd ok", "\ufffd and a mention"]  # no store write failed
+
+
 # ---- approvals -----------------------------------------------------------------------------
 
 
@@ -427,17 +443,18 @@ async def test_commands_are_registered_and_normalised(fake: FakeTelegram) -> Non
 # ---- who gets an answer --------------------------------------------------------------------
 
 
-async def test_own_and_other_bots_messages_get_no_answer(fake: FakeTelegram) -> None:
+async def test_a_bot_is_answered_only_when_it_mentions_parley(fake: FakeTelegram) -> None:
     agent = EchoAgent()
     async with telegram(fake, agent):
         fake.add_chat(GROUP)
         fake.own_message(GROUP, f"@{BOT.username} talking to myself")
-        fake.group_message(GROUP, OTHER_BOT, "ping pong", mention=True)
-        fake.dm(OTHER_BOT, "hello bot")
+        fake.group_message(GROUP, OTHER_BOT, "ping pong")  # no mention: ignored
+        fake.dm(OTHER_BOT, "hello bot")  # a DM is no mention either
+        fake.group_message(GROUP, OTHER_BOT, "disk full, investigate", mention=True)
         fake.dm(ALICE, "ping")
         await wait_text(fake, ALICE.id, "echo: ping")
-    assert [i.text for i in agent.inbounds] == ["ping"]
-    assert not sent_to(fake, GROUP)
+        await wait_text(fake, GROUP, "echo: disk full, investigate")
+    assert [i.user_id for i in agent.inbounds] == [str(OTHER_BOT.id), str(ALICE.id)]
     assert not sent_to(fake, OTHER_BOT.id)
 
 
@@ -521,6 +538,51 @@ async def test_webhook_checks_the_secret_token(fake: FakeTelegram) -> None:
         await wait_text(fake, ALICE.id, "echo: after")
     assert [i.text for i in agent.inbounds] == ["via webhook", "after"]
     assert not fake.calls_of("getUpdates")
+
+
+class StoreFailsOnce(EchoAgent):
+    """Stand-in agent whose store refuses the first message (a full disk, say)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    async def submit(self, inbound: Inbound, responder: Responder) -> bool:
+        self.attempts += 1
+        if self.attempts == 1:
+            raise StoreError("disk full")
+        return await super().submit(inbound, responder)
+
+
+async def test_polling_confirms_an_update_only_once_it_is_stored(fake: FakeTelegram) -> None:
+    agent = StoreFailsOnce()
+    async with telegram(fake, agent):
+        update = fake.dm(ALICE, "keep me")
+        await wait_text(fake, ALICE.id, "echo: keep me")  # taken in again on the next poll
+    assert agent.attempts == 2
+    uid = update["update_id"]
+    polls = fake.calls_of("getUpdates")
+    fetches = [i for i, call in enumerate(polls) if call.result]
+    assert len(fetches) == 2
+    offsets = [int(call.params.get("offset") or 0) for call in polls]
+    assert all(offset <= uid for offset in offsets[: fetches[-1] + 1])  # kept until stored
+    assert offsets[-1] == uid + 1  # then confirmed (at the latest when the channel stops)
+
+
+async def test_webhook_answers_500_for_an_update_it_could_not_store(fake: FakeTelegram) -> None:
+    port = free_port()
+    environ = ENV | {"TELEGRAM_WEBHOOK_SECRET": "s3cret"}
+    agent = StoreFailsOnce()
+    hook = f"http://127.0.0.1:{port}/telegram/hook"
+    async with telegram(
+        fake, agent, environ=environ, mode="webhook", webhook_url=hook, webhook_port=port
+    ):
+        update = fake.dm(ALICE, "keep me")
+        await fake.wait_until(lambda: fake.deliveries, what="the webhook's answer")
+        fake.redeliver(update)  # Telegram retries what it did not get a 200 for
+        await wait_text(fake, ALICE.id, "echo: keep me")
+        await fake.wait_until(lambda: len(fake.deliveries) == 2, what="the second answer")
+    assert fake.deliveries == [(update["update_id"], 500), (update["update_id"], 200)]
 
 
 # ---- construction --------------------------------------------------------------------------

@@ -9,8 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from channels import discord, slack, telegram
 from channels.text import (
     _split,
+    _tables_laid_out,
+    render_tables,
     split_message,
     to_discord,
     to_slack_mrkdwn,
@@ -39,7 +42,8 @@ def fences_balanced(text: str) -> bool:
 
 def assert_split_ok(text: str, limit: int, measure: Callable[[str], int] = len) -> list[str]:
     pieces = split_message(text, limit, measure)
-    parts = _split(text, limit, measure)
+    text, tables = _tables_laid_out(text)  # what is split: the text with tables laid out
+    parts = _split(text, limit, measure, tables)
     assert pieces == [part.text for part in parts]
     for piece in pieces:
         assert measure(piece) <= limit, (measure(piece), limit)
@@ -106,6 +110,49 @@ def test_cuts_at_paragraph_then_line_then_word_then_anywhere() -> None:
     words = "aaaa bbbb cccc dddd eeee"
     assert split_message(words, 12) == ["aaaa bbbb ", "cccc dddd ", "eeee"]
     assert split_message("x" * 25, 10) == ["x" * 10, "x" * 10, "x" * 5]
+
+
+# The issue's case: ~8,000 characters of numbered sentences and no newline, which
+# Telegram got cut mid-sentence ("…topic 61. Sentence number 62 says").
+PARAGRAPH = " ".join(f"Sentence number {i} says something about topic {i}." for i in range(158))
+
+PLATFORM_LIMITS = [
+    pytest.param(telegram.MESSAGE_LIMIT, telegram._utf16_len, id="telegram"),
+    pytest.param(discord.MESSAGE_LIMIT, len, id="discord"),
+    pytest.param(slack.LIMIT_BYTES, slack.slack_size, id="slack"),
+]
+
+
+@pytest.mark.parametrize(("limit", "measure"), PLATFORM_LIMITS)
+def test_long_paragraph_is_cut_at_sentence_ends_on_every_platform(
+    limit: int, measure: Callable[[str], int]
+) -> None:
+    assert 7900 < len(PARAGRAPH) < 8100
+    pieces = assert_split_ok(PARAGRAPH, limit, measure)
+    for piece in pieces[:-1]:  # each as full as a whole number of sentences allows
+        assert measure(piece) > limit - len("Sentence number 157 says something about topic 157. ")
+    for piece in pieces:
+        assert re.fullmatch(r"Sentence number \d+ .* topic \d+\. ?", piece), piece[-40:]
+
+
+def test_sentence_ends_rank_between_line_breaks_and_spaces() -> None:
+    assert split_message("Aaa bbb. Ccc ddd eee", 14) == ["Aaa bbb. ", "Ccc ddd eee"]
+    assert split_message("Aaa. Bbb\nccc ddd. Eee", 16) == ["Aaa. Bbb\n", "ccc ddd. Eee"]
+    assert split_message('He said "stop!" Then we left', 20) == ['He said "stop!" ', "Then we left"]
+    assert split_message("Really, why? Who knows", 16) == ["Really, why? ", "Who knows"]
+    assert split_message("これは文です。これも文です。", 10) == ["これは文です。", "これも文です。"]
+
+
+def test_abbreviations_and_initials_end_no_sentence() -> None:
+    # Each has a sentence end early in the window and an abbreviation later on.
+    assert split_message("Some words here. Ok. Mr. Smith came", 28) == [
+        "Some words here. Ok. ",
+        "Mr. Smith came",
+    ]
+    assert split_message("Some words here. Ok. e.g. this one", 28)[0] == "Some words here. Ok. "
+    assert split_message("Some words here. Ok. J. Smith came", 28)[0] == "Some words here. Ok. "
+    # Numbers end sentences ("topic 61. Sentence …"); decimals do not (no space).
+    assert split_message("Aaaa topic 61. Then 3.5 x", 20) == ["Aaaa topic 61. ", "Then 3.5 x"]
 
 
 def test_reopened_fence_counts_toward_limit() -> None:
@@ -243,3 +290,127 @@ def test_to_discord_keeps_markdown_and_bolds_deep_headings() -> None:
 
 def test_utf8_len() -> None:
     assert utf8_len("aé😀") == 1 + 2 + 4
+
+
+# ---- tables ------------------------------------------------------------------------------
+
+TABLE = """Compare:
+
+| Tool | Use | Cost |
+|:-----|:---:|-----:|
+| **hammer** | nails & <pins> | 12 |
+| `saw` | [wood](https://ex.com/w) | 7.5 |
+
+Pick one."""
+
+TABLE_LINES = [
+    "Tool              Use            Cost",
+    "------  -----------------------  ----",
+    "hammer      nails & <pins>         12",
+    "saw     wood (https://ex.com/w)   7.5",
+]
+
+WIDE_TABLE = """| Host | Purpose | Notes |
+|---|---|---|
+| db-1 | primary **database** | replicated to [db-2](https://ex.com/db-2) every 5 min |
+| web-1 | front end | |"""
+
+
+def test_table_becomes_an_aligned_block_on_every_platform() -> None:
+    block = "\n".join(TABLE_LINES)
+    escaped = block.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert to_telegram_html(TABLE) == f"Compare:\n\n<pre>{escaped}</pre>\n\nPick one."
+    assert to_slack_mrkdwn(TABLE) == f"Compare:\n\n```\n{escaped}\n```\n\nPick one."
+    assert to_discord(TABLE) == f"Compare:\n\n```\n{block}\n```\n\nPick one."
+    assert render_tables(TABLE) == to_discord(TABLE)
+    # Aligned: the gaps between columns (spaces in the rule line) are spaces on every
+    # line, and the right-aligned last column ends where the rule does.
+    gaps = [k for k, char in enumerate(TABLE_LINES[1]) if char == " "]
+    assert gaps == [6, 7, 31, 32]
+    assert all(line[k] == " " for line in TABLE_LINES for k in gaps)
+    assert {len(line) for line in TABLE_LINES} == {len(TABLE_LINES[1])}
+    # Only tables are touched: not one in a code fence, nor near misses.
+    fenced = "```\n| a | b |\n|---|---|\n| 1 | 2 |\n```"
+    assert render_tables(fenced) == fenced
+    assert to_discord(fenced) == fenced
+    for text in ("a | b\nc | d", "| a | b |\n|---|\n| 1 | 2 |", "Title\n---", "x | y\n- | -z"):
+        assert render_tables(text) == text
+
+
+def test_wide_table_is_written_out_one_cell_per_line() -> None:
+    lines = [
+        "**Host**: db-1",
+        "**Purpose**: primary **database**",
+        "**Notes**: replicated to [db-2](https://ex.com/db-2) every 5 min",
+        "",
+        "**Host**: web-1",
+        "**Purpose**: front end",
+    ]
+    assert render_tables(WIDE_TABLE) == "\n".join(lines)
+    assert to_discord(WIDE_TABLE) == "\n".join(lines)
+    assert to_telegram_html(WIDE_TABLE).splitlines()[:3] == [
+        "<b>Host</b>: db-1",
+        "<b>Purpose</b>: primary <b>database</b>",
+        '<b>Notes</b>: replicated to <a href="https://ex.com/db-2">db-2</a> every 5 min',
+    ]
+    assert to_slack_mrkdwn(WIDE_TABLE).splitlines()[4] == "*Host*: web-1"
+    # The same table, narrow enough, stays a table.
+    narrow = WIDE_TABLE.replace("replicated to [db-2](https://ex.com/db-2) every 5 min", "copied")
+    assert render_tables(narrow).startswith("```\nHost   Purpose           Notes\n")
+
+
+def test_table_moves_to_the_next_piece_rather_than_being_cut() -> None:
+    prose = " ".join(f"Word{i}" for i in range(50))  # ~340 characters
+    rows = "\n".join(f"| item {i} | {i * 7} |" for i in range(12))
+    text = f"{prose}\n\n| Item | Count |\n|---|--:|\n{rows}\n\nThe end."
+    block = render_tables(text)[len(prose) + 2 : -len("\n\nThe end.")]
+    assert block.startswith("```\nItem")
+    assert len(block) < 250
+    pieces = assert_split_ok(text, 500)
+    assert pieces[0] == prose + "\n\n"
+    assert pieces[1].startswith(block)
+
+
+def test_table_larger_than_a_piece_is_cut_between_rows() -> None:
+    rows = "\n".join(f"| item {i} | {i * 7} |" for i in range(80))
+    pieces = assert_split_ok(f"| Item | Count |\n|---|--:|\n{rows}", 300)
+    assert len(pieces) > 3
+    for piece in pieces:
+        assert piece.startswith("```\n")
+        assert piece.endswith("\n```")
+        assert fences_balanced(piece)
+        assert re.fullmatch(r"```\n(?:(?:Item|item \d+|-+) +[-\w]+\n)+```", piece), piece
+
+
+_CELL = st.one_of(
+    st.text(alphabet="abcxyz &<>*_`-.é😀界", max_size=12),
+    st.sampled_from(["`code`", "**bold**", "[a](https://e.x/a_b)", "a \\| b", ""]),
+)
+
+
+@st.composite
+def _table(draw: st.DrawFn) -> str:
+    columns = draw(st.integers(min_value=1, max_value=5))
+    row = st.lists(_CELL, min_size=1, max_size=columns + 1).map(lambda c: "| " + " | ".join(c))
+    header = "| " + " | ".join(draw(st.lists(_CELL, min_size=columns, max_size=columns))) + " |"
+    delimiter = "|" + "|".join(
+        draw(st.sampled_from(["---", ":--", "--:", ":-:"])) for _ in range(columns)
+    )
+    return "\n".join([header, delimiter, *draw(st.lists(row, max_size=8))])
+
+
+_TABLE_DOCUMENT = st.lists(
+    st.one_of(_PARAGRAPH, _code_block(), _table()), min_size=1, max_size=6
+).map("\n\n".join)
+_RAW_ROW = re.compile(r"^\s*\|.*\|\s*$|^\|?\s*:?-+:?\s*\|", re.M)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_TABLE_DOCUMENT, limit=st.integers(min_value=40, max_value=600))
+def test_split_property_tables(text: str, limit: int) -> None:
+    laid_out = render_tables(text)
+    assert render_tables(laid_out) == laid_out
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", laid_out, flags=re.M | re.S)
+    assert _RAW_ROW.search(prose) is None, laid_out
+    for piece in assert_split_ok(text, limit):
+        assert fences_balanced(piece), piece

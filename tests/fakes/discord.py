@@ -41,12 +41,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import random
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 from aiohttp import WSMsgType, web
 
-from core.clock import Clock
+from core.clock import Clock, FakeClock
 from tests.fakes.calls import Call, CallLog, Failure, FailureQueue, LogsCalls
 
 __all__ = [
@@ -150,6 +151,8 @@ class FakeDiscord(LogsCalls):
     ) -> None:
         self.host = host
         self.log = CallLog("Discord", clock=clock)
+        self.network_jitter = 0.0  # seconds a request may take to arrive (fake clock only)
+        self._jitter = random.Random(7)
         self.failed: list[Call] = []  # calls answered with an injected failure
         self.port = 0
         self.heartbeat_ms = heartbeat_ms
@@ -318,6 +321,9 @@ class FakeDiscord(LogsCalls):
         params = {**path_params, **request.query, **(body if isinstance(body, dict) else {})}
         if isinstance(body, list):
             params["items"] = body
+        if self.network_jitter and isinstance(self.log.clock, FakeClock):
+            # The request spends a while on the wire before Discord counts it.
+            self.log.clock.now += self._jitter.uniform(0, self.network_jitter)
         call = self.log.record(method, params, dict(request.headers))
         if request.headers.get("Authorization") != f"Bot {TOKEN}" and not method.endswith(
             ("_followup", "interaction_callback")

@@ -170,9 +170,12 @@ class FakeSlack(LogsCalls):
 
     # ---- waiting and inspecting -----------------------------------------------------------
 
-    async def connected(self, timeout: float = 10.0) -> None:
-        """Wait until a Socket Mode client is connected and greeted."""
-        await self.until(lambda: self._sockets.open and self._sockets.hellos, timeout, "socket")
+    async def connected(self, timeout: float = 10.0, *, sessions: int = 1) -> None:
+        """Wait until a Socket Mode client is connected and greeted (`sessions`: the how
+        many-th connection, e.g. 2 after the client's process was restarted)."""
+        await self.until(
+            lambda: self._sockets.open and self._sockets.hellos >= sessions, timeout, "socket"
+        )
 
     async def wait_ack(self, envelope: Envelope, timeout: float = 10.0) -> dict[str, Any]:
         """The client's ack of `envelope` (Socket Mode)."""
