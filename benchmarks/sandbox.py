@@ -30,7 +30,9 @@ from core.tools.sandbox import jail_of
 
 def _executor(root: Path, mode: str) -> ToolExecutor:
     settings = SandboxSettings(
-        workspace=root / "ws", artifacts_dir=root / "art", sandbox=mode  # type: ignore[arg-type]
+        workspace=root / "ws",
+        artifacts_dir=root / "art",
+        sandbox=mode,  # type: ignore[arg-type]
     )
     cli = CliTool(
         CliToolSpec(name="noop", description="Does nothing.", category="read", cmd="true"), {}
