@@ -205,6 +205,19 @@ class ReplyStreamer:
         self._task: asyncio.Task[None] | None = None
         self._sending = False
         self._closed = False
+        # Told each preview message's id as it is posted (the agent keeps them in the store,
+        # so a preview left by a crash can be retracted after the restart).
+        self.on_posted: Callable[[str], None] | None = None
+
+    async def retract(self, message_ids: list[str], note: str) -> None:
+        """Edit previews a crashed run left behind to `note` (best effort: a message
+        that cannot be edited any more is left as it is)."""
+        for message_id in message_ids:
+            edit = partial(self._surface.edit, message_id, note, final=True)
+            try:
+                await _call(edit, self._clock, self._budget, "retract")
+            except DeliveryError:
+                log.info("could not retract the stale preview %s", message_id)
 
     @property
     def message_ids(self) -> list[str]:
@@ -262,6 +275,8 @@ class ReplyStreamer:
                     return
                 self._ids.append(posted[0])
                 self._shown.append((piece, final))
+                if self.on_posted is not None:
+                    self.on_posted(posted[0])
                 await self._typing_again()
         for message_id in self._ids[len(pieces) :]:  # the text shrank (a discarded attempt)
             if await self._once(partial(self._surface.delete, message_id), "delete") is None:

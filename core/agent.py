@@ -42,6 +42,7 @@ RunState = Literal[
     "queued", "running", "completed", "cancelled", "failed", "timed_out", "waiting_on_human"
 ]
 TERMINAL_STATES = ("completed", "cancelled", "failed", "timed_out", "waiting_on_human")
+PREVIEW_RETRACTED = "(interrupted by a restart — the answer continues below)"
 STOPPED_TEXT = "Stopped."
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
 RESTARTING_TEXT = (
@@ -358,6 +359,10 @@ class Agent:
         Store.write_for(lane.conv)  # this task's failed writes are this run's to report
         stream = responder.stream()
         sink = RunEvents(self.events, stream, run_id=run_id, conv=lane.conv)
+        if hasattr(stream, "on_posted"):  # remember previews, to retract them after a crash
+            stream.on_posted = lambda message_id: sink.emit(
+                "channel.preview.posted", {"message_id": message_id}
+            )
         conversation: Conversation | None = None
         recorder: RunRecorder | None = None
         outcome: LoopOutcome | None = None
@@ -543,6 +548,7 @@ class Agent:
         for run in interrupted:
             responder = self.responders(parse_conv(run.conv))
             if responder is not None:
+                await self._retract_previews(run.id, responder)
                 await _safe_send(
                     responder,
                     f"I was interrupted while working on your last request (run {run.id}). "
@@ -554,6 +560,19 @@ class Agent:
         self.store.expire_pending_approvals()
         await self.store.flush()
         return [run.id for run in interrupted]
+
+    async def _retract_previews(self, run_id: str, responder: Responder) -> None:
+        """The half-streamed answer a crash left in the chat would read like a second,
+        unfinished reply: edit it to say the answer continues below."""
+        posted = [
+            str(data.get("message_id"))
+            for _at, name, _iteration, data in await self.store.events(run_id)
+            if name == "channel.preview.posted"
+        ]
+        stream = responder.stream()
+        retract = getattr(stream, "retract", None)  # channels that edit messages have it
+        if posted and retract is not None:
+            await retract(posted, PREVIEW_RETRACTED)
 
     async def _requeue(self, run_id: str, conv: str, text: str) -> None:
         """A message that was queued when the process stopped gets its turn now."""
