@@ -518,3 +518,29 @@ async def test_responder_for_a_key_posts_without_an_inbound(fake: FakeSlack) -> 
     [top] = fake.thread("C7", None)
     [threaded] = fake.thread("C7", "1700000000.000001")
     assert (top.text, threaded.text) == ("Nightly report: *green*", "in the thread")
+
+
+async def test_a_slow_bot_loop_stops_at_the_chain_cap_until_a_human_speaks(
+    fake: FakeSlack, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.responder = lambda r: Reply(text=f"re: {r.json['messages'][-1]['content']}")
+    cfg = config(fake, allow_channels=["C1"], max_bot_chain=6)
+    async with running_agent(fake_llm, tmp_path) as agent, slack_channel(fake, agent, cfg) as ch:
+        for i in range(4):  # 3 answered: with Parley's answers, 6 messages and no human
+            await fake.bot_message(f"<@{BOT_USER_ID}> alert {i}")
+            await ch.settled()
+            await agent.wait_idle()
+        human = await fake.mention("what is going on?", user="U1")
+        await final_text(fake, "C1", human.ts, "re: what is going on?")
+        await ch.settled()
+        await agent.wait_idle()
+        alert = await fake.bot_message(f"<@{BOT_USER_ID}> alert again")
+        await final_text(fake, "C1", alert.ts, "re: alert again")
+        await ch.settled()
+    assert llm_inputs(fake_llm) == [
+        "alert 0",
+        "alert 1",
+        "alert 2",
+        "what is going on?",
+        "alert again",
+    ]
