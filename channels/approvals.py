@@ -1,9 +1,16 @@
 """Approval prompts: an admin tool call waits for an approver's click (SPEC §4, §13).
 
 The adapter shows the prompt with two buttons whose data comes from
-`approval_button_id`; a click goes to `Approvals.resolve`. Only approvers decide; anyone
-else is told privately that they cannot. A timeout denies, and the prompt is always
+`approval_button_id`; a click goes to `Approvals.resolve_click`. Only approvers decide;
+anyone else is told privately that they cannot. A timeout denies, and the prompt is
 settled: edited to show the outcome with its buttons removed.
+
+Requests survive a restart (the agent keeps them in its store): `show` returns where the
+prompt is (a `PromptRef`, which the agent stores), a request taken up again after a
+restart comes with that prompt and is not shown twice, `settle` edits whichever prompt
+`request.prompt` names, and a click on a request this process is not waiting on yet is
+answered through the agent (`AgentPort.answer_approval`). A shutdown leaves prompts as
+they are, buttons and all, for the next process.
 """
 
 from __future__ import annotations
@@ -12,15 +19,18 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import replace
 from typing import Any, Literal
 
-from core.chat import ApprovalRequest
+from core.chat import AgentPort, ApprovalRequest, PromptRef
 from core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
 Show = Callable[[ApprovalRequest], Awaitable[object]]
+"""Post the prompt; returns where it is (a `PromptRef`)."""
 Settle = Callable[[ApprovalRequest, str], Awaitable[None]]
+"""Edit the prompt at `request.prompt` to show the outcome, without buttons."""
 Resolution = Literal["ok", "not_approver", "unknown"]
 
 TIMED_OUT = "⌛ Timed out — denied"
@@ -82,17 +92,25 @@ class Approvals:
         return request_id in self._pending
 
     async def request(self, request: ApprovalRequest, show: Show, settle: Settle) -> bool:
-        """Show the prompt, wait for a decision or `request.timeout` seconds, settle the
-        prompt with the outcome; True only if an approver allowed it."""
+        """Show the prompt (unless `request.prompt` is one posted before a restart), wait
+        for a decision or `request.timeout` seconds, settle the prompt with the outcome;
+        True only if an approver allowed it."""
         if request.id in self._pending:
             raise ValueError(f"approval {request.id} is already pending")
         decision: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
         self._pending[request.id] = decision
         try:
-            await show(request)
+            if request.prompt is None:
+                posted = await show(request)
+                if isinstance(posted, PromptRef):
+                    request = replace(request, prompt=posted)
+                    if request.record is not None:
+                        request.record.posted(posted)
             outcome = await self._wait(decision, request.timeout)
         except asyncio.CancelledError:
-            await self._settle_quietly(settle, request, CANCELLED)
+            record = request.record
+            if record is None or not record.outlives_cancellation():
+                await self._settle_quietly(settle, request, CANCELLED)
             raise
         finally:
             self._pending.pop(request.id, None)
@@ -109,7 +127,7 @@ class Approvals:
     async def _wait(
         self, decision: asyncio.Future[tuple[bool, str]], seconds: float
     ) -> tuple[bool, str] | None:
-        timer = asyncio.ensure_future(self._clock.sleep(seconds))
+        timer = asyncio.ensure_future(self._clock.sleep(max(0.0, seconds)))
         either: set[asyncio.Future[Any]] = {decision, timer}
         try:
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -137,4 +155,34 @@ class Approvals:
             return "not_approver"
         decision.set_result((allow, user_name))
         del self._pending[request_id]
+        return "ok"
+
+    async def resolve_click(
+        self,
+        request_id: str,
+        user_id: str,
+        user_name: str,
+        allow: bool,
+        *,
+        agent: AgentPort | None,
+        settle: Settle,
+    ) -> Resolution:
+        """A click on a prompt button, also on a prompt posted before a restart: `resolve`
+        for a request this process waits on, else (an approver only) the agent's
+        `answer_approval` for one it stores, whose prompt is then settled here."""
+        verdict = self.resolve(request_id, user_id, user_name, allow)
+        if verdict != "unknown" or agent is None:
+            return verdict
+        if user_id not in self._approvers:
+            return "not_approver"
+        try:
+            stored = await agent.answer_approval(request_id, allow, user_name)
+        except Exception:
+            log.warning("approval %s: the answer was not stored", request_id, exc_info=True)
+            return "unknown"
+        if stored is None:  # a run may have taken it up meanwhile
+            return self.resolve(request_id, user_id, user_name, allow)
+        text = approved_text(user_name) if allow else denied_text(user_name)
+        log.info("approval %s for %s: %s (answered after a restart)", request_id, stored.tool, text)
+        await self._settle_quietly(settle, stored, text)
         return "ok"

@@ -28,6 +28,7 @@ import yarl
 
 from channels.approvals import Approvals, approval_button_id, duration_text, parse_approval_button
 from channels.gate import Gate
+from channels.inbound import discord_markdown
 from channels.stream import EditBudget, RateLimited, ReplyStreamer, TransientError, Typing, deliver
 from channels.text import to_discord
 from core.chat import (
@@ -36,6 +37,7 @@ from core.chat import (
     ConversationKey,
     DeliveryError,
     Inbound,
+    PromptRef,
     ReplyStream,
 )
 from core.clock import Clock, SystemClock
@@ -286,7 +288,6 @@ class DiscordChannel:
         self._gate = Gate(config, self.clock)
         self._approvals = Approvals(config.approvers, self.clock)
         self._budgets: dict[int, EditBudget] = {}
-        self._prompts: dict[str, tuple[int, int, str]] = {}  # request id → target, msg, text
         self._threads: set[int] = set()  # threads the bot answered in
         self._client: _Client | None = None
         self._handling: set[asyncio.Task[Any]] = set()
@@ -396,7 +397,7 @@ class DiscordChannel:
             thread_id=str(thread.id) if thread else "",
             user_id=str(message.author.id),
             user_name=message.author.display_name,
-            text=_without_mention(message.content, me.id),
+            text=self._markdown(message, me.id),
             is_dm=message.guild is None,
             mentions_bot=mentioned,
             event_id=str(message.id),  # stable across a gateway RESUME's redelivery
@@ -416,6 +417,23 @@ class DiscordChannel:
         if thread is not None:
             self._threads.add(thread.id)
         await self._agent.submit(inbound, _Responder(self, channel.id))
+
+    def _markdown(self, message: discord.Message, bot_id: int) -> str:
+        """The message as the agent reads it: without the bot's own mention, other mentions
+        named (users and roles from the message, channels from the client's cache).
+        `message.content` stays as Discord sent it."""
+        client = self.client()
+        channels: dict[int, str] = {}
+        for channel_id in message.raw_channel_mentions:
+            channel = client.get_channel(channel_id)
+            if isinstance(name := getattr(channel, "name", None), str):
+                channels[channel_id] = name
+        return discord_markdown(
+            _without_mention(message.content, bot_id),
+            users={user.id: user.display_name for user in message.mentions},
+            channels=channels,
+            roles={role.id: role.name for role in message.role_mentions},
+        )
 
     async def on_command(self, interaction: discord.Interaction[_Client], args: str | None) -> None:
         """A slash command: acknowledge it at once, then hand "/name args" to the agent."""
@@ -456,9 +474,16 @@ class DiscordChannel:
             return
         request_id, allow = parsed
         user = interaction.user
-        outcome = self._approvals.resolve(request_id, str(user.id), user.display_name, allow)
+        outcome = await self._approvals.resolve_click(
+            request_id,
+            str(user.id),
+            user.display_name,
+            allow,
+            agent=self._agent,
+            settle=self._settle_prompt,
+        )
         if outcome == "ok":
-            await _call(interaction.response.defer())  # the prompt is edited by settle()
+            await _call(interaction.response.defer())  # the prompt is edited by settle
         elif outcome == "not_approver":
             refusal = "Only the configured approvers can answer this request."
             await _call(interaction.response.send_message(refusal, ephemeral=True))
@@ -469,23 +494,22 @@ class DiscordChannel:
     # ---------------------------------------------------------------- approvals
 
     async def ask_approval(self, target: int, request: ApprovalRequest) -> bool:
-        async def show(req: ApprovalRequest) -> object:
+        async def show(req: ApprovalRequest) -> PromptRef:
             text = _prompt_text(req)
             channel = self.client().get_partial_messageable(target)
             message = await _call(channel.send(text, view=_approval_view(req.id)))
-            self._prompts[req.id] = (target, message.id, text)
-            return message
+            return PromptRef(str(target), str(message.id), text)
 
-        async def settle(req: ApprovalRequest, outcome: str) -> None:
-            shown = self._prompts.pop(req.id, None)
-            if shown is None:
-                return
-            channel_id, message_id, text = shown
-            partial = self.client().get_partial_messageable(channel_id)
-            content = f"{text}\n{outcome}"
-            await _call(partial.get_partial_message(message_id).edit(content=content, view=None))
+        return await self._approvals.request(request, show, self._settle_prompt)
 
-        return await self._approvals.request(request, show, settle)
+    async def _settle_prompt(self, request: ApprovalRequest, outcome: str) -> None:
+        """Edit the prompt to show the outcome; its buttons go."""
+        prompt = request.prompt
+        if prompt is None:
+            return
+        partial = self.client().get_partial_messageable(int(prompt.channel_id))
+        message = partial.get_partial_message(int(prompt.message_id))
+        await _call(message.edit(content=f"{prompt.text}\n{outcome}", view=None))
 
 
 def _log_gateway_end(task: asyncio.Task[None]) -> None:

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import aiohttp
@@ -47,6 +48,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from channels.approvals import Approvals, approval_button_id, parse_approval_button
 from channels.gate import Gate
+from channels.inbound import slack_markdown, slack_user_ids
 from channels.stream import RateLimited, ReplyStreamer, TransientError, deliver
 from channels.text import split_message, to_slack_mrkdwn, utf8_len
 from core.chat import (
@@ -55,6 +57,7 @@ from core.chat import (
     ConversationKey,
     DeliveryError,
     Inbound,
+    PromptRef,
     ReplyStream,
 )
 from core.clock import Clock, SystemClock
@@ -74,6 +77,7 @@ APPROVE_ACTION, DENY_ACTION = "parley_approve", "parley_deny"
 EVENTS_PATH = "/slack/events"
 STOP_GRACE = 2.0  # seconds stop() lets in-flight events reach the agent
 ACK_BUDGET = 2.5  # seconds a listener may hold the ack (Slack retries after 3 s)
+NAME_WAIT = 1.0  # seconds a message waits for the names of the users it mentions
 _HANDLED_SUBTYPES = frozenset({None, "bot_message", "thread_broadcast", "file_share", "me_message"})
 _BANG_COMMAND = re.compile(r"^!([a-z]+)\b", re.IGNORECASE)
 
@@ -231,9 +235,8 @@ class SlackResponder:
 
     async def approve(self, request: ApprovalRequest) -> bool:
         client, clock = self._slack.client, self._slack.clock
-        prompt: dict[str, str] = {}
 
-        async def show(req: ApprovalRequest) -> str:
+        async def show(req: ApprovalRequest) -> PromptRef:
             response = await patient_call(
                 lambda: client.chat_postMessage(
                     channel=self._channel_id,
@@ -243,23 +246,9 @@ class SlackResponder:
                 ),
                 clock,
             )
-            prompt["ts"] = str(response["ts"])
-            return prompt["ts"]
+            return PromptRef(self._channel_id, str(response["ts"]))
 
-        async def settle(req: ApprovalRequest, outcome: str) -> None:
-            if "ts" not in prompt:
-                return
-            await patient_call(
-                lambda: client.chat_update(
-                    channel=self._channel_id,
-                    ts=prompt["ts"],
-                    text=escape(outcome),
-                    blocks=approval_blocks(req, outcome=outcome),
-                ),
-                clock,
-            )
-
-        return await self._slack.approvals.request(request, show, settle)
+        return await self._slack.approvals.request(request, show, self._slack.settle_prompt)
 
 
 def approval_blocks(
@@ -321,6 +310,18 @@ class _Recent:
 CHANNEL_WIDE_COMMANDS = frozenset({"help", "provider"})  # the rest act on one thread
 
 
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """A message event on its way to the agent."""
+
+    inbound: Inbound
+    responder: SlackResponder
+    raw: str  # the text as Slack sent it
+    unnamed: list[str]  # users it mentions whose names are not known yet
+    before: asyncio.Future[None] | None  # the conversation's previous message, until submitted
+    turn: asyncio.Future[None]  # done once this one is being submitted
+
+
 class SlackChannel:
     """The Slack adapter (SPEC §9): bolt handlers → `Inbound` → `agent.submit`."""
 
@@ -352,7 +353,9 @@ class SlackChannel:
         self._tasks: set[asyncio.Task[None]] = set()
         self._seen = _Recent(4096)
         self._threads = _Recent(10_000)
-        self._names: dict[str, str] = {}
+        self._names: dict[str, str] = {}  # user id → display name (users.info)
+        self._turns: dict[ConversationKey, asyncio.Future[None]] = {}  # see _take
+        self._lookups: dict[str, asyncio.Task[None]] = {}  # users.info under way, by user
         self.bot_user_id = self.bot_id = ""
         self.http_url = ""  # HTTP mode: where Slack posts events, once started
 
@@ -460,9 +463,9 @@ class SlackChannel:
         taken = self._take(event)
         if taken is None:
             return None  # nothing to store: an edit, a duplicate, someone not allowed
-        inbound, responder = taken
+        inbound = taken.inbound
         # A task, not an await: the hand-over finishes even if the listener gives up.
-        handover = self._spawn(self._hand_over(inbound, responder))
+        handover = self._spawn(self._hand_over(taken))
         if parse_command(inbound.text) is not None:
             return None  # commands act at once and store nothing: no reason to wait
         await asyncio.wait({handover}, timeout=ACK_BUDGET)
@@ -507,8 +510,7 @@ class SlackChannel:
         is_dm = event.get("channel_type") == "im" or channel_id.startswith("D")
         thread_ts = str(event.get("thread_ts") or "")
         raw = str(event.get("text") or "")
-        mention = re.compile(rf"<@{re.escape(self.bot_user_id)}(?:\|[^>]*)?>")
-        text = command_text(unescape(mention.sub("", raw)).strip())
+        text = self._markdown(raw)
         if not text:  # a bare mention, a file without a caption: nothing to answer
             return None
         inbound = Inbound(
@@ -519,14 +521,25 @@ class SlackChannel:
             user_name=user_id,
             text=text,
             is_dm=is_dm,
-            mentions_bot=event.get("type") == "app_mention" or mention.search(raw) is not None,
+            mentions_bot=event.get("type") == "app_mention"
+            or self._bot_mention().search(raw) is not None,
             event_id=f"{channel_id}:{ts}",
             message_id=ts,
         )
         in_bot_thread = bool(thread_ts) and (channel_id, thread_ts) in self._threads
         return inbound, from_bot, from_self, in_bot_thread
 
-    def _take(self, event: dict[str, Any]) -> tuple[Inbound, SlackResponder] | None:
+    def _bot_mention(self) -> re.Pattern[str]:
+        return re.compile(rf"<@{re.escape(self.bot_user_id)}(?:\|[^>]*)?>")
+
+    def _markdown(self, raw: str) -> str:
+        """The text as the agent reads it: without the bot's mention, mrkdwn as Markdown,
+        users by the names known so far (`channels.inbound`), `!stop` as `/stop`. The event
+        keeps the raw text."""
+        body = self._bot_mention().sub("", raw)
+        return command_text(slack_markdown(body, self._names.get).strip())
+
+    def _take(self, event: dict[str, Any]) -> _Taken | None:
         """A message event as what to hand to the agent, or None if it is not for it."""
         normalised = self._normalise(event)
         if normalised is None:
@@ -542,19 +555,47 @@ class SlackChannel:
             return None
         if not inbound.is_dm:
             self.remember_thread(inbound.channel_id, inbound.thread_id)
-        # No await before submit: two quick messages must reach the agent in order. The
-        # display name is looked up afterwards, for the next message.
+        # The author's display name is looked up after submit, for their next message.
         inbound = replace(inbound, user_name=self._names.get(inbound.user_id, inbound.user_id))
         # Channels: always the thread of the triggering message (its root ts). DMs: at top
         # level, so the whole DM stays one conversation (unless the user used a thread).
         thread_ts = event.get("thread_ts")
         reply_in = str(thread_ts) if thread_ts else (None if inbound.is_dm else str(event["ts"]))
-        return inbound, SlackResponder(self, inbound.channel_id, reply_in)
+        raw = str(event.get("text") or "")
+        unnamed = [
+            user
+            for user in slack_user_ids(raw)
+            if user not in self._names and user != self.bot_user_id
+        ]
+        # Messages of one conversation reach the agent in the order they came, though some
+        # wait for names first: each waits for the one before it to be submitted.
+        before = self._turns.get(inbound.key)
+        turn = asyncio.get_running_loop().create_future()
+        self._turns[inbound.key] = turn
+        turn.add_done_callback(functools.partial(self._turn_taken, inbound.key))
+        responder = SlackResponder(self, inbound.channel_id, reply_in)
+        return _Taken(inbound, responder, raw, unnamed, before, turn)
 
-    async def _hand_over(self, inbound: Inbound, responder: SlackResponder) -> None:
-        """Submit; returns once the agent has stored the message (or dropped a duplicate)."""
+    def _turn_taken(self, key: ConversationKey, turn: asyncio.Future[None]) -> None:
+        if self._turns.get(key) is turn:
+            del self._turns[key]
+
+    async def _hand_over(self, taken: _Taken) -> None:
+        """Submit; returns once the agent has stored the message (or dropped a duplicate).
+        Nothing is awaited before submit unless a mentioned user's name must be looked up
+        or an earlier message of the conversation is still doing so."""
+        inbound = taken.inbound
         try:
-            submitted = await self._submit(inbound, responder)
+            try:
+                if taken.unnamed:
+                    await self._learn_names(taken.unnamed)
+                    inbound = replace(inbound, text=self._markdown(taken.raw))
+                if taken.before is not None and not taken.before.done():
+                    await asyncio.wait({taken.before})
+            finally:
+                if not taken.turn.done():
+                    taken.turn.set_result(None)
+            submitted = await self._submit(inbound, taken.responder)
         except BaseException:
             self._seen.discard(inbound.event_id)  # Slack's redelivery gets another go
             raise
@@ -615,7 +656,9 @@ class SlackChannel:
         if parsed is None or not user_id or not channel_id:
             return
         name = str(user.get("name") or user.get("username") or user_id)
-        outcome = self.approvals.resolve(parsed[0], user_id, name, parsed[1])
+        outcome = await self.approvals.resolve_click(
+            parsed[0], user_id, name, parsed[1], agent=self._agent, settle=self.settle_prompt
+        )
         if outcome == "ok":
             return
         note = (
@@ -631,15 +674,60 @@ class SlackChannel:
             self.clock,
         )
 
+    async def settle_prompt(self, request: ApprovalRequest, outcome: str) -> None:
+        """Edit the approval prompt to show the outcome instead of the buttons."""
+        prompt = request.prompt
+        if prompt is None:
+            return
+        await patient_call(
+            lambda: self.client.chat_update(
+                channel=prompt.channel_id,
+                ts=prompt.message_id,
+                text=escape(outcome),
+                blocks=approval_blocks(request, outcome=outcome),
+            ),
+            self.clock,
+        )
+
     async def _learn_name(self, user_id: str) -> None:
         """Look up a user's display name, for their next message."""
+        with contextlib.suppress(SlackApiError, RateLimited, TransientError):
+            await self._fetch_name(user_id)
+
+    async def _learn_names(self, user_ids: list[str]) -> None:
+        """Look up the names of users a message mentions, into the adapter's cache (one
+        users.info per user however many messages wait for it); where that fails or takes
+        over NAME_WAIT, the message names them by id (a late answer still fills the cache)."""
+        lookups = []
+        for user_id in user_ids:
+            if (lookup := self._lookups.get(user_id)) is None:
+                lookup = self._lookups[user_id] = self._spawn(self._try_fetch_name(user_id))
+                lookup.add_done_callback(functools.partial(self._looked_up, user_id))
+            lookups.append(lookup)
+        _, late = await asyncio.wait(lookups, timeout=NAME_WAIT)
+        if late:
+            log.warning("slack: users.info took over %g s; naming users by id", NAME_WAIT)
+
+    def _looked_up(self, user_id: str, lookup: asyncio.Task[None]) -> None:
+        if self._lookups.get(user_id) is lookup:
+            del self._lookups[user_id]
+
+    async def _try_fetch_name(self, user_id: str) -> None:
         try:
-            info = await slack_call(lambda: self.client.users_info(user=user_id))
-        except (SlackApiError, RateLimited, TransientError):
-            return
+            await self._fetch_name(user_id)
+        except (SlackApiError, RateLimited, TransientError) as exc:
+            detail = _error_code(exc) if isinstance(exc, SlackApiError) else type(exc).__name__
+            log.warning("slack: users.info failed for %s (%s); naming them by id", user_id, detail)
+
+    async def _fetch_name(self, user_id: str) -> str:
+        info = await slack_call(lambda: self.client.users_info(user=user_id))
         user = info.get("user") or {}
         profile = user.get("profile") or {}
-        self._names[user_id] = str(profile.get("display_name") or user.get("name") or user_id)
+        name = str(
+            profile.get("display_name") or profile.get("real_name") or user.get("name") or user_id
+        )
+        self._names[user_id] = name
+        return name
 
     async def _react(self, channel_id: str, ts: str, name: str) -> None:
         try:

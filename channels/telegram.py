@@ -65,6 +65,7 @@ from telegram.ext import (
 
 from channels.approvals import Approvals, approval_button_id, parse_approval_button
 from channels.gate import Gate
+from channels.inbound import telegram_markdown
 from channels.stream import RateLimited, ReplyStreamer, TransientError, Typing, deliver
 from channels.text import to_telegram_html
 from core.chat import (
@@ -72,6 +73,7 @@ from core.chat import (
     ApprovalRequest,
     ConversationKey,
     Inbound,
+    PromptRef,
     ReplyStream,
     Responder,
     is_silent,
@@ -546,7 +548,9 @@ class TelegramChannel:
         self._enqueue(_Handover(inbound, _Responder(self, place), taken))
 
     def _inbound(self, update_id: int, message: Message, sender: User, text: str) -> Inbound | None:
-        """The message as an `Inbound`, or None if it is empty or a command for another bot."""
+        """The message as an `Inbound`, or None if it is empty or a command for another bot.
+        The agent gets the text as Markdown (`channels.inbound`); `message.text` stays raw."""
+        markdown = telegram_markdown(text, message.entities)
         commands = message.parse_entities([MessageEntity.BOT_COMMAND]).items()
         command = next(((e, value) for e, value in commands if e.offset == 0), None)
         if command is not None:
@@ -554,13 +558,16 @@ class TelegramChannel:
             if target and target.lower() != self._bot_username.lower():
                 return None
             name = _ALIASES.get(name.lower(), name.lower())
-            args = text[len(command[1]) :].strip()  # the command is ASCII: no UTF-16 shift
+            # The command is ASCII (no UTF-16 shift) and begins the Markdown unless it was
+            # itself formatted (then the arguments are taken as typed).
+            rest = markdown if markdown.startswith(command[1]) else text
+            args = rest[len(command[1]) :].strip()
             ours = bool(target) or name in _OUR_COMMANDS
             if not ours and message.chat.type != ChatType.PRIVATE:
                 return None  # another bot's command in a group (/roll, /shrug): not for us
             text, mentioned = f"/{name} {args}".rstrip(), ours
         else:
-            text, mentioned = self._strip_mentions(message)
+            text, mentioned = self._strip_mentions(message, markdown)
         if not text:
             return None
         topic = message.message_thread_id if message.is_topic_message else None
@@ -577,9 +584,9 @@ class TelegramChannel:
             message_id=str(message.message_id),
         )
 
-    def _strip_mentions(self, message: Message) -> tuple[str, bool]:
-        """The text without the bot's @mentions, and whether there was one."""
-        text = message.text or ""
+    def _strip_mentions(self, message: Message, text: str) -> tuple[str, bool]:
+        """`text` (the message as Markdown) without the bot's @mentions, and whether there
+        was one. A text mention of the bot reads `@botname` in Markdown, so it goes too."""
         handle = f"@{self._bot_username}".lower()
         mentioned = False
         for entity, value in message.parse_entities(
@@ -626,10 +633,9 @@ class TelegramChannel:
 
     async def ask_approval(self, place: _Place, request: ApprovalRequest) -> bool:
         """Post the prompt with Approve/Deny buttons and wait for an approver."""
-        prompts: dict[str, tuple[int, str]] = {}
         bot = self.app.bot
 
-        async def show(req: ApprovalRequest) -> object:
+        async def show(req: ApprovalRequest) -> PromptRef:
             text = _prompt_text(req)
             buttons = InlineKeyboardMarkup(
                 [
@@ -646,25 +652,26 @@ class TelegramChannel:
             message = await self._retrying(
                 lambda: bot.send_message(text=text, reply_markup=buttons, **place.kwargs())
             )
-            prompts[req.id] = (message.message_id, text)
-            return message
+            return PromptRef(str(place.chat_id), str(message.message_id), text)
 
-        async def settle(req: ApprovalRequest, outcome: str) -> None:
-            if req.id not in prompts:
-                return
-            message_id, text = prompts.pop(req.id)
-            # An edit without reply_markup removes the buttons. A failed edit must not
-            # turn the decision around, so it is only logged.
-            try:
-                await self._retrying(
-                    lambda: bot.edit_message_text(
-                        f"{text}\n\n{outcome}", chat_id=place.chat_id, message_id=message_id
-                    )
+        return await self._approvals.request(request, show, self._settle_prompt)
+
+    async def _settle_prompt(self, request: ApprovalRequest, outcome: str) -> None:
+        """Edit the prompt to show the outcome; an edit without reply_markup removes the
+        buttons. A failed edit must not turn the decision around, so it is only logged."""
+        prompt = request.prompt
+        if prompt is None:
+            return
+        try:
+            await self._retrying(
+                lambda: self.app.bot.edit_message_text(
+                    f"{prompt.text}\n\n{outcome}",
+                    chat_id=int(prompt.channel_id),
+                    message_id=int(prompt.message_id),
                 )
-            except (TelegramError, TransientError) as exc:
-                log.warning("telegram: could not settle approval prompt %s: %s", req.id, exc)
-
-        return await self._approvals.request(request, show, settle)
+            )
+        except (TelegramError, TransientError) as exc:
+            log.warning("telegram: could not settle approval prompt %s: %s", request.id, exc)
 
     async def _retrying(self, call: Callable[[], Awaitable[_T]], attempts: int = 5) -> _T:
         """A Bot API call with the streamer's rules: wait out 429, retry transient errors."""
@@ -689,8 +696,13 @@ class TelegramChannel:
             answer: tuple[str | None, bool] = (None, False)
         else:
             request_id, allow = parsed
-            verdict = self._approvals.resolve(
-                request_id, str(user.id), user.username or user.full_name, allow
+            verdict = await self._approvals.resolve_click(
+                request_id,
+                str(user.id),
+                user.username or user.full_name,
+                allow,
+                agent=self._agent,
+                settle=self._settle_prompt,
             )
             answer = {
                 "ok": ("Approved" if allow else "Denied", False),

@@ -5,7 +5,8 @@ the history and what a turn needs): messages queue in order and run one at a tim
 at once (`/stop` reaches the running run immediately), and different lanes run
 concurrently. Every run is recorded in the store with checkpoints at its safe boundaries
 and an idempotency envelope around each tool call, so a crash is resumable with `/resume`
-without repeating a side effect.
+without repeating a side effect. A run that was waiting on an approver goes on by itself
+after a restart (`core.approvals`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.approvals import ApprovalDesk
 from core.chat import ApprovalRequest, ConversationKey, DeliveryError, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.commands import Commands, parse_command
@@ -30,9 +32,15 @@ from core.errors import ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.journal import JournalBox
 from core.loop import LoopOutcome, unanswered_calls
-from core.messages import Message
-from core.runs import RunRecorder, close_unanswered, reconcile_runs, resume_blocker
-from core.store import GoalRow, Store
+from core.messages import Message, ToolCall
+from core.runs import (
+    RunRecorder,
+    close_unanswered,
+    reconcile_runs,
+    reopen_calls,
+    resume_blocker,
+)
+from core.store import ApprovalRow, GoalRow, Store
 from core.tools.base import Approver, default_temp_root
 from core.tools.reaper import kill_leftovers
 
@@ -47,6 +55,10 @@ STOPPED_TEXT = "Stopped."
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
 RESTARTING_TEXT = (
     "I am restarting and had to pause this turn; send /resume once I am back to continue."
+)
+RESTARTING_APPROVAL_TEXT = (
+    "I am restarting while this turn waits for an approval. The request still stands: "
+    "once it is answered I go on by myself."
 )
 
 
@@ -133,6 +145,7 @@ class Agent:
         self.started_at = time.time()
         self.max_lanes = MAX_LANES
         self.commands = Commands(self)
+        self.approvals = ApprovalDesk(store, self.events, lambda: self._closing)
 
     # --- input ------------------------------------------------------------------------
 
@@ -281,26 +294,13 @@ class Agent:
         return "\n".join(parts)
 
     def _approver(self, lane: Lane) -> Approver:
-        async def approve(tool: str, summary: str, reason: str) -> bool:
-            responder = lane.responder
-            if responder is None:
-                return False
-            request = ApprovalRequest(
-                uuid.uuid4().hex[:12], tool, summary, reason, self.approval_timeout
-            )
-            self.store.approval_requested(request.id, lane.conv, lane.run_id, tool, summary)
-            try:
-                allowed = await responder.approve(request)
-            except asyncio.CancelledError:
-                self.store.approval_resolved(request.id, "cancelled")
-                raise
-            except Exception:
-                log.warning("approval prompt failed", exc_info=True)
-                allowed = False
-            self.store.approval_resolved(request.id, "approved" if allowed else "denied")
-            return allowed
+        return _LaneApprover(self, lane)
 
-        return approve
+    async def answer_approval(
+        self, request_id: str, allow: bool, user_name: str
+    ) -> ApprovalRequest | None:
+        """`core.chat.AgentPort.answer_approval`."""
+        return await self.approvals.answer(request_id, allow, user_name)
 
     # --- runs ---------------------------------------------------------------------------
 
@@ -388,7 +388,8 @@ class Agent:
                 task.uncancel()
             state, text = "cancelled", STOPPED_TEXT
             if self._closing and recorder is not None:  # a shutdown, not /stop: resumable
-                state, text = "timed_out", RESTARTING_TEXT
+                held = run_id in self.approvals.held  # goes on by itself after the restart
+                state, text = "timed_out", RESTARTING_APPROVAL_TEXT if held else RESTARTING_TEXT
                 self.store.mark_resumable(run_id)
         except ParleyError as exc:
             state, text = "failed", f"Sorry, that failed: {exc}"
@@ -511,23 +512,27 @@ class Agent:
         run = next((r for r in candidates if r.resumable), None)
         if run is None:
             return "There is no interrupted run to resume here."
+        return await self._resume_run(lane, responder, run.id)
+
+    async def _resume_run(self, lane: Lane, responder: Responder, run_id: str) -> str | None:
+        """Continue run `run_id` in the lane, or say why it cannot safely go on."""
         conversation = await self.conversation_of(lane)
-        why = await resume_blocker(self.store, run.id, conversation)
+        why = await resume_blocker(self.store, run_id, conversation)
         if why is not None:
             text = (
-                f"I can't safely resume run {run.id}: {why}. Please check what happened and "
+                f"I can't safely resume run {run_id}: {why}. Please check what happened and "
                 "tell me how to go on."
             )
             conversation.messages.append(Message.assistant(text))
             self.store.save_messages(lane.conv, conversation.messages)
-            self.store.set_run_state(run.id, "waiting_on_human", "unsafe", resumable=False)
-            self.events.emit("agent_run.resume_unsafe", {"why": why}, run_id=run.id, conv=lane.conv)
+            self.store.set_run_state(run_id, "waiting_on_human", "unsafe", resumable=False)
+            self.events.emit("agent_run.resume_unsafe", {"why": why}, run_id=run_id, conv=lane.conv)
             lane.last_state = "waiting_on_human"
             await self.store.flush()
             return text
         if lane.busy or lane.queue or (lane.worker is not None and not lane.worker.done()):
             return "A message arrived meanwhile; send /resume again once it is answered."
-        resumed = self._resume_then_drain(lane, responder, run.id)
+        resumed = self._resume_then_drain(lane, responder, run_id)
         lane.worker = _spawn(resumed, f"resume {lane.conv}")
         return None
 
@@ -539,13 +544,20 @@ class Agent:
 
     async def reconcile(self) -> list[str]:
         """At start-up: runs left `running` by a crash become `timed_out`; those with a
-        checkpoint to go on from are announced in their conversation with a /resume hint."""
+        checkpoint to go on from are announced in their conversation with a /resume hint,
+        except runs that were waiting on an approver: they go on at once, waiting again
+        on the same request (its prompt, its deadline)."""
         # Only runs of earlier processes: channels may already be delivering new messages.
         interrupted = await reconcile_runs(self.store, self.events, before=self.started_at)
         killed = kill_leftovers(await self.store.take_tool_groups())
         if killed:
             self.events.emit("agent.tool_groups_killed", {"count": killed})
+        pending = await self.store.pending_approvals(before=self.started_at)
+        waiting = await self._resume_waiting(pending)
+        self.store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
         for run in interrupted:
+            if run.id in waiting:
+                continue
             responder = self.responders(parse_conv(run.conv))
             if responder is not None:
                 await self._retract_previews(run.id, responder)
@@ -557,9 +569,41 @@ class Agent:
         for run in reversed(await self.store.runs(states=["queued"], limit=10_000)):
             if run.created_at < self.started_at:
                 await self._requeue(run.id, run.conv, run.text or "")
-        self.store.expire_pending_approvals()
         await self.store.flush()
         return [run.id for run in interrupted]
+
+    async def _resume_waiting(self, pending: list[ApprovalRow]) -> set[str]:
+        """Resume the interrupted runs that were waiting on the `pending` requests; returns
+        their ids. A run that cannot safely go on says why in its conversation."""
+        calls: dict[str, set[str]] = {}
+        for approval in pending:
+            if approval.run_id and approval.call_id:
+                calls.setdefault(approval.run_id, set()).add(approval.call_id)
+        resumed: set[str] = set()
+        for run_id, call_ids in calls.items():
+            run = await self.store.run(run_id)
+            if run is None or run.state != "timed_out" or not run.resumable:
+                continue
+            recent = await self.store.runs(conv=run.conv, limit=10)
+            if next((r.id for r in recent if r.state != "queued"), None) != run.id:
+                continue  # a later run superseded it (new input before this start-up)
+            key = parse_conv(run.conv)
+            responder = self.responders(key)
+            lane = await self.lane(key)
+            worker = lane.worker
+            if responder is None or lane.busy or lane.queue or (worker and not worker.done()):
+                continue  # nobody to ask, or new input came first: it supersedes the run
+            lane.responder = responder
+            conversation = await self.conversation_of(lane)
+            if reopen_calls(conversation.messages, call_ids):  # a shutdown closed them
+                self.store.save_messages(lane.conv, conversation.messages)
+            why = await self._resume_run(lane, responder, run.id)
+            if why is not None:
+                await _safe_send(responder, why)
+                continue
+            self.events.emit("agent_run.resumed", {"why": "approval"}, run_id=run.id, conv=run.conv)
+            resumed.add(run.id)
+        return resumed
 
     async def _retract_previews(self, run_id: str, responder: Responder) -> None:
         """The half-streamed answer a crash left in the chat would read like a second,
@@ -569,9 +613,10 @@ class Agent:
             for _at, name, _iteration, data in await self.store.events(run_id)
             if name == "channel.preview.posted"
         ]
-        stream = responder.stream()
-        retract = getattr(stream, "retract", None)  # channels that edit messages have it
-        if posted and retract is not None:
+        if not posted:
+            return
+        retract = getattr(responder.stream(), "retract", None)  # channels that edit have it
+        if retract is not None:
             await retract(posted, PREVIEW_RETRACTED)
 
     async def _requeue(self, run_id: str, conv: str, text: str) -> None:
@@ -615,6 +660,28 @@ class Agent:
                 lane.worker.cancel()
                 await asyncio.wait({lane.worker})
         await self.store.flush()
+
+
+class _LaneApprover:
+    """A lane's approver (`core.tools.base.CallApprover`): asks through the lane's current
+    responder, keyed by the lane's running run and the tool call."""
+
+    __slots__ = ("agent", "lane")
+
+    def __init__(self, agent: Agent, lane: Lane) -> None:
+        self.agent, self.lane = agent, lane
+
+    async def __call__(self, tool: str, summary: str, reason: str) -> bool:
+        """A call without an id (outside the loop): asked, but not taken up after a restart."""
+        return await self.approve_call(ToolCall(id="", name=tool), summary, reason)
+
+    async def approve_call(self, call: ToolCall, summary: str, reason: str) -> bool:
+        lane, agent = self.lane, self.agent
+        if lane.responder is None:
+            return False
+        return await agent.approvals.ask(
+            lane.responder, lane.conv, lane.run_id, call, summary, reason, agent.approval_timeout
+        )
 
 
 def _state_of(outcome: LoopOutcome) -> RunState:

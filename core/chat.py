@@ -8,7 +8,7 @@ reply per run, plain posts (command replies, notices, cron reports) and approval
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from core.events import LoopEvent
@@ -73,14 +73,41 @@ _TEXT_FIELDS = tuple(f.name for f in fields(Inbound) if f.type in ("str", str))
 
 
 @dataclass(frozen=True, slots=True)
+class PromptRef:
+    """Where an approval prompt was posted: enough for another process to edit it."""
+
+    channel_id: str
+    message_id: str
+    text: str = ""  # the prompt as posted (some platforms settle it by appending the outcome)
+
+
+class ApprovalRecord(Protocol):
+    """The durable side of one approval request (the agent keeps it in the store)."""
+
+    def posted(self, prompt: PromptRef) -> None:
+        """The prompt is up at `prompt`; remembered so a restarted process can settle it."""
+
+    def outlives_cancellation(self) -> bool:
+        """True if a cancellation now is Parley restarting: the request stays pending, its
+        prompt keeps its buttons, and the next process takes it up again."""
+
+
+@dataclass(frozen=True, slots=True)
 class ApprovalRequest:
-    """An admin tool call waiting for a human's yes or no."""
+    """An admin tool call waiting for a human's yes or no.
+
+    `timeout` is what is left of the approvers' time. A request asked before a restart
+    comes with the `prompt` already posted for it: the channel settles that one and posts
+    none; clicks on its buttons still answer it (SPEC §13).
+    """
 
     id: str
     tool: str
     summary: str
     reason: str
     timeout: float
+    prompt: PromptRef | None = None
+    record: ApprovalRecord | None = field(default=None, compare=False, repr=False)
 
 
 class DeliveryError(Exception):
@@ -127,3 +154,14 @@ class AgentPort(Protocol):
         Returns once a message is stored (its queued run committed, with the event id), so
         a channel tells its platform "received" only after this returns; if it raises, the
         message is not stored and the platform should deliver it again."""
+
+    async def answer_approval(
+        self, request_id: str, allow: bool, user_name: str
+    ) -> ApprovalRequest | None:
+        """An approver's click on a prompt no run in this process is waiting on (it was
+        posted before a restart): the answer is stored for the run that takes the request
+        up again. The channel checks that the user is an approver first.
+
+        Returns the request, with its prompt for the channel to settle, if the answer was
+        taken; None if it is not pending here (unknown, already answered, or a run is
+        waiting on it right now: the channel's own pending requests have it)."""

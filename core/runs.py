@@ -75,19 +75,25 @@ class RunRecorder:
             )
         )
 
+    async def replay(self, call: ToolCall) -> Message | None:
+        """The stored result of `call` if it is one the interruption left open and it had
+        completed (the same call, not just the same id); each open call is checked once."""
+        if call.id not in self.replayable:
+            return None
+        self.replayable.discard(call.id)
+        stored = (await self.store.tool_calls(self.run_id)).get(call.id)
+        if stored is None or not stored.completed:
+            return None
+        if (stored.name, stored.arguments) != (call.name, call.arguments):
+            return None
+        return Message.tool_result(call, stored.result or "", is_error=stored.is_error)
+
     async def begin(self, call: ToolCall, idempotent: bool) -> Message | None:
         """Record the start; a completed call is replayed instead. Only a side-effecting
         call waits for the commit before it runs: after a crash, an idempotent call that
         left no trace is simply run again, which is what resume does with it anyway."""
-        if call.id in self.replayable:
-            self.replayable.discard(call.id)
-            stored = (await self.store.tool_calls(self.run_id)).get(call.id)
-            same = stored is not None and (stored.name, stored.arguments) == (
-                call.name,
-                call.arguments,
-            )
-            if stored is not None and same and stored.completed:
-                return Message.tool_result(call, stored.result or "", is_error=stored.is_error)
+        if (stored := await self.replay(call)) is not None:
+            return stored
         self.store.tool_started(self.run_id, call.id, call.name, call.arguments, idempotent)
         if not idempotent:
             await self.store.flush()
@@ -111,6 +117,22 @@ def close_unanswered(
             messages.append(Message.tool_result(call, row.result, is_error=row.is_error))
         else:
             messages.append(Message.tool_result(call, INTERRUPTED_RESULT, is_error=True))
+
+
+def reopen_calls(messages: MutableSequence[Message], call_ids: set[str]) -> bool:
+    """Take the placeholder results ("cancelled" by a shutdown) of calls `call_ids` of the
+    last assistant message out of the transcript, so that a resumed run runs them (they
+    were still waiting on an approver: they had run nothing). True if any was taken out."""
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    keep = [
+        m
+        for m in messages[last + 1 :]
+        if not (m.role == "tool" and m.tool_call_id in call_ids and m.is_error)
+    ]
+    if last < 0 or len(keep) == len(messages) - last - 1:
+        return False
+    messages[last + 1 :] = keep
+    return True
 
 
 async def resume_blocker(store: Store, run_id: str, conversation: Conversation) -> str | None:

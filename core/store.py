@@ -25,12 +25,13 @@ from typing import Any
 
 import aiosqlite
 
+from core.chat import PromptRef
 from core.errors import StoreError
 from core.messages import Message
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -103,6 +104,15 @@ _MIGRATIONS: dict[int, str] = {
         PRIMARY KEY (boot_id, pgid)
     ) WITHOUT ROWID;
     """,
+    3: """
+    ALTER TABLE approvals ADD COLUMN call_id TEXT;
+    ALTER TABLE approvals ADD COLUMN reason TEXT NOT NULL DEFAULT '';
+    ALTER TABLE approvals ADD COLUMN deadline REAL;
+    ALTER TABLE approvals ADD COLUMN prompt TEXT;
+    ALTER TABLE approvals ADD COLUMN answer TEXT;
+    ALTER TABLE approvals ADD COLUMN answered_by TEXT;
+    CREATE INDEX approvals_state ON approvals (state);
+    """,
 }
 
 
@@ -154,6 +164,26 @@ class ToolCallRow:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRow:
+    """One approval request. `pending` until the run that asked takes the decision; an
+    approver's `answer` can arrive before that (a click just after a restart)."""
+
+    id: str
+    conv: str
+    run_id: str | None
+    call_id: str | None
+    tool: str
+    summary: str
+    reason: str
+    state: str  # pending | approved | denied | cancelled | expired
+    requested_at: float
+    deadline: float | None
+    prompt: PromptRef | None
+    answer: str | None  # approved | denied, while still pending
+    answered_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ConversationRow:
     key: str
     input_tokens: int
@@ -171,6 +201,11 @@ class GoalRow:
     turns: int
     note: str | None
 
+
+_APPROVAL_COLUMNS = (
+    "id, conv, run_id, call_id, tool, summary, reason, state, requested_at, deadline, prompt, "
+    "answer, answered_by"
+)
 
 _RUN_COLUMNS = (
     "id, conv, state, trigger, created_at, started_at, ended_at, reason, text, iterations, "
@@ -619,13 +654,36 @@ class Store:
         await self.write("DELETE FROM tool_groups")
         return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
 
-    def approval_requested(
-        self, approval_id: str, conv: str, run_id: str | None, tool: str, summary: str
-    ) -> None:
-        self.write_soon(
-            "INSERT OR REPLACE INTO approvals (id, conv, run_id, tool, summary, state, "
-            "requested_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
-            (approval_id, conv, run_id, tool, summary, time.time()),
+    async def request_approval(self, row: ApprovalRow) -> None:
+        """A new pending request, committed (before its prompt is posted)."""
+        await self.write(
+            "INSERT OR REPLACE INTO approvals (id, conv, run_id, call_id, tool, summary, reason, "
+            "state, requested_at, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+            (
+                row.id,
+                row.conv,
+                row.run_id,
+                row.call_id,
+                row.tool,
+                row.summary,
+                row.reason,
+                row.requested_at,
+                row.deadline,
+            ),
+        )
+
+    def approval_posted(self, approval_id: str, prompt: PromptRef) -> None:
+        """Where the request's prompt is (queued: the next commit carries it)."""
+        body = json.dumps([prompt.channel_id, prompt.message_id, prompt.text])
+        self.write_soon("UPDATE approvals SET prompt = ? WHERE id = ?", (body, approval_id))
+
+    async def answer_approval(self, approval_id: str, answer: str, by: str) -> None:
+        """An approver's answer to a pending request no run is waiting on yet; the first
+        answer stands."""
+        await self.write(
+            "UPDATE approvals SET answer = ?, answered_by = ? "
+            "WHERE id = ? AND state = 'pending' AND answer IS NULL",
+            (answer, by, approval_id),
         )
 
     def approval_resolved(self, approval_id: str, state: str) -> None:
@@ -634,12 +692,39 @@ class Store:
             (state, time.time(), approval_id),
         )
 
-    def expire_pending_approvals(self) -> None:
-        """At start-up: the runs that asked are gone, so nothing still waits."""
-        self.write_soon(
-            "UPDATE approvals SET state = 'expired', resolved_at = ? WHERE state = 'pending'",
-            (time.time(),),
+    async def approval(self, approval_id: str) -> ApprovalRow | None:
+        row = await self._one(
+            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE id = ?", (approval_id,)
         )
+        return _approval_row(row) if row else None
+
+    async def pending_approval(self, run_id: str, call_id: str) -> ApprovalRow | None:
+        """The request tool call `call_id` of run `run_id` is waiting on, if any."""
+        row = await self._one(
+            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = ? AND call_id = ? "
+            "AND state = 'pending' ORDER BY requested_at DESC LIMIT 1",
+            (run_id, call_id),
+        )
+        return _approval_row(row) if row else None
+
+    async def pending_approvals(self, *, before: float) -> list[ApprovalRow]:
+        """Requests asked before `before` (by an earlier process) and still pending."""
+        rows = await self._all(
+            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE state = 'pending' "
+            "AND requested_at < ? ORDER BY requested_at",
+            (before,),
+        )
+        return [_approval_row(r) for r in rows]
+
+    def expire_approvals(self, approval_ids: Iterable[str]) -> None:
+        """Requests whose runs will not go on: nothing waits for them any more."""
+        now = time.time()
+        for approval_id in approval_ids:
+            self.write_soon(
+                "UPDATE approvals SET state = 'expired', resolved_at = ? "
+                "WHERE id = ? AND state = 'pending'",
+                (now, approval_id),
+            )
 
     # --- events -----------------------------------------------------------------------
 
@@ -728,6 +813,13 @@ class Store:
             "error",
         )
         return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def _approval_row(row: aiosqlite.Row) -> ApprovalRow:
+    values = list(row)
+    if values[10] is not None:
+        values[10] = PromptRef(*json.loads(values[10]))
+    return ApprovalRow(*values)
 
 
 def _run_row(row: aiosqlite.Row) -> RunRow:

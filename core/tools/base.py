@@ -10,13 +10,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from core.errors import ToolValidationError
 
 if TYPE_CHECKING:
+    from core.messages import ToolCall
     from core.tools.jail import Jail
 
 Category = Literal["read", "write", "admin"]
@@ -209,3 +210,14 @@ class ToolRegistry:
 
 Approver = Callable[[str, str, str], Awaitable[bool]]
 """`await approver(tool_name, summary_of_call, reason)` → True to allow."""
+
+
+@runtime_checkable
+class CallApprover(Protocol):
+    """An approver that is told which call it decides: the agent keeps each request in
+    the store under (run, call id), so a restart does not lose it (SPEC §13)."""
+
+    async def __call__(self, tool: str, summary: str, reason: str) -> bool: ...
+
+    async def approve_call(self, call: ToolCall, summary: str, reason: str) -> bool:
+        """True to allow `call`."""

@@ -24,7 +24,7 @@ from core.clock import Clock, SystemClock
 from core.errors import ToolDenied, ToolError, ToolTimeout, ToolTransientError
 from core.events import EventSink, Observed, discard
 from core.messages import Message, ToolCall
-from core.tools.base import Category, Tool, ToolContext, ToolRegistry, ToolResult
+from core.tools.base import CallApprover, Category, Tool, ToolContext, ToolRegistry, ToolResult
 from core.tools.policy import ToolPolicy
 
 RETRY_DELAYS: tuple[float, ...] = (0.5, 2.0, 8.0)
@@ -57,7 +57,13 @@ class PreparedCall:
 
 class Envelope(Protocol):
     """The idempotency envelope (SPEC §7): every call is recorded as started before it runs
-    and as completed with its result after; a completed call is replayed, not re-run."""
+    and as completed with its result after; a completed call is replayed, not re-run.
+
+    A call is recorded as started only once it is authorised: one still waiting on an
+    approver (or refused) has run nothing, so a resumed run may safely ask again."""
+
+    async def replay(self, call: ToolCall) -> Message | None:
+        """The stored result if this call already completed (in a resumed run)."""
 
     async def begin(self, call: ToolCall, idempotent: bool) -> Message | None:
         """Record the start; return the stored result if this call already completed."""
@@ -99,26 +105,39 @@ class ToolExecutor:
         """Run the call and return its tool-result message."""
         prepared = call if isinstance(call, PreparedCall) else self.prepare(call)
         envelope = self.envelope
-        if (
-            envelope is not None
-            and (stored := await envelope.begin(prepared.call, prepared.idempotent)) is not None
-        ):
+        if envelope is not None and (stored := await envelope.replay(prepared.call)) is not None:
             return stored
-        result = await self._execute(prepared)
+        checked = await self._authorized(prepared)  # may wait for an approver
+        if envelope is not None:
+            # A refused call runs nothing: like an idempotent one, it needs no durable start.
+            idempotent = prepared.idempotent or isinstance(checked, ToolResult)
+            if (stored := await envelope.begin(prepared.call, idempotent)) is not None:
+                return stored
+        if isinstance(checked, ToolResult):
+            result = checked
+        else:
+            result = await self._execute(*checked, prepared)
         text = self.redact(result.text) if self.redact is not None else result.text
         message = Message.tool_result(prepared.call, text, is_error=result.is_error)
         if envelope is not None:
             await envelope.end(prepared.call, message)
         return message
 
-    async def _execute(self, prepared: PreparedCall) -> ToolResult:
-        tool, args, call = prepared.tool, prepared.args, prepared.call
+    async def _authorized(self, prepared: PreparedCall) -> tuple[Tool, BaseModel] | ToolResult:
+        """The tool and arguments to run, or why the call must not run (invalid, or refused
+        by policy or an approver) as its error result."""
+        tool, args = prepared.tool, prepared.args
         if prepared.error is not None or tool is None or args is None:
             return ToolResult(prepared.error or "error: not runnable", is_error=True)
         try:
             await self._authorize(tool, prepared)
         except ToolError as exc:
             return ToolResult(f"error: {exc}", is_error=True)
+        return tool, args
+
+    async def _execute(self, tool: Tool, args: BaseModel, prepared: PreparedCall) -> ToolResult:
+        """Run an authorised call, retrying transient failures of idempotent ones."""
+        call = prepared.call
         retryable = prepared.idempotent
         attempt = 1
         failure: ToolError
@@ -156,7 +175,13 @@ class ToolExecutor:
         if decision.verdict == "ask":
             approver = self.policy.approver
             summary = f"{call.name} {call.arguments}"
-            if approver is None or not await approver(call.name, summary, decision.reason):
+            if approver is None:
+                allowed = False
+            elif isinstance(approver, CallApprover):
+                allowed = await approver.approve_call(call, summary, decision.reason)
+            else:
+                allowed = await approver(call.name, summary, decision.reason)
+            if not allowed:
                 raise ToolDenied(f"not approved: {decision.reason}; the approver said no")
 
     async def _run_once(self, tool: Tool, args: BaseModel, call: ToolCall) -> ToolResult:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +16,7 @@ from channels.approvals import (
     approval_button_id,
     parse_approval_button,
 )
-from core.chat import ApprovalRequest
+from core.chat import ApprovalRequest, PromptRef
 from core.clock import FakeClock
 
 
@@ -145,3 +147,101 @@ def test_timeouts_read_in_units_people_use(seconds: float, text: str) -> None:
     from channels.approvals import duration_text
 
     assert duration_text(seconds) == text
+
+
+# ---- requests that outlive a restart (the agent stores them) --------------------------------
+
+
+class Record:
+    """The agent's record of a request: where its prompt is; whether Parley is restarting."""
+
+    def __init__(self, *, restarting: bool = False) -> None:
+        self.prompts: list[PromptRef] = []
+        self.restarting = restarting
+
+    def posted(self, prompt: PromptRef) -> None:
+        self.prompts.append(prompt)
+
+    def outlives_cancellation(self) -> bool:
+        return self.restarting
+
+
+class StoreAgent:
+    """The part of the agent a click on an unknown request reaches (`answer_approval`)."""
+
+    def __init__(self, stored: ApprovalRequest | None) -> None:
+        self.stored = stored
+        self.answers: list[tuple[str, bool, str]] = []
+
+    async def submit(self, inbound: object, responder: object) -> bool:
+        raise AssertionError("not used")
+
+    async def answer_approval(
+        self, request_id: str, allow: bool, user_name: str
+    ) -> ApprovalRequest | None:
+        self.answers.append((request_id, allow, user_name))
+        return self.stored
+
+
+class SettledPrompts:
+    def __init__(self) -> None:
+        self.settled: list[tuple[PromptRef | None, str]] = []
+
+    async def __call__(self, request: ApprovalRequest, text: str) -> None:
+        self.settled.append((request.prompt, text))
+
+
+async def test_the_posted_prompt_is_recorded_and_settled() -> None:
+    approvals = Approvals(["U1"])
+    record, settled = Record(), SettledPrompts()
+    where = PromptRef("chat-1", "m7", "Approve?")
+
+    async def show(request: ApprovalRequest) -> PromptRef:
+        return where
+
+    request = replace(make_request(), record=record)
+    asking = asyncio.create_task(approvals.request(request, show, settled))
+    await until(lambda: bool(record.prompts))
+    assert record.prompts == [where]
+    assert approvals.resolve(request.id, "U1", "Ann", True) == "ok"
+    assert await asking is True
+    assert settled.settled == [(where, "✅ Approved by Ann")]
+
+
+async def test_a_request_taken_up_after_a_restart_settles_its_old_prompt() -> None:
+    clock = FakeClock()
+    approvals = Approvals(["U1"], clock=clock)
+    prompt, settled = Prompt(), SettledPrompts()
+    old = PromptRef("chat-1", "m3", "Approve?")
+    request = replace(make_request(timeout=42.0), prompt=old)
+    assert await approvals.request(request, prompt.show, settled) is False
+    assert prompt.shown == []  # not posted twice
+    assert clock.sleeps == [42.0]  # only the time that is left
+    assert settled.settled == [(old, TIMED_OUT)]
+
+
+async def test_a_restart_leaves_the_prompt_as_it_is() -> None:
+    approvals = Approvals(["U1"])
+    prompt = Prompt()
+    request = replace(make_request(), record=Record(restarting=True))
+    asking = asyncio.create_task(approvals.request(request, prompt.show, prompt.settle))
+    await until(lambda: bool(prompt.shown))
+    asking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asking
+    assert prompt.settled == []  # buttons and all, for the next process
+
+
+async def test_a_click_on_a_request_from_before_a_restart_is_answered_through_the_agent() -> None:
+    approvals = Approvals(["U1"])
+    old = PromptRef("chat-1", "m3", "Approve?")
+    agent, settled = StoreAgent(replace(make_request("old1"), prompt=old)), SettledPrompts()
+    click = functools.partial(approvals.resolve_click, agent=agent, settle=settled)
+    assert await click("old1", "U2", "Mallory", True) == "not_approver"
+    assert agent.answers == []  # never reaches the store
+    assert await click("old1", "U1", "Ann", False) == "ok"
+    assert agent.answers == [("old1", False, "Ann")]
+    assert settled.settled == [(old, "❌ Denied by Ann")]
+    agent.stored = None  # answered already, or unknown
+    assert await click("old1", "U1", "Ann", True) == "unknown"
+    assert settled.settled == [(old, "❌ Denied by Ann")]

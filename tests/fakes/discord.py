@@ -42,6 +42,7 @@ import asyncio
 import itertools
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -55,16 +56,19 @@ __all__ = [
     "BOT",
     "BOT_ID",
     "BOT_THREAD_ID",
+    "CAROL",
     "CHANNEL_ID",
     "COMMANDS_PATH",
     "DM_CHANNEL_ID",
     "GUILD_ID",
     "INTENTS_NEEDED",
+    "ONCALL_ROLE_ID",
     "OTHER_BOT",
     "OTHER_THREAD_ID",
     "STRANGER",
     "TOKEN",
     "USER",
+    "USERS",
     "Call",
     "FakeDiscord",
     "User",
@@ -92,6 +96,7 @@ class User:
     id: str
     name: str
     bot: bool = False
+    nick: str | None = None  # the member's nickname in the guild
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -104,7 +109,7 @@ class User:
         }
 
     def member(self) -> dict[str, Any]:
-        return {
+        data = {
             "user": self.payload(),
             "roles": [],
             "joined_at": TIMESTAMP,
@@ -113,12 +118,18 @@ class User:
             "flags": 0,
             "permissions": "2147483647",
         }
+        return data | ({"nick": self.nick} if self.nick else {})
 
 
 BOT = User(BOT_ID, "parley", bot=True)
 USER = User("940000000000000001", "alice")
 STRANGER = User("940000000000000002", "mallory")
 OTHER_BOT = User("940000000000000003", "otherbot", bot=True)
+CAROL = User("940000000000000004", "carol", nick="Carol (on call)")  # not a bot user
+ONCALL_ROLE_ID = "950000000000000001"  # the guild's role "oncall"
+USERS = {user.id: user for user in (BOT, USER, STRANGER, OTHER_BOT, CAROL)}
+_USER_MENTION = re.compile(r"<@!?(\d+)>")
+_ROLE_MENTION = re.compile(r"<@&(\d+)>")
 
 
 @dataclass
@@ -136,6 +147,11 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
         status=status,
         headers={"Content-Type": "application/json", **(headers or {})},
     )
+
+
+def _without_user(member: dict[str, Any]) -> dict[str, Any]:
+    """Member data as nested in a message (its user is the author or the mention itself)."""
+    return {k: v for k, v in member.items() if k != "user"}
 
 
 def _error(status: int, code: int, message: str) -> web.Response:
@@ -616,7 +632,17 @@ class FakeDiscord(LogsCalls):
                     "hoist": False,
                     "managed": False,
                     "mentionable": False,
-                }
+                },
+                {
+                    "id": ONCALL_ROLE_ID,
+                    "name": "oncall",
+                    "permissions": "0",
+                    "position": 1,
+                    "color": 0,
+                    "hoist": False,
+                    "managed": False,
+                    "mentionable": True,
+                },
             ],
             "emojis": [],
             "stickers": [],
@@ -676,9 +702,17 @@ class FakeDiscord(LogsCalls):
         mention: bool = False,
         message_id: str | None = None,
     ) -> dict[str, Any]:
-        """A MESSAGE_CREATE payload (`mention` prefixes `<@bot>` as a client does)."""
+        """A MESSAGE_CREATE payload (`mention` prefixes `<@bot>` as a client does). Like
+        Discord, it lists the known users (`USERS`) and roles mentioned in the content, a
+        user with their guild `member` data in a guild channel."""
         channel = self.channels[channel_id]
         content = f"<@{BOT_ID}> {text}" if mention else text
+        mentioned = [USERS[i] for i in dict.fromkeys(_USER_MENTION.findall(content)) if i in USERS]
+        mentions = [
+            u.payload() | ({"member": _without_user(u.member())} if channel.guild_id else {})
+            for u in mentioned
+        ]
+        roles = [r for r in dict.fromkeys(_ROLE_MENTION.findall(content)) if r == ONCALL_ROLE_ID]
         if channel.guild_id and not (self.identify_intents or 0) & MESSAGE_CONTENT_INTENT:
             content = ""  # Discord blanks guild message content without the intent
         data: dict[str, Any] = {
@@ -690,8 +724,8 @@ class FakeDiscord(LogsCalls):
             "edited_timestamp": None,
             "tts": False,
             "mention_everyone": False,
-            "mentions": [BOT.payload()] if mention else [],
-            "mention_roles": [],
+            "mentions": mentions,
+            "mention_roles": roles,
             "attachments": [],
             "embeds": [],
             "pinned": False,
@@ -700,7 +734,7 @@ class FakeDiscord(LogsCalls):
         }
         if channel.guild_id:
             data["guild_id"] = channel.guild_id
-            data["member"] = {k: v for k, v in author.member().items() if k != "user"}
+            data["member"] = _without_user(author.member())
         return data
 
     async def send_message(self, text: str, **kwargs: Any) -> dict[str, Any]:

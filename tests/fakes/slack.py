@@ -17,6 +17,7 @@ or, when `fake.http_target` is set, are POSTed signed to the adapter's HTTP endp
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import itertools
@@ -53,13 +54,17 @@ MAX_TEXT_BYTES = 4000  # chat.update refuses longer text with msg_too_long (PLAT
 APP_TOKEN_METHODS = {"apps.connections.open"}
 
 
-_MENTION = re.compile(r"(<@[A-Z0-9]+(?:\|[^>]*)?>)")
+# Slack's markup tokens: user, channel and special mentions, links (`<url|label>`).
+_MARKUP = re.compile(
+    r"(<(?:[@#][A-Z0-9]+|![a-z]+(?:\^[^|<>\s]*)?|(?:https?|mailto|tel):[^|<>\s]+)(?:\|[^<>]*)?>)"
+)
 
 
 def as_typed(text: str) -> str:
     """Message text as Slack delivers what a user typed: `&`, `<`, `>` escaped, except in
-    `<@U…>` mention tokens."""
-    parts = _MENTION.split(text)
+    Slack's own tokens (`<@U…>`, `<#C…|name>`, `<!here>`, `<https://…|label>`), which the
+    client writes for mentions and links."""
+    parts = _MARKUP.split(text)
     return "".join(
         part if i % 2 else part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         for i, part in enumerate(parts)
@@ -132,6 +137,7 @@ class FakeSlack(LogsCalls):
         self.users: dict[str, str] = {"U1": "alice", "U2": "bob", "U3": "carol", "U9": "mallory"}
         self.not_in_channel: set[str] = set()
         self.http_target: tuple[str, str] | None = None  # (events URL, signing secret)
+        self.delays: dict[str, float] = {}  # method → seconds it is answered late
         self._failures = FailureQueue()
         self._sockets = _Sockets()
         self._ts = itertools.count(1)
@@ -245,6 +251,8 @@ class FakeSlack(LogsCalls):
         want = self.app_token if method in APP_TOKEN_METHODS else self.bot_token
         if request.headers.get("Authorization") != f"Bearer {want}":
             return web.json_response({"ok": False, "error": "invalid_auth"})
+        if delay := self.delays.get(method):
+            await asyncio.sleep(delay)  # a slow Slack, as seen by the client
         if failure := self._failures.take(method):
             return _fault_response(failure)
         result: dict[str, Any] = handler(params)

@@ -37,7 +37,7 @@ from aiohttp import web
 
 from tests.fakes.calls import Call, CallLog, Failure, FailureQueue, LogsCalls
 
-__all__ = ["BOT", "Call", "FakeTelegram", "TgUser"]
+__all__ = ["BOT", "Call", "FakeTelegram", "TgUser", "formatted"]
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 MAX_TEXT = 4096
@@ -175,6 +175,23 @@ def parse_html(text: str) -> tuple[str, list[dict[str, Any]]]:
         )
     entities = [e for e in entities if e["type"] != "code" or not _inside_pre(e, entities)]
     return "".join(out), sorted(entities, key=lambda e: (e["offset"], -e["length"]))
+
+
+def formatted(html_text: str, *users: TgUser) -> tuple[str, list[dict[str, Any]]]:
+    """What a client sends for a message its user formatted: the visible text and its
+    entities, written here as Telegram HTML (`<b>`, `<code>`, `<pre><code
+    class="language-x">`, `<a href>`…). A link to `tg://user?id=N` of one of `users` is a
+    `text_mention` of that user, as when someone picks a user without a username."""
+    text, entities = parse_html(html_text)
+    by_id = {user.id: user for user in users}
+    for entity in entities:
+        url = str(entity.get("url", ""))
+        if entity["type"] == "text_link" and url.startswith("tg://user?id="):
+            user = by_id[int(url.removeprefix("tg://user?id="))]
+            entity["type"] = "text_mention"
+            entity["user"] = user.to_dict()
+            del entity["url"]
+    return text, entities
 
 
 def _inside_pre(entity: dict[str, Any], entities: list[dict[str, Any]]) -> bool:
@@ -316,16 +333,21 @@ class FakeTelegram(LogsCalls):
         mention: bool = False,
         reply_to: int | None = None,
         thread_id: int | None = None,
+        entities: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """A group message; `mention` prefixes `@botname`, `reply_to` replies to a message
-        id in that chat, `thread_id` puts it in a forum topic."""
+        id in that chat, `thread_id` puts it in a forum topic; `entities` (offsets in
+        `text`, see `formatted`) are its formatting."""
         if chat_id not in self.chats:
             self.add_chat(chat_id, forum=thread_id is not None)
-        entities: list[dict[str, Any]] = []
+        entities = [dict(e) for e in entities or []]
         if mention:
             handle = f"@{self.bot.username}"
             text = f"{handle} {text}"
-            entities.append({"type": "mention", "offset": 0, "length": utf16_len(handle)})
+            shift = utf16_len(handle) + 1
+            for entity in entities:
+                entity["offset"] += shift
+            entities.insert(0, {"type": "mention", "offset": 0, "length": utf16_len(handle)})
         return self._push_message(
             chat_id, user, text, entities, reply_to=reply_to, thread_id=thread_id
         )

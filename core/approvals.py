@@ -1,0 +1,176 @@
+"""Approval requests that outlive the process (SPEC §13).
+
+An admin tool call asks the approvers through its conversation's `Responder`. The request
+is committed to the store first — its run and tool call id, what is asked and its
+deadline — and so, once posted, is where its prompt is. After a restart (a crash or a
+deploy):
+
+- the run that was waiting is resumed at start-up (`Agent.reconcile`), and its
+  authorisation step takes the stored request up again: no new prompt, and only the time
+  left until the original deadline;
+- a click on the old prompt answers it: once the run waits again the channel's own pending
+  requests have it; before that, `ApprovalDesk.answer` stores the approver's answer for the
+  run to find.
+
+A call waiting on an approver is not recorded as started (see `ToolExecutor.execute`): it
+has run nothing, so resuming its run is always safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.chat import ApprovalRequest, PromptRef, Responder
+from core.errors import StoreError
+from core.eventlog import EventLog
+from core.messages import ToolCall
+from core.store import ApprovalRow, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """`core.chat.ApprovalRecord` of one stored request."""
+
+    store: Store
+    approval_id: str
+    closing: Callable[[], bool]
+
+    def posted(self, prompt: PromptRef) -> None:
+        self.store.approval_posted(self.approval_id, prompt)
+
+    def outlives_cancellation(self) -> bool:
+        return self.closing()
+
+
+class ApprovalDesk:
+    """The agent's approval requests: asked, taken up again after a restart, answered."""
+
+    def __init__(self, store: Store, events: EventLog, closing: Callable[[], bool]) -> None:
+        self.store, self.events = store, events
+        self._closing = closing
+        # Held while a request is looked up and claimed, so that an answer arriving through
+        # the store and a run taking the request up again never miss each other.
+        self._lock = asyncio.Lock()
+        self._waiting: set[str] = set()  # requests a run of this process waits on
+        self.held: set[str] = set()  # runs whose request a shutdown left pending
+
+    async def ask(
+        self,
+        responder: Responder,
+        conv: str,
+        run_id: str | None,
+        call: ToolCall,
+        summary: str,
+        reason: str,
+        answer_within: float,
+    ) -> bool:
+        """Ask the approvers about `call`, who have `answer_within` seconds (or take up the
+        request a restart left pending for it); True only if one of them allowed it in time."""
+        try:
+            row = await self._take_up(conv, run_id, call, summary, reason, answer_within)
+        except StoreError:
+            log.warning("approval for %s not stored; denied", call.name, exc_info=True)
+            return False
+        if row.answer is not None:  # clicked after a restart, before the run got here
+            self.store.approval_resolved(row.id, row.answer)
+            return row.answer == "approved"
+        left = (row.deadline or 0.0) - time.time()
+        if left <= 0 and row.prompt is None:  # never shown and already too late
+            self._waiting.discard(row.id)
+            self.store.approval_resolved(row.id, "denied")
+            return False
+        request = ApprovalRequest(
+            row.id,
+            call.name,
+            summary,
+            reason,
+            max(0.0, left),
+            prompt=row.prompt,
+            record=_Record(self.store, row.id, self._closing),
+        )
+        try:
+            allowed = await responder.approve(request)
+        except asyncio.CancelledError:
+            if self._closing() and run_id is not None:
+                self.held.add(run_id)  # pending still: the next process takes it up
+            else:
+                self.store.approval_resolved(row.id, "cancelled")
+            raise
+        except Exception:
+            log.warning("approval prompt failed", exc_info=True)
+            allowed = False
+        finally:
+            self._waiting.discard(row.id)
+        self.store.approval_resolved(row.id, "approved" if allowed else "denied")
+        return allowed
+
+    async def _take_up(
+        self,
+        conv: str,
+        run_id: str | None,
+        call: ToolCall,
+        summary: str,
+        reason: str,
+        answer_within: float,
+    ) -> ApprovalRow:
+        """The pending request of this call (a resumed run), else a new one, committed."""
+        async with self._lock:
+            row = None
+            if run_id and call.id:
+                row = await self.store.pending_approval(run_id, call.id)
+            if row is not None and (row.tool, row.summary) != (call.name, summary):
+                self.store.approval_resolved(row.id, "expired")  # an id reused by another call
+                row = None
+            if row is None:
+                now = time.time()
+                row = ApprovalRow(
+                    uuid.uuid4().hex[:12],
+                    conv,
+                    run_id,
+                    call.id or None,
+                    call.name,
+                    summary,
+                    reason,
+                    "pending",
+                    now,
+                    now + answer_within,
+                    None,
+                    None,
+                    None,
+                )
+                await self.store.request_approval(row)  # before anyone can click on it
+            else:
+                left = round((row.deadline or 0.0) - time.time(), 1)
+                data = {"tool": row.tool, "left": left, "answered": row.answer is not None}
+                self.events.emit("agent.approval.resumed", data, run_id=run_id, conv=conv)
+            if row.answer is None:
+                self._waiting.add(row.id)
+            return row
+
+    async def answer(self, request_id: str, allow: bool, user_name: str) -> ApprovalRequest | None:
+        """`AgentPort.answer_approval`: store an approver's answer to a pending request no
+        run of this process waits on yet."""
+        async with self._lock:
+            if request_id in self._waiting:
+                return None  # the channel that shows it has it pending
+            row = await self.store.approval(request_id)
+            if row is None or row.state != "pending" or row.answer is not None:
+                return None
+            if row.run_id is None or row.deadline is None or time.time() >= row.deadline:
+                return None  # not one a run takes up again, or too late
+            answer = "approved" if allow else "denied"
+            await self.store.answer_approval(row.id, answer, user_name)
+        self.events.emit(
+            "agent.approval.answered", {"answer": answer}, run_id=row.run_id, conv=row.conv
+        )
+        return ApprovalRequest(row.id, row.tool, row.summary, row.reason, 0.0, prompt=row.prompt)
+
+
+__all__ = ["ApprovalDesk"]
