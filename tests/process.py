@@ -103,3 +103,21 @@ def fake_llm_config(base_url: str, state: Path, extra: str = "") -> str:
             events_log = "{state / "events.jsonl"}"
             """
     ) + textwrap.dedent(extra)
+
+
+def telegram_run_config(
+    tmp_path: Path, llm_url: str, telegram_url: str, user_id: int, extra: str = ""
+) -> Path:
+    """config.toml for `parley run` with the fake LLM and the fake Telegram, admitting
+    `user_id`; `extra` TOML goes inside [channels.telegram] (then any further sections)."""
+    config = tmp_path / "config.toml"
+    section = f"""
+        [channels.telegram]
+        enabled = true
+        base_url = "{telegram_url}"
+        allow_users = ["{user_id}"]
+        """
+    config.write_text(
+        fake_llm_config(llm_url, tmp_path, textwrap.dedent(section) + textwrap.dedent(extra))
+    )
+    return config

@@ -11,7 +11,7 @@ from tests.fakes.discord import DM_CHANNEL_ID, TOKEN, USER, FakeDiscord
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram, TgUser
-from tests.process import child_env, fake_llm_config, parley, start_parley
+from tests.process import child_env, fake_llm_config, parley, start_parley, telegram_run_config
 
 ALICE = TgUser(111, "Alice", "alice")
 TELEGRAM_TOKEN = "123456:TEST-token"
@@ -174,19 +174,7 @@ async def test_an_ignored_message_logs_its_reason_at_info_without_its_text(
 ) -> None:
     mallory = TgUser(666, "Mallory", "mallory")
     async with FakeTelegram(token=TELEGRAM_TOKEN) as telegram:
-        config = tmp_path / "config.toml"
-        config.write_text(
-            fake_llm_config(
-                fake_llm.base_url,
-                tmp_path,
-                f"""
-                [channels.telegram]
-                enabled = true
-                base_url = "{telegram.url}"
-                allow_users = ["{ALICE.id}"]
-                """,
-            )
-        )
+        config = telegram_run_config(tmp_path, fake_llm.base_url, telegram.url, ALICE.id)
         env = child_env(TELEGRAM_BOT_TOKEN=TELEGRAM_TOKEN)
         proc = await start_parley(
             "--config", str(config), "run", "--log-level", "info", env=env, stdin=False

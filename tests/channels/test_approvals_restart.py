@@ -33,7 +33,7 @@ from tests.fakes.discord import CHANNEL_ID, FakeDiscord
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.fakes.slack import FakeSlack, Posted
 from tests.fakes.telegram import FakeTelegram, TgUser
-from tests.process import child_env, fake_llm_config
+from tests.process import child_env, fake_llm_config, telegram_run_config
 
 ALICE = TgUser(111, "Alice", "alice")
 TELEGRAM_TOKEN = "123456:TEST-token"
@@ -72,24 +72,15 @@ def prompt_stored(db: Path) -> bool:
 # ---- Telegram, a real process killed while it waits ----------------------------------------
 
 
-def telegram_config(tmp_path: Path, fake_llm: FakeLLM, telegram: FakeTelegram, timeout: float):
-    config = tmp_path / "config.toml"
-    config.write_text(
-        fake_llm_config(
-            fake_llm.base_url,
-            tmp_path,
-            f"""
-            [agent]
-            approval_timeout_seconds = {timeout}
-            [channels.telegram]
-            enabled = true
-            base_url = "{telegram.url}"
-            allow_users = ["{ALICE.id}"]
-            approvers = ["{ALICE.id}"]
-            """,
-        )
-    )
-    return config
+def telegram_config(
+    tmp_path: Path, fake_llm: FakeLLM, telegram: FakeTelegram, timeout: float
+) -> Path:
+    extra = f"""
+        approvers = ["{ALICE.id}"]
+        [agent]
+        approval_timeout_seconds = {timeout}
+        """
+    return telegram_run_config(tmp_path, fake_llm.base_url, telegram.url, ALICE.id, extra)
 
 
 def telegram_prompts(telegram: FakeTelegram) -> list[dict[str, Any]]:

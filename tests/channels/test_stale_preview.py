@@ -12,7 +12,7 @@ from core.agent import PREVIEW_RETRACTED
 from tests.channels.test_stored_before_ack import ALICE, TELEGRAM_TOKEN, parley_run
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.telegram import FakeTelegram
-from tests.process import child_env, fake_llm_config
+from tests.process import child_env, telegram_run_config
 
 SLOW = "The first half of a long answer arrives slowly, word by word. " * 40
 
@@ -33,20 +33,8 @@ async def test_a_preview_left_by_a_crash_is_retracted_and_resume_answers_below(
 ) -> None:
     fake_llm.script(Reply(text=SLOW, chunk_size=8, chunk_delay=0.05))
     async with FakeTelegram(token=TELEGRAM_TOKEN) as telegram:
-        config = tmp_path / "config.toml"
-        config.write_text(
-            fake_llm_config(
-                fake_llm.base_url,
-                tmp_path,
-                f"""
-                [channels.telegram]
-                enabled = true
-                base_url = "{telegram.url}"
-                allow_users = ["{ALICE.id}"]
-                edit_interval_seconds = 0.2
-                """,
-            )
-        )
+        extra = "edit_interval_seconds = 0.2"
+        config = telegram_run_config(tmp_path, fake_llm.base_url, telegram.url, ALICE.id, extra)
         env = child_env(TELEGRAM_BOT_TOKEN=TELEGRAM_TOKEN)
         async with parley_run(config, env) as first:
             telegram.dm(ALICE, "tell me everything")

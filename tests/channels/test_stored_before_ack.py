@@ -21,7 +21,7 @@ import pytest
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram, TgUser
-from tests.process import child_env, fake_llm_config, start_parley
+from tests.process import child_env, fake_llm_config, start_parley, telegram_run_config
 
 ALICE = TgUser(111, "Alice", "alice")
 TELEGRAM_TOKEN = "123456:TEST-token"
@@ -200,21 +200,7 @@ def fetched(telegram: FakeTelegram, update_id: int) -> int:
 
 
 def telegram_config(tmp_path: Path, fake_llm: FakeLLM, telegram: FakeTelegram, extra: str) -> Path:
-    config = tmp_path / "config.toml"
-    config.write_text(
-        fake_llm_config(
-            fake_llm.base_url,
-            tmp_path,
-            f"""
-            [channels.telegram]
-            enabled = true
-            base_url = "{telegram.url}"
-            allow_users = ["{ALICE.id}"]
-            """
-            + extra,
-        )
-    )
-    return config
+    return telegram_run_config(tmp_path, fake_llm.base_url, telegram.url, ALICE.id, extra)
 
 
 async def test_telegram_offset_passes_an_update_only_once_stored_and_survives_a_crash(
