@@ -313,7 +313,10 @@ async def test_a_fork_bomb_ends_within_its_limit_and_tools_keep_working(tmp_path
         peak = max(peak, count_tasks(uid))
         await asyncio.sleep(0.05)
     output = bomb.result()
-    assert "timed out" in output or "Resource temporarily unavailable" in output
+    # However it ends — the timeout, the process limit, or the shell returning while its
+    # background children are killed with the group — it ends, and nothing stays behind.
+    endings = ("timed out", "Resource temporarily unavailable", "background processes")
+    assert any(ending in output for ending in endings), output
     assert peak <= before + 40 + 5  # + a few tasks of other tests' tools in flight
     assert "still here" in await sh(settings, "echo still here")
     async with asyncio.timeout(10):
