@@ -41,6 +41,7 @@ from core.chat import (
     ReplyStream,
 )
 from core.clock import Clock, SystemClock
+from core.command_table import COMMAND_TABLE
 from core.config import DiscordConfig
 from core.errors import ChannelError, ConfigError
 
@@ -50,7 +51,7 @@ with warnings.catch_warnings():
     import discord
     from discord import app_commands
 
-__all__ = ["COMMANDS", "DiscordChannel", "DiscordRefused", "point_library_at"]
+__all__ = ["DiscordChannel", "DiscordRefused", "point_library_at"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -67,19 +68,6 @@ GUILD_READY_TIMEOUT = 0.5
 MAX_RATELIMIT_WAIT = 30.0
 INTENTS = discord.Intents(guilds=True, guild_messages=True, dm_messages=True, message_content=True)
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
-
-COMMANDS: dict[str, str] = {
-    "help": "What the bot can do",
-    "status": "Provider, model, context use and run state",
-    "clear": "Start this conversation afresh",
-    "compact": "Compact the conversation's context now",
-    "stop": "Stop the running turn",
-    "resume": "Resume an interrupted run",
-    "provider": "Show or switch this channel's LLM provider",
-    "goal": "Show, create, finish or clear the goal",
-    "journal": "Show the journal",
-}
-COMMANDS_WITH_ARGS = frozenset({"provider", "goal"})
 
 
 class DiscordRefused(ChannelError):
@@ -231,10 +219,10 @@ class _Client(discord.Client):
         self.adapter = adapter
         self.tree: app_commands.CommandTree[_Client] = app_commands.CommandTree(self)
         self.connected = asyncio.Event()
-        for name, description in COMMANDS.items():
-            callback = _command_with_args if name in COMMANDS_WITH_ARGS else _command
+        for spec in COMMAND_TABLE:
+            callback = _command_with_args if spec.takes_args else _command
             self.tree.add_command(
-                app_commands.Command(name=name, description=description, callback=callback)
+                app_commands.Command(name=spec.name, description=spec.summary, callback=callback)
             )
 
     async def on_connect(self) -> None:

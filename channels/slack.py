@@ -61,7 +61,7 @@ from core.chat import (
     ReplyStream,
 )
 from core.clock import Clock, SystemClock
-from core.commands import parse_command
+from core.command_table import CHANNEL_WIDE, COMMANDS, parse_command
 from core.config import SlackConfig
 from core.errors import ChannelError, ConfigError
 
@@ -70,9 +70,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LIMIT_BYTES = 3900  # chat.update refuses text over about 4,000 UTF-8 bytes (msg_too_long)
-COMMANDS = frozenset(
-    {"help", "status", "clear", "compact", "stop", "resume", "provider", "goal", "journal"}
-)
 APPROVE_ACTION, DENY_ACTION = "parley_approve", "parley_deny"
 EVENTS_PATH = "/slack/events"
 STOP_GRACE = 2.0  # seconds stop() lets in-flight events reach the agent
@@ -305,9 +302,6 @@ class _Recent:
 
     def discard(self, key: object) -> None:
         self._keys.pop(key, None)
-
-
-CHANNEL_WIDE_COMMANDS = frozenset({"help", "provider"})  # the rest act on one thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,7 +620,7 @@ class SlackChannel:
         if not self._gate.admit(inbound, from_bot=False, from_self=False):
             return
         command_name = text.split(maxsplit=1)[0].lstrip("/")
-        if not inbound.is_dm and command_name not in CHANNEL_WIDE_COMMANDS:
+        if not inbound.is_dm and command_name not in CHANNEL_WIDE:
             # In a channel every conversation is a thread: a slash command typed at channel
             # level cannot say which one it means.
             await patient_call(

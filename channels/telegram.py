@@ -80,7 +80,7 @@ from core.chat import (
     valid_text,
 )
 from core.clock import Clock, SystemClock
-from core.commands import parse_command
+from core.command_table import COMMAND_TABLE, COMMANDS, parse_command
 from core.config import TelegramConfig
 from core.errors import ConfigError
 
@@ -92,18 +92,6 @@ log = logging.getLogger(__name__)
 MESSAGE_LIMIT = 4096  # characters after entity parsing (counted in UTF-16 units here)
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ("message", "callback_query")
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("help", "What the bot can do"),
-    ("status", "Provider, context use, goal and run state"),
-    ("clear", "Start a fresh conversation"),
-    ("compact", "Summarise the conversation to free context"),
-    ("stop", "Stop the running turn"),
-    ("resume", "Resume an interrupted run"),
-    ("provider", "Show or switch the provider: /provider [name]"),
-    ("goal", "Show or set a goal: /goal create <text>"),
-    ("journal", "Show the journal"),
-)
-_OUR_COMMANDS = frozenset(name for name, _ in COMMANDS)
 _ALIASES = {"start": "help"}  # Telegram clients send /start when a user opens the bot
 _PROMPT_SUMMARY_LIMIT = 3000
 POLL_TIMEOUT = timedelta(seconds=10)  # long poll
@@ -386,7 +374,7 @@ class TelegramChannel:
             ) from None
 
     async def _register_commands(self) -> None:
-        commands = [BotCommand(name, text) for name, text in COMMANDS]
+        commands = [BotCommand(spec.name, spec.summary) for spec in COMMAND_TABLE]
         try:
             await self.app.bot.set_my_commands(commands)
         except TelegramError as exc:  # the bot still works; only the "/" menu is missing
@@ -562,7 +550,7 @@ class TelegramChannel:
             # itself formatted (then the arguments are taken as typed).
             rest = markdown if markdown.startswith(command[1]) else text
             args = rest[len(command[1]) :].strip()
-            ours = bool(target) or name in _OUR_COMMANDS
+            ours = bool(target) or name in COMMANDS
             if not ours and message.chat.type != ChatType.PRIVATE:
                 return None  # another bot's command in a group (/roll, /shrug): not for us
             text, mentioned = f"/{name} {args}".rstrip(), ours
@@ -734,4 +722,4 @@ def _prompt_text(request: ApprovalRequest) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["COMMANDS", "TelegramChannel"]
+__all__ = ["TelegramChannel"]

@@ -25,7 +25,8 @@ from typing import Any, Literal
 from core.approvals import ApprovalDesk
 from core.chat import ApprovalRequest, ConversationKey, DeliveryError, Inbound, Responder
 from core.clock import Clock, SystemClock
-from core.commands import Commands, parse_command
+from core.command_table import parse_command
+from core.commands import Commands
 from core.config import GoalsConfig
 from core.conversation import Conversation, Wiring
 from core.errors import ParleyError, StoreError

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from core.chat import Inbound, Responder
+from core.command_table import COMMANDS, help_text, parse_command
 from core.events import discard
 from core.journal import RunJournal
 from core.store import GoalRow
@@ -21,29 +22,7 @@ from core.tools.sandbox import jail_of
 if TYPE_CHECKING:
     from core.agent import Agent, Lane
 
-HELP = """Commands:
-/help — this list
-/status — provider, model, context use, tokens, last compaction, goal, run state
-/stop — stop the running turn
-/clear — forget this conversation's history (the provider choice stays)
-/compact — summarise the history now to free context
-/resume — continue a run that a restart interrupted
-/provider [name] — show or switch this channel's model provider
-/goal [create <text> [--auto [--turns N]] | done | clear] — the conversation's goal
-/journal — the run journal (objective, state, findings, next step)"""
-
-COMMANDS = ("help", "status", "stop", "clear", "compact", "resume", "provider", "goal", "journal")
-
-
-def parse_command(text: str) -> tuple[str, str] | None:
-    """`/compact now` → ("compact", "now"); None if `text` is not one of our commands.
-    A `@botname` suffix (`/status@parley_bot`) is ignored."""
-    stripped = text.strip()
-    if not stripped.startswith("/"):
-        return None
-    head, _, rest = stripped[1:].partition(" ")
-    name = head.split("@", 1)[0].lower()
-    return (name, rest.strip()) if name in COMMANDS else None
+HELP = help_text()
 
 
 class Commands:
@@ -60,6 +39,8 @@ class Commands:
             "goal": self._goal,
             "journal": self._journal,
         }
+        if missing := set(COMMANDS) - set(self._handlers):  # the table and handlers agree
+            raise RuntimeError(f"commands without a handler: {sorted(missing)}")
 
     async def handle(self, lane: Lane, inbound: Inbound, responder: Responder) -> bool:
         """Run `inbound` as a command if it is one; False if it is ordinary text."""

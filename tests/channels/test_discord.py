@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from channels import discord as adapter
-from channels.discord import COMMANDS, DiscordChannel
+from channels.discord import DiscordChannel
 from channels.text import split_message, to_discord
 from core.chat import Inbound, Responder
 from core.clock import Clock, FakeClock
+from core.command_table import COMMANDS
 from core.config import DiscordConfig
 from core.errors import ChannelError, ConfigError
 from core.events import TextDelta

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from channels.telegram import COMMANDS, MESSAGE_LIMIT, TelegramChannel
+from channels.telegram import MESSAGE_LIMIT, TelegramChannel
 from channels.text import split_message, to_telegram_html
 from core.agent import Agent
 from core.chat import Inbound, Responder
 from core.clock import FakeClock, SystemClock
+from core.command_table import COMMAND_TABLE
 from core.config import TelegramConfig
 from core.errors import ConfigError, StoreError
 from core.events import TextDelta
@@ -426,7 +427,7 @@ async def test_stop_command_stops_the_running_turn(
 async def test_commands_are_registered_and_normalised(fake: FakeTelegram) -> None:
     agent = EchoAgent()
     async with telegram(fake, agent):
-        assert [c["command"] for c in fake.commands] == [name for name, _ in COMMANDS]
+        assert [c["command"] for c in fake.commands] == [spec.name for spec in COMMAND_TABLE]
         fake.command(ALICE, "status", at=BOT.username, chat_id=GROUP)
         fake.command(ALICE, "help", at="other_bot", chat_id=GROUP)  # not for us
         fake.command(ALICE, "goal", "create ship the release --auto")

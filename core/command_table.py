@@ -1,0 +1,88 @@
+"""The one list of chat commands (SPEC §8): core handles them, every adapter registers them.
+
+Slack's `!stop`, Telegram's "/" menu, Discord's slash commands, the console's help line and
+the agent's own parser all read this table, so a command added here exists everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Scope = Literal["thread", "channel"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """One chat command.
+
+    Attributes:
+        name: what follows the slash, lower case.
+        summary: one line for platform menus (Telegram allows 256 characters, Discord 100).
+        usage: the argument synopsis shown in `/help` ("" for none).
+        scope: "channel" for commands about the whole channel (they make sense typed at
+            channel level on Slack); "thread" for those about one conversation.
+    """
+
+    name: str
+    summary: str
+    usage: str = ""
+    scope: Scope = "thread"
+
+    @property
+    def takes_args(self) -> bool:
+        return bool(self.usage)
+
+
+COMMAND_TABLE: tuple[CommandSpec, ...] = (
+    CommandSpec("help", "What the bot can do", scope="channel"),
+    CommandSpec("status", "Provider, model, context use, tokens, goal and run state"),
+    CommandSpec("stop", "Stop the running turn"),
+    CommandSpec("clear", "Forget this conversation's history (the provider choice stays)"),
+    CommandSpec("compact", "Summarise the history now to free context"),
+    CommandSpec("resume", "Continue a run that a restart interrupted"),
+    CommandSpec(
+        "provider", "Show or switch this channel's model provider", "[name]", scope="channel"
+    ),
+    CommandSpec(
+        "goal",
+        "Show, create, finish or clear the conversation's goal",
+        "[create <text> [--auto [--turns N]] | done | clear]",
+    ),
+    CommandSpec("journal", "The run journal: objective, state, findings, next step"),
+)
+
+COMMANDS: dict[str, CommandSpec] = {spec.name: spec for spec in COMMAND_TABLE}
+CHANNEL_WIDE = frozenset(spec.name for spec in COMMAND_TABLE if spec.scope == "channel")
+
+
+def help_text() -> str:
+    """The `/help` reply, one line per command."""
+    lines = ["Commands:"]
+    for spec in COMMAND_TABLE:
+        head = f"/{spec.name} {spec.usage}".rstrip()
+        lines.append(f"{head} — {spec.summary}")
+    return "\n".join(lines)
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """`/compact now` → ("compact", "now"); None if `text` is not one of our commands.
+
+    A `@botname` suffix (`/status@parley_bot`) is ignored.
+    """
+    stripped = text.strip()
+    if not stripped.startswith("/"):
+        return None
+    head, _, rest = stripped[1:].partition(" ")
+    name = head.split("@", 1)[0].lower()
+    return (name, rest.strip()) if name in COMMANDS else None
+
+
+__all__ = [
+    "CHANNEL_WIDE",
+    "COMMANDS",
+    "COMMAND_TABLE",
+    "CommandSpec",
+    "help_text",
+    "parse_command",
+]
