@@ -23,7 +23,7 @@ from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
 from core.store import Store
 from core.tokens import TokenCounter
-from core.tools.base import Approver, ToolContext, ToolRegistry
+from core.tools.base import ToolContext, ToolRegistry
 from core.tools.cli import CliTool
 from core.tools.executor import ToolExecutor
 from core.tools.jail import Jail
@@ -172,7 +172,6 @@ class App:
     def conversation(
         self,
         provider_name: str,
-        approver: Approver | None,
         journal: JournalBox | None = None,
         *,
         policy: ToolPolicy | None = None,
@@ -180,10 +179,11 @@ class App:
     ) -> Conversation:
         """A conversation with its own executor, context manager and guards."""
         agent = self.config.agent
-        extra: dict[str, object] = {"journal": journal or JournalBox()}
+        journal = journal or JournalBox()
+        extra: dict[str, object] = {"journal": journal}
         executor = ToolExecutor(
             self.registry,
-            policy or ToolPolicy(session="interactive", approver=approver),
+            policy or ToolPolicy(session="interactive"),
             ToolContext(sandbox=self.config.tools, extra=extra, jail=self.jail),
             redact=self.redactor,
         )
@@ -196,6 +196,7 @@ class App:
             settings=self.config.context,
             artifacts_dir=self.config.tools.resolved_artifacts(),
             session=executor.policy.session,
+            after_summary=journal.render_full,
         )
         guards = Guards(
             context=context,

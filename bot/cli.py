@@ -115,7 +115,7 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         if message is not None:  # one stateless turn, for scripts
             reader = LineReader() if sys.stdin.isatty() else None
             approver = ConsoleApprover(reader, sys.stderr, timeout)
-            return await run_one_shot(app.conversation(provider_name, approver), message)
+            return await run_one_shot(app.conversation(provider_name), message, approver)
         sys.stderr.write(f"parley: {app.jail.describe()}\n")
         responder = terminal_responder(timeout)
         reader = responder.approver.reader

@@ -446,7 +446,7 @@ class Scheduler:
             provider = job.provider or app.default_provider
             policy = ToolPolicy(session="cron", allow_tools=frozenset(job.allow_tools))
             lane.conversation = app.conversation(
-                provider, None, lane.journal, policy=policy, max_iterations=job.max_iterations
+                provider, lane.journal, policy=policy, max_iterations=job.max_iterations
             )
             lane.provider_name, lane.pinned = provider, True
             collector = _Collector()

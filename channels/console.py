@@ -33,6 +33,8 @@ from core.events import (
     ToolFinished,
     ToolStarted,
 )
+from core.run_context import RunContext
+from core.tools.base import Approver
 
 log = logging.getLogger(__name__)
 
@@ -234,11 +236,14 @@ def _report_failure(exc: BaseException, err: TextIO) -> None:
     err.flush()
 
 
-async def run_one_shot(conversation: Conversation, message: str) -> int:
+async def run_one_shot(
+    conversation: Conversation, message: str, approver: Approver | None = None
+) -> int:
     """`parley chat -m`: one turn; the answer streams to stdout as it arrives."""
     renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=False)
+    ctx = RunContext(sink=renderer, approver=approver)
     try:
-        outcome = await conversation.turn(valid_text(message), renderer)
+        outcome = await conversation.turn(valid_text(message), ctx)
     except (ProviderError, ContextLimitExceeded) as exc:
         renderer.finish()
         _report_failure(exc, sys.stderr)

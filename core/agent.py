@@ -20,6 +20,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from core.approvals import ApprovalDesk
@@ -34,6 +35,7 @@ from core.eventlog import EventLog, RunEvents
 from core.journal import JournalBox
 from core.loop import LoopOutcome, unanswered_calls
 from core.messages import Message, ToolCall
+from core.run_context import RunContext, RunKind
 from core.runs import (
     RunRecorder,
     close_unanswered,
@@ -71,6 +73,11 @@ def conv_id(key: ConversationKey) -> str:
 def parse_conv(conv: str) -> ConversationKey:
     channel, channel_id, thread = [*conv.split(":", 2), "", ""][:3]
     return (channel, channel_id, thread)
+
+
+def run_scratch(run_id: str) -> Path:
+    """The run's own temp dir: tools' HOME and TMPDIR, writable inside the sandbox."""
+    return default_temp_root() / "runs" / run_id
 
 
 def new_run_id() -> str:
@@ -252,16 +259,10 @@ class Agent:
         fresh = lane.generation == self.wiring.generation
         if current is not None and lane.provider_name == wanted and fresh:
             return current
-        conversation = self.wiring.conversation(wanted, self._approver(lane), lane.journal)
+        conversation = self.wiring.conversation(wanted, lane.journal)
         conversation.messages = (
             messages if messages is not None else (current.messages if current else [])
         )
-        conversation.extra_system = lambda: self._extra_system(lane)
-        context = conversation.guards.context
-        if context is not None:
-            context.after_summary = lambda: (
-                "" if lane.journal.journal.is_empty() else lane.journal.journal.render()
-            )
         lane.conversation, lane.provider_name = conversation, wanted
         lane.generation = self.wiring.generation
         return conversation
@@ -371,6 +372,16 @@ class Agent:
         try:  # everything that awaits is in here: a /stop at any point is handled below
             conversation = await self.conversation_of(lane)
             recorder = await self._start_run(lane, conversation, run_id, trigger, given_id, resume)
+            ctx = RunContext(
+                run_id=run_id,
+                conv=lane.conv,
+                kind=_KINDS.get(trigger, "chat"),
+                sink=sink,
+                recorder=recorder,
+                envelope=recorder,
+                approver=self._approver(lane),
+                scratch=run_scratch(run_id),
+            )
             if user_text is not None:
                 if pending := unanswered_calls(conversation.messages):
                     # New input supersedes an interrupted run: close its calls, never re-run.
@@ -380,7 +391,7 @@ class Agent:
             recorder.checkpoint("input", 0, conversation.messages)
             sink.emit("agent_run.started", {"trigger": trigger, "provider": lane.provider_name})
             async with responder.typing():
-                outcome = await conversation.run(sink, recorder)
+                outcome = await conversation.run(ctx)
             state = _state_of(outcome)
             text = outcome.text
         except asyncio.CancelledError:
@@ -400,7 +411,7 @@ class Agent:
             log.exception("run %s crashed", run_id)
         lane.stoppable = False  # from here on the answer is delivered, not cut short
         if conversation is not None and recorder is not None:
-            self._finish_run(lane, conversation, recorder, sink)
+            self._finish_run(lane, conversation, recorder, sink, run_id)
         self.store.finish_run(
             run_id,
             state=state,
@@ -442,9 +453,6 @@ class Agent:
             self.store, lane.conv, run_id, conversation.prompt_hash(), replayable=replayable
         )
         recorder.persisted = list(conversation.messages)
-        conversation.executor.envelope = recorder
-        # The run's own temp dir: tools' HOME and TMPDIR, writable inside the sandbox.
-        conversation.executor.ctx.scratch = default_temp_root() / "runs" / run_id
         if resume:
             self.store.resume_run(run_id)
         else:
@@ -453,17 +461,21 @@ class Agent:
                 await self.store.create_run(run_id, lane.conv, trigger)
             else:  # a queued run starts
                 self.store.start_run(run_id)
-        conversation.refresh_system()
+        conversation.refresh_system(self._extra_system(lane))
         return recorder
 
     def _finish_run(
-        self, lane: Lane, conversation: Conversation, recorder: RunRecorder, sink: RunEvents
+        self,
+        lane: Lane,
+        conversation: Conversation,
+        recorder: RunRecorder,
+        sink: RunEvents,
+        run_id: str,
     ) -> None:
-        """The final checkpoint and the session snapshot."""
+        """The final checkpoint, the run's scratch dir removed, and the session snapshot."""
         recorder.checkpoint("final", recorder.iteration, conversation.messages)
-        conversation.executor.envelope = None
-        scratch, conversation.executor.ctx.scratch = conversation.executor.ctx.scratch, None
-        if scratch is not None and scratch.exists():
+        scratch = run_scratch(run_id)
+        if scratch.exists():
             asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, scratch, True)
         lane.input_tokens += sink.input_tokens
         lane.output_tokens += sink.output_tokens
@@ -683,6 +695,9 @@ class _LaneApprover:
         return await agent.approvals.ask(
             lane.responder, lane.conv, lane.run_id, call, summary, reason, agent.approval_timeout
         )
+
+
+_KINDS: dict[str, RunKind] = {"cron": "cron", "goal": "goal", "child": "child"}
 
 
 def _state_of(outcome: LoopOutcome) -> RunState:

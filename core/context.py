@@ -225,6 +225,7 @@ class ContextManager:
         settings: ContextSettings | None = None,
         session: Literal["interactive", "cron"] = "interactive",
         artifacts_dir: Path | None = None,
+        after_summary: Callable[[], str] | None = None,
     ) -> None:
         self.window = window
         self.counter = counter
@@ -233,7 +234,7 @@ class ContextManager:
         self.session = session
         self.artifacts_dir = artifacts_dir
         self.last_compaction: CompactionReport | None = None
-        self.after_summary: Callable[[], str] | None = None  # e.g. the full run journal
+        self.after_summary = after_summary  # text placed after a summary: the run journal
         s = self.settings
         self.soft_at, self.compact_at = int(window * s.soft), int(window * s.compact)
         self.hard_at = int(window * s.hard)

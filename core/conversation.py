@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from core.events import EventSink, discard
 from core.journal import JournalBox
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
 from core.messages import Message
 from core.providers.base import Provider
+from core.run_context import DETACHED, RunContext
 from core.tokens import TokenCounter
-from core.tools.base import Approver
 from core.tools.executor import ToolExecutor
-
-if TYPE_CHECKING:
-    from core.runs import RunRecorder
 
 
 @dataclass(slots=True)
@@ -33,7 +28,6 @@ class Conversation:
     counter: TokenCounter = field(default_factory=TokenCounter)
     guards: Guards = field(default_factory=Guards)
     messages: list[Message] = field(default_factory=list)
-    extra_system: Callable[[], str] | None = None  # journal digest, goal
 
     def stable_prompt(self) -> str:
         """The part of the system message that comes from configuration and tools; its
@@ -48,39 +42,38 @@ class Conversation:
     def prompt_hash(self) -> str:
         return hashlib.sha256(self.stable_prompt().encode()).hexdigest()[:16]
 
-    def system_message(self) -> Message:
-        """Rebuilt every turn: configuration, tools, today's date, journal digest, goal."""
+    def system_message(self, extra: str = "") -> Message:
+        """Rebuilt every turn: configuration, tools, today's date, and `extra` (the
+        journal digest and the goal, from the agent)."""
         today = dt.datetime.now(dt.UTC).date().isoformat()
         text = f"{self.stable_prompt()} Today is {today} (UTC)."
-        if self.extra_system is not None and (extra := self.extra_system()):
+        if extra:
             text = f"{text}\n\n{extra}"
         return Message.system(text)
 
-    def refresh_system(self) -> None:
-        system = self.system_message()
+    def refresh_system(self, extra: str = "") -> None:
+        system = self.system_message(extra)
         if self.messages and self.messages[0].role == "system":
             self.messages[0] = system
         else:
             self.messages.insert(0, system)
 
-    async def turn(self, text: str, sink: EventSink = discard) -> LoopOutcome:
+    async def turn(self, text: str, ctx: RunContext = DETACHED) -> LoopOutcome:
         """Add the user's message and run the loop until a final answer."""
         self.refresh_system()
         self.messages.append(Message.user(text))
-        return await self.run(sink)
+        return await self.run(ctx)
 
-    async def run(
-        self, sink: EventSink = discard, recorder: RunRecorder | None = None
-    ) -> LoopOutcome:
+    async def run(self, ctx: RunContext = DETACHED) -> LoopOutcome:
+        """Run the loop over the history for the run `ctx` describes."""
         return await run_loop(
             self.messages,
             self.provider,
             self.executor,
+            ctx,
             config=self.loop_config,
-            sink=sink,
             counter=self.counter,
             guards=self.guards,
-            recorder=recorder,
         )
 
 
@@ -99,6 +92,4 @@ class Wiring(Protocol):
 
     def provider(self, name: str) -> Provider: ...
 
-    def conversation(
-        self, provider_name: str, approver: Approver | None, journal: JournalBox
-    ) -> Conversation: ...
+    def conversation(self, provider_name: str, journal: JournalBox) -> Conversation: ...

@@ -100,6 +100,10 @@ class JournalBox:
         self.journal = journal or RunJournal()
         self._save = save
 
+    def render_full(self) -> str:
+        """The whole journal, for after a history summary; "" while it is empty."""
+        return "" if self.journal.is_empty() else self.journal.render()
+
     def replace(self, journal: RunJournal) -> None:
         self.journal = journal
         if self._save is not None:

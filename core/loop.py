@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.errors import ContextLengthError
@@ -28,7 +28,6 @@ from core.events import (
     ToolFinished,
     ToolStarted,
     Usage,
-    discard,
 )
 from core.messages import CANCELLED_RESULT, Message, ToolCall
 from core.providers.base import Provider
@@ -39,6 +38,7 @@ from core.resilience import (
     LoopDetector,
     TimeLimits,
 )
+from core.run_context import DETACHED, RunContext
 from core.tokens import TokenCounter
 from core.tools.ask import ASK_HUMAN
 from core.tools.base import Category, ToolSpec
@@ -66,12 +66,6 @@ StopReason = Literal[
     "time_limit",
     "context_stop",
 ]
-
-
-class Recorder(Protocol):
-    """Told of every safe boundary of a run (SPEC §7 checkpoints)."""
-
-    def checkpoint(self, kind: str, iteration: int, messages: list[Message]) -> None: ...
 
 
 class ContextGuard(Protocol):
@@ -104,22 +98,25 @@ class LoopConfig:
 
 @dataclass(slots=True)
 class Guards:
-    """Optional protections of one run; each is None when not wanted."""
+    """Optional protections of a conversation's runs; each is None when not wanted.
+
+    `detector` and `limits` are templates: every run works on its own fresh copy (made by
+    `for_run`), so no run's window, clock or events reach another.
+    """
 
     context: ContextGuard | None = None
     detector: LoopDetector | None = None
     limits: TimeLimits | None = None
 
-    def start_turn(self, sink: EventSink) -> None:
-        """Reset per-turn state; this run's sink receives the guards' events."""
+    def for_run(self, sink: EventSink) -> Guards:
+        """This run's guards: fresh detector and limits that report to `sink`."""
         if self.context is not None:
             self.context.start_turn()
-        if self.detector is not None:
-            self.detector.sink = sink
-            self.detector.reset()
-        if self.limits is not None:
-            self.limits.sink = sink
-            self.limits.start()
+        detector = replace(self.detector, sink=sink) if self.detector is not None else None
+        limits = replace(self.limits, sink=sink) if self.limits is not None else None
+        if limits is not None:
+            limits.start()
+        return Guards(self.context, detector, limits)
 
 
 @dataclass(slots=True)
@@ -142,18 +139,21 @@ class _Run:
     provider: Provider
     executor: ToolExecutor
     config: LoopConfig
-    sink: EventSink
+    ctx: RunContext
     counter: TokenCounter
     guards: Guards
-    recorder: Recorder | None = None
     input_tokens: int = 0
     output_tokens: int = 0
     tool_calls: int = 0
     iteration: int = 0
 
+    @property
+    def sink(self) -> EventSink:
+        return self.ctx.sink
+
     def checkpoint(self, kind: str, iteration: int) -> None:
-        if self.recorder is not None:
-            self.recorder.checkpoint(kind, iteration, self.messages)
+        if self.ctx.recorder is not None:
+            self.ctx.recorder.checkpoint(kind, iteration, self.messages)
 
     def outcome(self, reason: StopReason, text: str, iterations: int) -> LoopOutcome:
         return LoopOutcome(
@@ -165,49 +165,49 @@ async def run_loop(
     messages: list[Message],
     provider: Provider,
     executor: ToolExecutor,
+    ctx: RunContext = DETACHED,
     *,
     config: LoopConfig = LoopConfig(),
-    sink: EventSink = discard,
     counter: TokenCounter | None = None,
     guards: Guards | None = None,
-    recorder: Recorder | None = None,
 ) -> LoopOutcome:
-    """Run one user turn to completion over `messages` (mutated in place).
+    """Run one user turn to completion over `messages` (mutated in place), for the run
+    `ctx` describes (its events, checkpoints, tool envelope, approver and deadline).
 
     If `messages` ends with an assistant message whose tool calls have no results yet (a
     run resumed after a crash), those calls run first; an executor with an idempotency
     envelope replays the ones that had completed.
     """
-    run = _Run(
-        messages,
-        provider,
-        executor,
-        config,
-        sink,
-        counter or TokenCounter(),
-        guards or Guards(),
-        recorder,
-    )
-    run.guards.start_turn(sink)
-    executor.sink = sink  # built once per conversation; each run owns its events
-    limits = run.guards.limits
-    if limits is None:
+    run_guards = (guards or Guards()).for_run(ctx.sink)
+    run = _Run(messages, provider, executor, config, ctx, counter or TokenCounter(), run_guards)
+    limits = run_guards.limits
+    remaining = _remaining(limits, ctx)
+    if remaining is None:
         return await _turn(run)
     # The hard limit bounds everything the turn awaits: a stream that never ends, a long
     # Retry-After, a tool that outlives it (its process group is killed on cancellation).
-    deadline = asyncio.timeout(limits.remaining)
+    deadline = asyncio.timeout(remaining)
     try:
         async with deadline:
             return await _turn(run)
     except TimeoutError:
         if not deadline.expired():
             raise
-    limits.check()  # records the hard-limit event
+    if limits is not None:
+        limits.check()  # records the hard-limit event
     if pending := unanswered_calls(messages):
         close_calls(messages, pending)
     messages.append(Message.assistant(HARD_LIMIT_TEXT))
-    sink(Notice(HARD_LIMIT_TEXT, "warning"))
+    ctx.sink(Notice(HARD_LIMIT_TEXT, "warning"))
     return run.outcome("time_limit", HARD_LIMIT_TEXT, run.iteration)
+
+
+def _remaining(limits: TimeLimits | None, ctx: RunContext) -> float | None:
+    """Seconds the turn may take: the hard limit, or less if the run's deadline is nearer."""
+    left = [limits.remaining] if limits is not None else []
+    if ctx.deadline is not None:
+        left.append(max(0.0, ctx.deadline - asyncio.get_running_loop().time()))
+    return min(left, default=None)
 
 
 async def _turn(run: _Run) -> LoopOutcome:
@@ -383,7 +383,7 @@ def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
 
 
 async def _run_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> None:
-    executor, config, sink, messages = run.executor, run.config, run.sink, run.messages
+    executor, config, messages = run.executor, run.config, run.messages
     prepared = {c.id: executor.prepare(c) for c in calls}
     categories = {call_id: p.category for call_id, p in prepared.items()}
     results: dict[str, Message] = {}
@@ -391,7 +391,7 @@ async def _run_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> No
     try:
         for batch in _batches(calls, categories, config.parallel_reads):
             await asyncio.gather(
-                *(_run_one(prepared[c.id], executor, config, sink, results) for c in batch)
+                *(_run_one(prepared[c.id], executor, config, run.ctx, results) for c in batch)
             )
             if run.guards.context is not None:  # TACO: shrink huge outputs before history
                 for c in batch:
@@ -415,13 +415,13 @@ async def _run_one(
     prepared: PreparedCall,
     executor: ToolExecutor,
     config: LoopConfig,
-    sink: EventSink,
+    ctx: RunContext,
     results: dict[str, Message],
 ) -> None:
-    call, category = prepared.call, prepared.category
+    call, category, sink = prepared.call, prepared.category, ctx.sink
     sink(ToolStarted(call, category))
     started = time.perf_counter()
-    task = asyncio.ensure_future(executor.execute(prepared))
+    task = asyncio.ensure_future(executor.execute(prepared, ctx))
     try:
         result = await asyncio.shield(task)
     except asyncio.CancelledError:

@@ -11,6 +11,7 @@ import pytest
 from core.events import LoopEvent, ReasoningDelta, TextDelta, ToolFinished, ToolStarted, Usage
 from core.loop import EMPTY_TURNS_TEXT, MAX_ITERATIONS_TEXT, LoopConfig, run_loop
 from core.messages import CANCELLED_RESULT, Message
+from core.run_context import RunContext
 from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
@@ -149,7 +150,7 @@ async def test_s5_5_cancel_mid_stream_exits_cleanly(fake_llm: FakeLLM, kind: str
             first_text.set()
 
     task = asyncio.create_task(
-        run_loop(messages, provider_for(fake_llm, kind), executor(), sink=sink)
+        run_loop(messages, provider_for(fake_llm, kind), executor(), ctx=RunContext(sink=sink))
     )
     await asyncio.wait_for(first_text.wait(), 5)
     task.cancel()
@@ -186,7 +187,7 @@ async def test_s5_7_max_iterations_terminal_message(fake_llm: FakeLLM) -> None:
         provider_for(fake_llm),
         executor(EchoTool()),
         config=LoopConfig(max_iterations=3),
-        sink=notices.append,
+        ctx=RunContext(sink=notices.append),
     )
     assert outcome.reason == "max_iterations"
     assert outcome.text == MAX_ITERATIONS_TEXT == "Stopped: maximum iteration limit reached."
@@ -217,7 +218,7 @@ async def test_s5_8_cancel_reaches_stream_and_tool(fake_llm: FakeLLM, phase: str
             started.set()
 
     task = asyncio.create_task(
-        run_loop(messages, provider_for(fake_llm), executor(sleeper), sink=sink)
+        run_loop(messages, provider_for(fake_llm), executor(sleeper), ctx=RunContext(sink=sink))
     )
     await asyncio.wait_for(started.wait(), 5)
     await asyncio.sleep(0.05)
@@ -278,7 +279,9 @@ async def test_read_tools_of_one_turn_run_concurrently_results_in_order(
     )
     messages = history()
     events: list[LoopEvent] = []
-    await run_loop(messages, provider_for(fake_llm), executor(sleeper), sink=events.append)
+    await run_loop(
+        messages, provider_for(fake_llm), executor(sleeper), ctx=RunContext(sink=events.append)
+    )
     (_s1, e1), (s2, _e2) = sorted(sleeper.spans)
     assert s2 < e1  # overlapped
     finished = [e.call.id for e in events if isinstance(e, ToolFinished)]
@@ -323,7 +326,9 @@ async def test_reasoning_is_an_event_never_the_answer(fake_llm: FakeLLM, kind: s
     fake_llm.script(Reply(reasoning="Let me think about it.", text="42"))
     events: list[LoopEvent] = []
     messages = history()
-    outcome = await run_loop(messages, provider_for(fake_llm, kind), executor(), sink=events.append)
+    outcome = await run_loop(
+        messages, provider_for(fake_llm, kind), executor(), ctx=RunContext(sink=events.append)
+    )
     assert outcome.text == "42"
     reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
     assert reasoning == "Let me think about it."
@@ -357,7 +362,10 @@ async def test_usage_is_recorded_and_estimated_when_missing(fake_llm: FakeLLM) -
         fake_llm.script(Reply(text="hi", omit_usage=True))
         events: list[LoopEvent] = []
         outcome = await run_loop(
-            history("count me"), provider_for(fake_llm, kind), executor(), sink=events.append
+            history("count me"),
+            provider_for(fake_llm, kind),
+            executor(),
+            ctx=RunContext(sink=events.append),
         )
         assert not any(isinstance(e, Usage) for e in events)  # the server sent none
         assert outcome.input_tokens >= 4

@@ -10,6 +10,7 @@ from core.errors import ContextLengthError
 from core.events import LoopEvent, Observed
 from core.loop import Guards, run_loop
 from core.messages import Message, ToolCall
+from core.run_context import RunContext
 from core.tokens import TokenCounter
 from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
@@ -47,7 +48,11 @@ async def test_compaction_fires_before_the_call_and_the_run_goes_on(fake_llm: Fa
     context = ContextManager(window, counter, provider_summarizer(provider), ContextSettings())
     events: list[LoopEvent] = []
     outcome = await run_loop(
-        messages, provider, executor(), sink=events.append, guards=Guards(context=context)
+        messages,
+        provider,
+        executor(),
+        ctx=RunContext(sink=events.append),
+        guards=Guards(context=context),
     )
     assert outcome.text == "done"
     main_call = fake_llm.requests[1].json["messages"]

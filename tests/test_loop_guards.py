@@ -15,6 +15,7 @@ from core.events import LoopEvent, Observed
 from core.loop import NUDGE_PREFIX, Guards, LoopConfig, run_loop
 from core.messages import Message
 from core.resilience import HARD_LIMIT_TEXT, SOFT_LIMIT_PROMPT, LoopDetector, TimeLimits
+from core.run_context import RunContext
 from core.tools.ask import AskHumanTool
 from core.tools.base import Category, SandboxSettings, Tool, ToolContext, ToolRegistry, ToolResult
 from core.tools.executor import ToolExecutor
@@ -253,7 +254,7 @@ async def test_guard_events_reach_the_runs_sink(fake_llm: FakeLLM) -> None:
         history(),
         provider_for(fake_llm),
         make_executor(EchoTool()),
-        sink=events.append,
+        ctx=RunContext(sink=events.append),
         guards=Guards(detector=LoopDetector(), limits=TimeLimits(clock=clock)),
     )
     names = {e.name for e in events if isinstance(e, Observed)}
@@ -288,7 +289,7 @@ async def test_a_second_run_gets_its_own_time_limit_and_retry_events(fake_llm: F
     provider = provider_for(fake_llm)
     fake_llm.script(Reply(text="first done"))
     first: list[LoopEvent] = []
-    await run_loop(history(), provider, executor, sink=first.append, guards=guards)
+    await run_loop(history(), provider, executor, ctx=RunContext(sink=first.append), guards=guards)
     fake_llm.script(
         Reply(
             tool_calls=[
@@ -299,7 +300,7 @@ async def test_a_second_run_gets_its_own_time_limit_and_retry_events(fake_llm: F
         Reply(text="summary of the work"),
     )
     second: list[LoopEvent] = []
-    await run_loop(history(), provider, executor, sink=second.append, guards=guards)
+    await run_loop(history(), provider, executor, ctx=RunContext(sink=second.append), guards=guards)
     names = [e.name for e in second if isinstance(e, Observed)]
     assert "agent.tool.retry" in names
     assert "agent.exhaustion.soft_limit" in names

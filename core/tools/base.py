@@ -7,7 +7,7 @@ import json
 import os
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -111,6 +111,8 @@ class ToolContext:
     extra: dict[str, Any] = field(default_factory=dict)
     jail: Jail | None = None  # None: built from `sandbox` on first use
     scratch: Path | None = None  # the run's temp dir (HOME and TMPDIR of tools); None: per call
+    cwd: Path | None = None  # where the tool starts; None: the workspace
+    env: Mapping[str, str] = field(default_factory=dict)  # the run's extra variables
 
 
 class Tool(ABC):

@@ -15,16 +15,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel
 
 from core.clock import Clock, SystemClock
 from core.errors import ToolDenied, ToolError, ToolTimeout, ToolTransientError
-from core.events import EventSink, Observed, discard
+from core.events import Observed
 from core.messages import Message, ToolCall
-from core.tools.base import CallApprover, Category, Tool, ToolContext, ToolRegistry, ToolResult
+from core.run_context import DETACHED, RunContext
+from core.tools.base import (
+    Approver,
+    CallApprover,
+    Category,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+)
 from core.tools.policy import ToolPolicy
 
 RETRY_DELAYS: tuple[float, ...] = (0.5, 2.0, 8.0)
@@ -55,37 +63,21 @@ class PreparedCall:
         return tool is None or (tool.idempotent and self.category == tool.category)
 
 
-class Envelope(Protocol):
-    """The idempotency envelope (SPEC §7): every call is recorded as started before it runs
-    and as completed with its result after; a completed call is replayed, not re-run.
-
-    A call is recorded as started only once it is authorised: one still waiting on an
-    approver (or refused) has run nothing, so a resumed run may safely ask again."""
-
-    async def replay(self, call: ToolCall) -> Message | None:
-        """The stored result if this call already completed (in a resumed run)."""
-
-    async def begin(self, call: ToolCall, idempotent: bool) -> Message | None:
-        """Record the start; return the stored result if this call already completed."""
-
-    async def end(self, call: ToolCall, result: Message) -> None: ...
-
-
 @dataclass(slots=True)
 class ToolExecutor:
-    """Executes tool calls for one run.
+    """Executes tool calls; shared by the runs of a conversation, which pass their own
+    `RunContext` to every call (its events, envelope, approver and scratch dir).
 
     Attributes:
+        ctx: what every call's tool may use (sandbox settings, the jail, extras); each
+            call's tool gets it with the run's own scratch dir, cwd and env added.
         clock: sleeps between retries (a `FakeClock` in tests).
-        sink: receives `agent.tool.retry` events.
     """
 
     registry: ToolRegistry
     policy: ToolPolicy
     ctx: ToolContext
     clock: Clock = field(default_factory=SystemClock)
-    sink: EventSink = discard
-    envelope: Envelope | None = None
     redact: Callable[[str], str] | None = None  # secrets out of tool output (SPEC §13)
 
     def prepare(self, call: ToolCall) -> PreparedCall:
@@ -101,13 +93,13 @@ class ToolExecutor:
             return PreparedCall(call, "read", tool, error=f"error: {exc}")
         return PreparedCall(call, tool.effective_category(args), tool, args)
 
-    async def execute(self, call: ToolCall | PreparedCall) -> Message:
-        """Run the call and return its tool-result message."""
+    async def execute(self, call: ToolCall | PreparedCall, run: RunContext = DETACHED) -> Message:
+        """Run the call for `run` and return its tool-result message."""
         prepared = call if isinstance(call, PreparedCall) else self.prepare(call)
-        envelope = self.envelope
+        envelope = run.envelope
         if envelope is not None and (stored := await envelope.replay(prepared.call)) is not None:
             return stored
-        checked = await self._authorized(prepared)  # may wait for an approver
+        checked = await self._authorized(prepared, run)  # may wait for an approver
         if envelope is not None:
             # A refused call runs nothing: like an idempotent one, it needs no durable start.
             idempotent = prepared.idempotent or isinstance(checked, ToolResult)
@@ -116,34 +108,41 @@ class ToolExecutor:
         if isinstance(checked, ToolResult):
             result = checked
         else:
-            result = await self._execute(*checked, prepared)
+            result = await self._execute(*checked, prepared, run)
         text = self.redact(result.text) if self.redact is not None else result.text
         message = Message.tool_result(prepared.call, text, is_error=result.is_error)
         if envelope is not None:
             await envelope.end(prepared.call, message)
         return message
 
-    async def _authorized(self, prepared: PreparedCall) -> tuple[Tool, BaseModel] | ToolResult:
+    async def _authorized(
+        self, prepared: PreparedCall, run: RunContext
+    ) -> tuple[Tool, BaseModel] | ToolResult:
         """The tool and arguments to run, or why the call must not run (invalid, or refused
         by policy or an approver) as its error result."""
         tool, args = prepared.tool, prepared.args
         if prepared.error is not None or tool is None or args is None:
             return ToolResult(prepared.error or "error: not runnable", is_error=True)
         try:
-            await self._authorize(tool, prepared)
+            await self._authorize(tool, prepared, run.approver)
         except ToolError as exc:
             return ToolResult(f"error: {exc}", is_error=True)
         return tool, args
 
-    async def _execute(self, tool: Tool, args: BaseModel, prepared: PreparedCall) -> ToolResult:
+    async def _execute(
+        self, tool: Tool, args: BaseModel, prepared: PreparedCall, run: RunContext
+    ) -> ToolResult:
         """Run an authorised call, retrying transient failures of idempotent ones."""
         call = prepared.call
+        tool_ctx = self.ctx
+        if run.scratch is not None or run.cwd is not None or run.env:
+            tool_ctx = replace(tool_ctx, scratch=run.scratch, cwd=run.cwd, env=run.env)
         retryable = prepared.idempotent
         attempt = 1
         failure: ToolError
         while True:
             try:
-                return await self._run_once(tool, args, call)
+                return await self._run_once(tool, args, call, tool_ctx)
             except ToolTransientError as exc:
                 failure, retry_after = exc, exc.retry_after
             except TimeoutError:
@@ -151,7 +150,7 @@ class ToolExecutor:
             delay = self._retry_delay(attempt, retry_after) if retryable else None
             if delay is None:
                 return _give_up(failure, call.name, attempt, retryable, retry_after)
-            self.sink(
+            run.sink(
                 Observed(
                     "agent.tool.retry",
                     {
@@ -166,14 +165,15 @@ class ToolExecutor:
             await self.clock.sleep(delay)  # a cancel here propagates like any other
             attempt += 1
 
-    async def _authorize(self, tool: Tool, prepared: PreparedCall) -> None:
+    async def _authorize(
+        self, tool: Tool, prepared: PreparedCall, approver: Approver | None
+    ) -> None:
         """Raise `ToolDenied` unless policy (and, if asked, the approver) allows the call."""
         call = prepared.call
         decision = self.policy.decide(tool.name, prepared.category)
         if decision.verdict == "deny":
             raise ToolDenied(f"policy: {decision.reason}")
         if decision.verdict == "ask":
-            approver = self.policy.approver
             summary = f"{call.name} {call.arguments}"
             if approver is None:
                 allowed = False
@@ -184,14 +184,16 @@ class ToolExecutor:
             if not allowed:
                 raise ToolDenied(f"not approved: {decision.reason}; the approver said no")
 
-    async def _run_once(self, tool: Tool, args: BaseModel, call: ToolCall) -> ToolResult:
+    async def _run_once(
+        self, tool: Tool, args: BaseModel, call: ToolCall, ctx: ToolContext
+    ) -> ToolResult:
         """One run. Transient failures and `TimeoutError` escape for the retry loop; every
         other failure becomes an error result."""
         try:
-            timeout = tool.call_timeout(args, self.ctx.sandbox)
+            timeout = tool.call_timeout(args, ctx.sandbox)
             # A second wall behind the subprocess runner's own process-group timeout.
             async with asyncio.timeout(timeout + 5):
-                return await tool.run(args, self.ctx)
+                return await tool.run(args, ctx)
         except (ToolTransientError, TimeoutError, asyncio.CancelledError):
             raise
         except ToolError as exc:

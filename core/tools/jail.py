@@ -259,7 +259,7 @@ class Jail:
             )
         finally:
             os.close(scratch_fd)
-        return Spawn(ruleset, self._limits(), self.run_as)
+        return Spawn(ruleset, self._limits(), self.run_as, self.settings.max_processes)
 
     def _limits(self) -> tuple[tuple[int, int], ...]:
         s = self.settings
@@ -296,9 +296,23 @@ class Spawn:
     ruleset: int
     limits: tuple[tuple[int, int], ...]
     run_as: RunAs | None
+    process_budget: int = 0  # processes one call may add (the limit is the count + this)
 
     def start(self, launch: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
         """Run `launch` in a thread confined by this spawn; return its process."""
+        limits = dict(self.limits)
+        try:
+            return self._start(launch, limits.get(resource.RLIMIT_NPROC))
+        except BlockingIOError:
+            if resource.RLIMIT_NPROC not in limits:
+                raise
+            # The process count behind the limit was a cached one: count again, once.
+            uid = self.run_as.uid if self.run_as else os.getuid()
+            return self._start(launch, count_tasks(uid) + self.process_budget)
+
+    def _start(
+        self, launch: Callable[[], subprocess.Popen[bytes]], nproc: int | None
+    ) -> subprocess.Popen[bytes]:
         box: list[subprocess.Popen[bytes] | BaseException] = []
 
         def confined() -> None:
@@ -308,10 +322,14 @@ class Spawn:
                     landlock.drop_thread_to_user(self.run_as.uid, self.run_as.gid, keep)
                 landlock.set_no_new_privs()
                 landlock.restrict_self(self.ruleset)
-                proc = launch()
+                proc = _launch_counted(launch, nproc)
                 box.append(proc)
-                for res, value in self.limits:
-                    _lower(proc.pid, res, value)
+                for res, value in self.limits:  # hard limits too: no raising them back
+                    _lower(
+                        proc.pid,
+                        res,
+                        value if nproc is None or res != resource.RLIMIT_NPROC else nproc,
+                    )
             except BaseException as exc:  # handed to the caller's thread
                 box.append(exc)
 
@@ -328,6 +346,36 @@ class Spawn:
 
     def close(self) -> None:
         os.close(self.ruleset)
+
+
+_NPROC_LOCK = threading.Lock()
+
+
+def _launch_counted(
+    launch: Callable[[], subprocess.Popen[bytes]], nproc: int | None
+) -> subprocess.Popen[bytes]:
+    """`launch()` with the process limit already in force in the child.
+
+    The other limits are lowered on the child just after exec, but a fork bomb forks in
+    the microseconds before that, and a process forked then keeps no limit. A child
+    inherits its parent's limits at fork, so Parley's own soft RLIMIT_NPROC is lowered
+    for the spawn and put back after it (under a lock: one spawn at a time). Parley's
+    root threads are exempt from it (CAP_SYS_RESOURCE); this thread, dropped to the
+    tools' user, is not, and neither is anything its child starts.
+    """
+    if nproc is None:
+        return launch()
+    with _NPROC_LOCK:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        cap = nproc if hard == resource.RLIM_INFINITY else min(nproc, hard)
+        lowered = soft == resource.RLIM_INFINITY or cap < soft
+        if lowered:
+            resource.setrlimit(resource.RLIMIT_NPROC, (cap, hard))
+        try:
+            return launch()
+        finally:
+            if lowered:
+                resource.setrlimit(resource.RLIMIT_NPROC, (soft, hard))
 
 
 def _lower(pid: int, res: int, value: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from core.tools.base import Approver, Category
+from core.tools.base import Category
 
 SessionKind = Literal["interactive", "cron"]
 Verdict = Literal["run", "ask", "deny"]
@@ -26,11 +26,11 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class ToolPolicy:
-    """Who may run what. `approver` answers "ask" verdicts; without one, "ask" denies."""
+    """Who may run what. An "ask" verdict goes to the run's approver (`RunContext`);
+    without one, "ask" denies."""
 
     session: SessionKind = "interactive"
     allow_tools: frozenset[str] = frozenset()
-    approver: Approver | None = None
 
     def decide(self, tool_name: str, category: Category) -> Decision:
         if category == "read":

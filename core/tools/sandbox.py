@@ -479,7 +479,7 @@ async def run_in_workspace(
     workspace.mkdir(parents=True, exist_ok=True)
     jail = jail_of(ctx)
     with _scratch(ctx) as scratch:
-        variables = tool_env(sandbox, env)
+        variables = tool_env(sandbox, {**ctx.env, **(env or {})})
         variables["TMPDIR"] = str(scratch)
         if jail.enforced:  # the real home is out of reach; give tools one they can use
             variables["HOME"] = str(scratch)
@@ -487,7 +487,7 @@ async def run_in_workspace(
         try:
             result = await run_process(
                 argv,
-                cwd=workspace,
+                cwd=ctx.cwd or workspace,
                 env=variables,
                 timeout=timeout,
                 cap=sandbox.output_cap_bytes,

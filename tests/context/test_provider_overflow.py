@@ -12,6 +12,7 @@ from core.context import ContextManager, ContextSettings
 from core.events import LoopEvent, Observed
 from core.loop import Guards, run_loop
 from core.messages import Message, ToolCall
+from core.run_context import RunContext
 from core.tokens import TokenCounter
 from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
@@ -83,7 +84,7 @@ async def test_a_real_overflow_answer_compacts_and_retries(fake_llm: FakeLLM, sh
         messages,
         provider_for(fake_llm, kind),
         executor(),
-        sink=events.append,
+        ctx=RunContext(sink=events.append),
         guards=Guards(context=context),
     )
     assert outcome.text == "fits now"

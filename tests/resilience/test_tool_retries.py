@@ -11,7 +11,8 @@ from pydantic import BaseModel
 from core.clock import FakeClock, SystemClock
 from core.errors import ToolDenied, ToolTransientError
 from core.events import LoopEvent, Observed
-from core.messages import ToolCall
+from core.messages import Message, ToolCall
+from core.run_context import RunContext
 from core.tools.base import Category, Tool, ToolContext, ToolRegistry, ToolResult
 from core.tools.executor import MAX_RETRY_AFTER, RETRY_DELAYS, ToolExecutor
 from core.tools.policy import ToolPolicy
@@ -58,18 +59,24 @@ class BlockingClock:
         await asyncio.Event().wait()
 
 
+class RunOf:
+    """An executor driven for one run whose events land in `events`."""
+
+    def __init__(self, executor: ToolExecutor, events: list[LoopEvent]) -> None:
+        self.executor, self.run = executor, RunContext(sink=events.append)
+
+    async def execute(self, call: ToolCall) -> Message:
+        return await self.executor.execute(call, self.run)
+
+
 def make(
     tool: Tool, clock: FakeClock | BlockingClock | None = None, policy: ToolPolicy | None = None
-) -> tuple[ToolExecutor, list[LoopEvent]]:
+) -> tuple[RunOf, list[LoopEvent]]:
     events: list[LoopEvent] = []
     executor = ToolExecutor(
-        ToolRegistry([tool]),
-        policy or ToolPolicy(),
-        ToolContext(),
-        clock=clock or FakeClock(),
-        sink=events.append,
+        ToolRegistry([tool]), policy or ToolPolicy(), ToolContext(), clock=clock or FakeClock()
     )
-    return executor, events
+    return RunOf(executor, events), events
 
 
 def call(name: str = "lookup", arguments: str = '{"q": "x"}') -> ToolCall:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.messages import ToolCall
+from core.run_context import RunContext
 from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
 from core.tools.blocklist import check_command
 from core.tools.builtin import BashParams, BashTool
@@ -475,14 +476,14 @@ async def test_destructive_command_needs_approval(settings: SandboxSettings) -> 
 
     workspace = settings.resolved_workspace()
     (workspace / "build").mkdir(parents=True)
-    policy = ToolPolicy(approver=approver)
-    executor = ToolExecutor(ToolRegistry([BashTool()]), policy, ToolContext(sandbox=settings))
+    executor = ToolExecutor(ToolRegistry([BashTool()]), ToolPolicy(), ToolContext(settings))
     call = ToolCall(id="c", name="bash", arguments=json.dumps({"command": "rm -rf build"}))
-    refused = await executor.execute(call)
+    run = RunContext(approver=approver)
+    refused = await executor.execute(call, run)
     assert refused.is_error
     assert "not approved" in refused.content
     assert (workspace / "build").exists()
-    approved = await executor.execute(call)
+    approved = await executor.execute(call, run)
     assert not approved.is_error
     assert "exit_code: 0" in approved.content
     assert not (workspace / "build").exists()

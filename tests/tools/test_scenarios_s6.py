@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.messages import Message, ToolCall
+from core.run_context import DETACHED, RunContext
 from core.tools.base import SandboxSettings, Tool, ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.cli import load_cli_tools
@@ -38,8 +39,12 @@ def executor_for(settings: SandboxSettings, tools: list[Tool] | None = None) -> 
     return ToolExecutor(registry, ToolPolicy(), ToolContext(sandbox=settings))
 
 
-async def call(executor: ToolExecutor, name: str, **arguments: object) -> Message:
-    return await executor.execute(ToolCall(id="c1", name=name, arguments=json.dumps(arguments)))
+async def call(
+    executor: ToolExecutor, name: str, run: RunContext = DETACHED, **arguments: object
+) -> Message:
+    return await executor.execute(
+        ToolCall(id="c1", name=name, arguments=json.dumps(arguments)), run
+    )
 
 
 async def test_s6_1_valid_params_execute(settings: SandboxSettings) -> None:
@@ -116,9 +121,9 @@ async def test_s6_5_rm_rf_root_is_blocked(settings: SandboxSettings) -> None:
         return True
 
     registry = ToolRegistry(builtin_tools())
-    policy = ToolPolicy(approver=approve_everything)
-    executor = ToolExecutor(registry, policy, ToolContext(sandbox=settings))
-    result = await call(executor, "bash", command="rm -rf /")
+    executor = ToolExecutor(registry, ToolPolicy(), ToolContext(sandbox=settings))
+    run = RunContext(approver=approve_everything)
+    result = await call(executor, "bash", run, command="rm -rf /")
     assert result.is_error
     assert "command blocked and not run" in result.content
     assert "root or home" in result.content

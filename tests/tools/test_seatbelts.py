@@ -13,6 +13,7 @@ import pytest
 from bot.app import App, build_registry
 from core.config import parse_config
 from core.messages import ToolCall
+from core.run_context import RunContext
 from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
@@ -181,10 +182,9 @@ async def test_every_rewrite_asks_an_approver_or_is_denied_without_one(
         asked.append(summary)
         return False
 
-    policy = ToolPolicy(approver=approver)
     denied = await ToolExecutor(
-        ToolRegistry(builtin_tools()), policy, ToolContext(settings)
-    ).execute(call)
+        ToolRegistry(builtin_tools()), ToolPolicy(), ToolContext(settings)
+    ).execute(call, RunContext(approver=approver))
     assert denied.is_error
     assert (workspace / "x").exists()
     # A dynamic rm asks a human; a statically known sudo is refused without asking.

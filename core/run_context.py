@@ -1,0 +1,85 @@
+"""What one run carries down the call chain (seed 003's per-turn ExecutionContext).
+
+A `RunContext` is built once when a run starts and never changed while it runs: the loop,
+the tool executor and every tool receive it as an argument. Conversations, executors and
+guards are shared by the runs of a conversation, so nothing about one run is ever stored on
+them: events, tool records and approvals cannot land in another run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal, Protocol
+
+from core.events import EventSink, discard
+from core.messages import Message, ToolCall
+from core.tools.base import Approver
+
+RunKind = Literal["chat", "cron", "goal", "child"]
+"""Who started the run: a person in a chat, a cron job, a goal driver, a parent run."""
+
+
+class Recorder(Protocol):
+    """Told of every safe boundary of a run (SPEC §7 checkpoints)."""
+
+    def checkpoint(self, kind: str, iteration: int, messages: list[Message]) -> None: ...
+
+
+class Envelope(Protocol):
+    """The idempotency envelope (SPEC §7): every call is recorded as started before it runs
+    and as completed with its result after; a completed call is replayed, not re-run.
+
+    A call is recorded as started only once it is authorised: one still waiting on an
+    approver (or refused) has run nothing, so a resumed run may safely ask again."""
+
+    async def replay(self, call: ToolCall) -> Message | None:
+        """The stored result if this call already completed (in a resumed run)."""
+
+    async def begin(self, call: ToolCall, idempotent: bool) -> Message | None:
+        """Record the start; return the stored result if this call already completed."""
+
+    async def end(self, call: ToolCall, result: Message) -> None: ...
+
+
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """One run's own things, frozen.
+
+    Attributes:
+        run_id: the durable run's id ("" for a run outside the store: the CLI, a test).
+        conv: the conversation id the run belongs to.
+        kind: what started the run (see `RunKind`).
+        sink: receives every event of the run.
+        recorder: checkpoints at the run's safe boundaries (None: not durable).
+        envelope: records tool calls around their execution (None: not durable).
+        approver: asked before a call that policy says needs a human; None denies those.
+        deadline: the clock's monotonic time by which the run must end, on top of the
+            conversation's own time limits (a child run inside its parent's budget).
+        scratch: the run's own temp dir, tools' HOME and TMPDIR (None: one per call).
+        cwd: the directory tools start in (None: the workspace).
+        env: variables added to tools' environment for this run.
+    """
+
+    run_id: str = ""
+    conv: str = ""
+    kind: RunKind = "chat"
+    sink: EventSink = discard
+    recorder: Recorder | None = None
+    envelope: Envelope | None = None
+    approver: Approver | None = None
+    deadline: float | None = None
+    scratch: Path | None = None
+    cwd: Path | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: _NO_ENV)
+
+
+DETACHED = RunContext()
+"""A run with no store, no approver and no events: one-off calls (benchmarks, tests)."""
+
+__all__ = ["DETACHED", "Envelope", "Recorder", "RunContext", "RunKind"]
