@@ -20,12 +20,13 @@ from pathlib import Path
 
 from core.messages import ToolCall
 from core.tools import landlock
-from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
+from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import BashTool
 from core.tools.cli import CliTool, CliToolSpec
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
 from core.tools.sandbox import jail_of
+from core.tools.settings import SandboxSettings
 
 
 def _executor(root: Path, mode: str) -> ToolExecutor:

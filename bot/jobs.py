@@ -16,9 +16,8 @@ restricted weekday must BOTH match (APScheduler's rule).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
@@ -27,10 +26,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
-from core.chat import ApprovalRequest, DeliveryError, is_silent
+from core.chat import DeliveryError, is_silent
 from core.config import AccessConfig, JobConfig
 from core.errors import ConfigError
-from core.events import LoopEvent
+from core.lane import RunReport
 from core.store import Store
 from core.tools.policy import ToolPolicy
 
@@ -165,35 +164,10 @@ def parse_target(target: str) -> tuple[str, str] | None:
 # --- one fire's channel end ------------------------------------------------------------------
 
 
-class _Collector:
-    """The responder of a cron run: streams nowhere, keeps the final text, asks no one."""
-
-    def __init__(self) -> None:
-        self.final = ""
-
-    async def send(self, text: str) -> None:
-        log.info("cron run notice (not posted): %s", text)
-
-    def stream(self) -> _Collector:
-        return self
-
-    def __call__(self, event: LoopEvent) -> None:
-        pass
-
-    async def finish(self, text: str) -> None:
-        self.final = text
-
-    async def approve(self, request: ApprovalRequest) -> bool:
-        return False  # cron sessions never ask (their policy has no "ask" verdict)
-
-    @contextlib.asynccontextmanager
-    async def typing(self) -> AsyncIterator[None]:
-        yield
-
-
-def failure_notice(job: str, state: str, text: str) -> str:
-    """The short post for a run that did not complete."""
-    reason = text.removeprefix("Sorry, that failed: ").strip() or state
+def failure_notice(job: str, state: str, reason: str) -> str:
+    """The short post for a run that did not complete; `reason` is the run's `failure`
+    (or its final text when it stopped for another reason)."""
+    reason = reason.strip() or state
     if state == "waiting_on_human":
         reason = f"it stopped to ask a question, and a cron job has nobody to answer: {reason}"
     elif state == "timed_out":
@@ -408,7 +382,9 @@ class Scheduler:
                 return JobResult(job.name, fire_time, "skipped", error="this fire already ran")
             events.emit("job.started", data)
             try:
-                state, text, run_id = await self._run(job, fire_time)
+                report = await self._run(job, fire_time)
+                state, text, run_id = report.state, report.text, report.run_id or None
+                reason = report.failure or text
             except asyncio.CancelledError:
                 await store.finish_job_run(
                     job_run,
@@ -422,10 +398,11 @@ class Scheduler:
             except Exception as exc:
                 log.exception("job %s could not run", job.name)
                 state, text, run_id = "failed", f"{type(exc).__name__}: {exc}", None
+                reason = text
             failed = state != "completed"
-            post = failure_notice(job.name, state, text) if failed else text
+            post = failure_notice(job.name, state, reason) if failed else text
             delivered, delivery_error = await self._deliver(job, post)
-            error = "; ".join(e for e in (text if failed else None, delivery_error) if e) or None
+            error = "; ".join(e for e in (reason if failed else None, delivery_error) if e) or None
             await store.finish_job_run(
                 job_run,
                 state=state,
@@ -437,24 +414,20 @@ class Scheduler:
             events.emit("job.finished", {**data, "state": state, "delivered": delivered})
             return JobResult(job.name, fire_time, state, post, delivered, error, run_id)
 
-    async def _run(self, job: JobConfig, fire_time: datetime) -> tuple[str, str, str | None]:
-        """One cron session in a fresh lane; returns (run state, final text, run id)."""
-        agent, app = self.agent, self.app
+    async def _run(self, job: JobConfig, fire_time: datetime) -> RunReport:
+        """One cron session in a fresh lane, pinned to the job's policy and limits."""
+        app = self.app
         key = ("cron", job.name, str(int(fire_time.timestamp())))
-        lane = await agent.lane(key)
-        try:
-            provider = job.provider or app.default_provider
-            policy = ToolPolicy(session="cron", allow_tools=frozenset(job.allow_tools))
-            lane.conversation = app.conversation(
-                provider, lane.journal, policy=policy, max_iterations=job.max_iterations
-            )
-            lane.provider_name, lane.pinned = provider, True
-            collector = _Collector()
-            await agent.run_in_lane(lane, collector, user_text=job.prompt, trigger="cron")
-            runs = await agent.store.runs(conv=lane.conv, limit=1)
-        finally:
-            agent.drop_lane(key)
-        return lane.last_state or "failed", collector.final, runs[0].id if runs else None
+        provider = job.provider or app.default_provider
+        policy = ToolPolicy(session="cron", allow_tools=frozenset(job.allow_tools))
+        return await self.agent.run_job(
+            key,
+            job.prompt,
+            lambda journal: app.conversation(
+                provider, journal, policy=policy, max_iterations=job.max_iterations
+            ),
+            provider,
+        )
 
     async def _deliver(self, job: JobConfig, text: str) -> tuple[bool, str | None]:
         """Post `text` to the job's target: (accepted by the platform, why not)."""

@@ -17,11 +17,9 @@ import logging
 import shutil
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from core.approvals import ApprovalDesk
 from core.chat import ApprovalRequest, ConversationKey, DeliveryError, Inbound, Responder
@@ -32,7 +30,10 @@ from core.config import GoalsConfig
 from core.conversation import Conversation, Wiring
 from core.errors import ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
+from core.events import LoopEvent
+from core.goals import drive_goal
 from core.journal import JournalBox
+from core.lane import Lane, Queued, RunReport, RunState
 from core.loop import LoopOutcome, unanswered_calls
 from core.messages import Message, ToolCall
 from core.run_context import RunContext, RunKind
@@ -43,16 +44,13 @@ from core.runs import (
     reopen_calls,
     resume_blocker,
 )
-from core.store import ApprovalRow, GoalRow, Store
-from core.tools.base import Approver, default_temp_root
+from core.store import ApprovalRow, Store
+from core.tools.base import Approver
 from core.tools.reaper import kill_leftovers
+from core.tools.settings import default_temp_root
 
 log = logging.getLogger(__name__)
 
-RunState = Literal[
-    "queued", "running", "completed", "cancelled", "failed", "timed_out", "waiting_on_human"
-]
-TERMINAL_STATES = ("completed", "cancelled", "failed", "timed_out", "waiting_on_human")
 PREVIEW_RETRACTED = "(interrupted by a restart — the answer continues below)"
 STOPPED_TEXT = "Stopped."
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
@@ -83,44 +81,6 @@ def run_scratch(run_id: str) -> Path:
 def new_run_id() -> str:
     """Sortable by time, unique: 8 hex digits of seconds + 8 random."""
     return f"{int(time.time()):08x}{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(slots=True)
-class Lane:
-    """One conversation: its queue, its history and its running run (if any)."""
-
-    key: ConversationKey
-    conv: str
-    journal: JournalBox
-    conversation: Conversation | None = None
-    provider_name: str = ""
-    queue: deque[tuple[Inbound, Responder, str]] = field(default_factory=deque)  # + run id
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one run at a time
-    worker: asyncio.Task[None] | None = None
-    run_task: asyncio.Task[LoopOutcome | None] | None = None
-    run_id: str | None = None
-    last_state: str | None = None
-    responder: Responder | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    goal: GoalRow | None = None
-    goal_task: asyncio.Task[None] | None = None
-    last_compaction: str | None = None
-    generation: int = 0  # of the configuration its conversation was built from
-    stoppable: bool = False  # the run is in its loop; after it, /stop lets it deliver
-    pinned: bool = False  # a conversation built by its owner (a cron job): never rebuilt
-
-    users: int = 0  # submits in progress
-
-    @property
-    def busy(self) -> bool:
-        return self.run_task is not None and not self.run_task.done()
-
-    @property
-    def idle(self) -> bool:
-        """Nothing running, queued, being taken in or driving a goal: safe to evict."""
-        tasks = (self.run_task, self.worker, self.goal_task)
-        return not self.users and not self.queue and all(t is None or t.done() for t in tasks)
 
 
 class Agent:
@@ -158,8 +118,46 @@ class Agent:
     # --- input ------------------------------------------------------------------------
 
     async def submit(self, inbound: Inbound, responder: Responder) -> bool:
+        """Take a platform message in: a command acts at once; other text is stored as a
+        queued run (before this returns, so before the platform hears "received") and
+        answered in order. False if it was a duplicate delivery."""
+        return await self._take_in(inbound, responder, None)
+
+    async def run(self, inbound: Inbound, responder: Responder | None = None) -> RunReport:
+        """Like `submit`, then wait for the message's run to end and report how it did.
+
+        Text that starts no run (a command, a duplicate, a full queue, a shutdown) gets a
+        "cancelled" report whose `stop_reason` says which."""
+        done: asyncio.Future[RunReport] = asyncio.get_running_loop().create_future()
+        await self._take_in(inbound, responder or QuietResponder(), done)
+        return await done
+
+    async def run_job(
+        self,
+        key: ConversationKey,
+        prompt: str,
+        build: Callable[[JournalBox], Conversation],
+        provider_name: str,
+    ) -> RunReport:
+        """A cron run: `prompt` in a fresh lane pinned to the conversation `build` makes
+        with the lane's journal (the job's policy and limits), with nobody to stream to;
+        the lane is dropped after."""
+        lane = await self.lane(key)
+        try:
+            lane.pin(build(lane.journal), provider_name)
+            report = await self.run_in_lane(
+                lane, QuietResponder(), user_text=prompt, trigger="cron"
+            )
+        finally:
+            self.drop_lane(key)
+        return report or _not_run("", "closing")
+
+    async def _take_in(
+        self, inbound: Inbound, responder: Responder, done: asyncio.Future[RunReport] | None
+    ) -> bool:
         if self._closing:  # not marked seen: a redelivery after the restart is answered
             await _safe_send(responder, "Parley is restarting; please send that again soon.")
+            _settle(done, _not_run("", "closing"))
             return True
         event = (inbound.channel, inbound.event_id)
         if inbound.event_id:
@@ -169,6 +167,7 @@ class Agent:
                 if not duplicate:
                     self._taking_in.discard(event)
                 self.events.emit("channel.event.duplicate", {"channel": event[0], "id": event[1]})
+                _settle(done, _not_run("", "duplicate"))
                 return False
         lane = await self.lane(inbound.key)
         lane.users += 1  # not evicted while this message is being taken in
@@ -178,8 +177,10 @@ class Agent:
                 if inbound.event_id:
                     await self.store.mark_seen(*event)
                 await self.commands.handle(lane, inbound, responder)
+                _settle(done, _not_run("", "command"))
                 return True
             if len(lane.queue) >= self.max_queued:
+                _settle(done, _not_run("", "queue_full"))
                 return await self._turn_away(lane, inbound, responder)
             # The message is durable (a queued run, marked seen in the same commit) before
             # the platform hears "received": a crash before its turn re-queues it at
@@ -190,7 +191,7 @@ class Agent:
             await self.store.create_run(
                 run_id, lane.conv, "user", state="queued", text=inbound.text
             )
-            lane.queue.append((inbound, responder, run_id))
+            lane.queue.append(Queued(inbound, responder, run_id, done))
             if lane.worker is None or lane.worker.done():
                 lane.worker = _spawn(self._drain(lane), f"lane {lane.conv}")
             return True
@@ -309,9 +310,15 @@ class Agent:
     async def _drain(self, lane: Lane) -> None:
         """The lane's worker: one queued message at a time, in order."""
         while lane.queue and not self._closing:
-            inbound, responder, run_id = lane.queue.popleft()
-            lane.responder = responder
-            await self.run_in_lane(lane, responder, user_text=inbound.text, run_id=run_id)
+            queued = lane.queue.popleft()
+            lane.responder = queued.responder
+            report: RunReport | None = None
+            try:
+                report = await self.run_in_lane(
+                    lane, queued.responder, user_text=queued.inbound.text, run_id=queued.run_id
+                )
+            finally:
+                queued.settle(report or _not_run(queued.run_id, "closing"))
 
     async def run_in_lane(
         self,
@@ -322,7 +329,7 @@ class Agent:
         trigger: str = "user",
         run_id: str | None = None,
         resume: bool = False,
-    ) -> LoopOutcome | None:
+    ) -> RunReport | None:
         """Run one turn as the lane's run task (so `/stop` can cancel it alone); one run
         at a time per lane, whoever asks (the queue worker, `/resume`, a goal driver)."""
         if self._closing:
@@ -344,8 +351,8 @@ class Agent:
                 # /stop reached the run before it began: it never ran, record that.
                 if run_id is not None:
                     self.store.set_run_state(run_id, "cancelled", "stopped")
-                lane.last_state, lane.run_id = "cancelled", None
-                return None
+                lane.finished("cancelled")
+                return _not_run(run_id or "", "cancelled")
 
     async def _run(
         self,
@@ -355,7 +362,7 @@ class Agent:
         trigger: str,
         given_id: str | None,
         resume: bool,
-    ) -> LoopOutcome | None:
+    ) -> RunReport:
         run_id = given_id or new_run_id()
         lane.run_id, lane.stoppable = run_id, True
         Store.write_for(lane.conv)  # this task's failed writes are this run's to report
@@ -369,6 +376,7 @@ class Agent:
         recorder: RunRecorder | None = None
         outcome: LoopOutcome | None = None
         state: RunState
+        failure: str | None = None
         try:  # everything that awaits is in here: a /stop at any point is handled below
             conversation = await self.conversation_of(lane)
             recorder = await self._start_run(lane, conversation, run_id, trigger, given_id, resume)
@@ -404,10 +412,12 @@ class Agent:
                 state, text = "timed_out", RESTARTING_APPROVAL_TEXT if held else RESTARTING_TEXT
                 self.store.mark_resumable(run_id)
         except ParleyError as exc:
-            state, text = "failed", f"Sorry, that failed: {exc}"
+            failure = str(exc)
+            state, text = "failed", f"Sorry, that failed: {failure}"
             log.warning("run %s failed: %s", run_id, exc)
         except Exception as exc:
-            state, text = "failed", f"Sorry, something went wrong ({type(exc).__name__})."
+            failure = f"something went wrong ({type(exc).__name__})"
+            state, text = "failed", f"Sorry, {failure}."
             log.exception("run %s crashed", run_id)
         lane.stoppable = False  # from here on the answer is delivered, not cut short
         if conversation is not None and recorder is not None:
@@ -426,17 +436,27 @@ class Agent:
             await self.store.flush()
         except StoreError as exc:  # what this run wrote may be lost: say so, loudly
             log.error("run %s: %s", run_id, exc)
-            state, text = "failed", f"Sorry, that failed: I could not save this run ({exc})."
+            failure = f"I could not save this run ({exc})"
+            state, text = "failed", f"Sorry, that failed: {failure}."
             self.store.set_run_state(run_id, state, "store_error")
             with contextlib.suppress(StoreError):
                 await self.store.flush()
-        lane.last_state, lane.run_id = state, None
+        lane.finished(state)
         try:
             await stream.finish(text)
         except DeliveryError:
             log.warning("reply of run %s was not delivered", run_id, exc_info=True)
             sink.emit("channel.delivery.failed", {})
-        return outcome
+        return RunReport(
+            run_id,
+            state,
+            text,
+            sink.input_tokens,
+            sink.output_tokens,
+            recorder.iteration if recorder else 0,
+            outcome.reason if outcome else state,
+            failure,
+        )
 
     async def _start_run(
         self,
@@ -477,45 +497,24 @@ class Agent:
         scratch = run_scratch(run_id)
         if scratch.exists():
             asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, scratch, True)
-        lane.input_tokens += sink.input_tokens
-        lane.output_tokens += sink.output_tokens
+        lane.add_usage(sink.input_tokens, sink.output_tokens)
         context = conversation.guards.context
         report = context.last_compaction if context is not None else None
         if report is not None:
             lane.last_compaction = f"{report.before}→{report.after} ({report.kind})"
-        self.store.save_snapshot(
-            lane.conv,
-            input_tokens=lane.input_tokens,
-            output_tokens=lane.output_tokens,
-            last_compaction=lane.last_compaction,
-        )
+        lane.save_snapshot(self.store)
 
-    async def stop(self, lane: Lane) -> bool:
-        """Cancel the lane's running run; True if there was one."""
-        task = lane.run_task
-        if task is None or task.done():
-            return False
-        if lane.stoppable:  # a run already delivering its answer is left to finish
-            task.cancel()
-        await asyncio.wait({task})  # never raises; our own cancellation still propagates
-        return True
+    async def cancel_running(self, key: ConversationKey) -> bool:
+        """`core.chat.AgentPort.cancel_running`: stop the conversation's running run (the
+        console's Ctrl-C); True if one was running."""
+        lane = self.lanes.get(key)
+        return lane is not None and await lane.stop()
 
     # --- autonomous goals ---------------------------------------------------------------
 
     def start_goal(self, lane: Lane, responder: Responder) -> None:
         """Drive the lane's goal without user input (`/goal create … --auto`)."""
-        from core.goals import drive_goal
-
         lane.goal_task = _spawn(drive_goal(self, lane, responder), f"goal {lane.conv}")
-
-    async def stop_goal(self, lane: Lane) -> bool:
-        task = lane.goal_task
-        if task is None or task.done():
-            return False
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        return True
 
     # --- resume and reconcile ------------------------------------------------------------
 
@@ -543,7 +542,7 @@ class Agent:
             lane.last_state = "waiting_on_human"
             await self.store.flush()
             return text
-        if lane.busy or lane.queue or (lane.worker is not None and not lane.worker.done()):
+        if lane.working or lane.queue:
             return "A message arrived meanwhile; send /resume again once it is answered."
         resumed = self._resume_then_drain(lane, responder, run_id)
         lane.worker = _spawn(resumed, f"resume {lane.conv}")
@@ -603,8 +602,7 @@ class Agent:
             key = parse_conv(run.conv)
             responder = self.responders(key)
             lane = await self.lane(key)
-            worker = lane.worker
-            if responder is None or lane.busy or lane.queue or (worker and not worker.done()):
+            if responder is None or lane.working or lane.queue:
                 continue  # nobody to ask, or new input came first: it supersedes the run
             lane.responder = responder
             conversation = await self.conversation_of(lane)
@@ -641,7 +639,7 @@ class Agent:
             return
         lane = await self.lane(key)
         inbound = Inbound(*key, user_id="", user_name="", text=text)
-        lane.queue.append((inbound, responder, run_id))
+        lane.queue.append(Queued(inbound, responder, run_id))
         self.events.emit("agent_run.requeued", {}, run_id=run_id, conv=conv)
         if lane.worker is None or lane.worker.done():
             lane.worker = _spawn(self._drain(lane), f"lane {lane.conv}")
@@ -663,16 +661,40 @@ class Agent:
         self._closing = True
         lanes = list(self.lanes.values())  # submits after this point are turned away
         for lane in lanes:
-            await self.stop_goal(lane)
+            await lane.stop_goal()
         running = [lane.worker for lane in lanes if lane.worker and not lane.worker.done()]
         if running:
             await asyncio.wait(running, timeout=grace)
         for lane in lanes:
-            await self.stop(lane)
+            await lane.stop()
             if lane.worker and not lane.worker.done():
                 lane.worker.cancel()
                 await asyncio.wait({lane.worker})
         await self.store.flush()
+
+
+class QuietResponder:
+    """A responder for runs nobody watches (cron jobs, `Agent.run` without one): it posts
+    nothing, and asks nobody (such runs' policy has no "ask" verdict, or they fail)."""
+
+    async def send(self, text: str) -> None:
+        log.info("notice of an unwatched run (not posted): %s", text)
+
+    def stream(self) -> QuietResponder:
+        return self
+
+    def __call__(self, event: LoopEvent) -> None:
+        pass
+
+    async def finish(self, text: str) -> None:
+        pass
+
+    async def approve(self, request: ApprovalRequest) -> bool:
+        return False
+
+    @contextlib.asynccontextmanager
+    async def typing(self) -> AsyncIterator[None]:
+        yield
 
 
 class _LaneApprover:
@@ -710,6 +732,16 @@ def _state_of(outcome: LoopOutcome) -> RunState:
             return "completed"
 
 
+def _not_run(run_id: str, why: str) -> RunReport:
+    """The report of a message that started no run (or a run stopped before it began)."""
+    return RunReport(run_id, "cancelled", "", stop_reason=why)
+
+
+def _settle(done: asyncio.Future[RunReport] | None, report: RunReport) -> None:
+    if done is not None and not done.done():
+        done.set_result(report)
+
+
 def _spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
     """A task whose failure is logged, never lost ("exception was never retrieved")."""
     task = asyncio.create_task(coro, name=name)
@@ -731,4 +763,4 @@ async def _safe_send(responder: Responder, text: str) -> bool:
     return True
 
 
-__all__ = ["Agent", "Lane", "conv_id", "parse_conv"]
+__all__ = ["Agent", "Lane", "QuietResponder", "RunReport", "conv_id", "parse_conv"]

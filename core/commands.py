@@ -10,23 +10,21 @@ from __future__ import annotations
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from core.chat import Inbound, Responder
 from core.command_table import COMMANDS, help_text, parse_command
 from core.events import discard
-from core.journal import RunJournal
+from core.lane import Lane, LaneHost, RunReport
 from core.store import GoalRow
 from core.tools.sandbox import jail_of
-
-if TYPE_CHECKING:
-    from core.agent import Agent, Lane
 
 HELP = help_text()
 
 
 class Commands:
-    def __init__(self, agent: Agent) -> None:
+    """The chat commands of one agent, which they see only as a `LaneHost`."""
+
+    def __init__(self, agent: LaneHost) -> None:
         self.agent = agent
         self._handlers: dict[str, Callable[[Lane, str, Responder], Awaitable[str | None]]] = {
             "help": self._help,
@@ -90,12 +88,13 @@ class Commands:
         )
 
     async def _stop(self, lane: Lane, args: str, responder: Responder) -> str:
-        dropped = len(lane.queue)
-        for _inbound, _responder, run_id in lane.queue:  # never re-queued after a restart
-            self.agent.store.set_run_state(run_id, "cancelled", "dropped by /stop")
-        lane.queue.clear()
-        stopped = await self.agent.stop(lane)
-        goal_stopped = await self.agent.stop_goal(lane)
+        queued = lane.drop_queue()
+        dropped = len(queued)
+        for item in queued:  # never re-queued after a restart
+            self.agent.store.set_run_state(item.run_id, "cancelled", "dropped by /stop")
+            item.settle(RunReport(item.run_id, "cancelled", "", stop_reason="dropped"))
+        stopped = await lane.stop()
+        goal_stopped = await lane.stop_goal()
         if not stopped and not goal_stopped:
             return "Nothing is running."
         extra = f" ({dropped} queued message{'s' * (dropped != 1)} dropped)" if dropped else ""
@@ -104,17 +103,10 @@ class Commands:
     async def _clear(self, lane: Lane, args: str, responder: Responder) -> str:
         if lane.busy:
             return BUSY
-        await self.agent.stop_goal(lane)
+        await lane.stop_goal()
         async with lane.lock:  # no run may start halfway through
-            conversation = await self.agent.conversation_of(lane)
-            conversation.messages.clear()
-            lane.input_tokens = lane.output_tokens = 0
-            lane.last_compaction = None
-            lane.goal = None
-            lane.journal.journal = RunJournal()
-            context = conversation.guards.context
-            if context is not None:
-                context.last_compaction = None
+            await self.agent.conversation_of(lane)
+            lane.reset()
             await self.agent.store.clear_conversation(lane.conv)
         return "Cleared this conversation's history. The provider choice is kept."
 
@@ -132,12 +124,7 @@ class Commands:
             lane.last_compaction = f"{before}→{after} (manual)"
             store = self.agent.store
             store.save_messages(lane.conv, conversation.messages)
-            store.save_snapshot(
-                lane.conv,
-                input_tokens=lane.input_tokens,
-                output_tokens=lane.output_tokens,
-                last_compaction=lane.last_compaction,
-            )
+            lane.save_snapshot(store)
             self.agent.events.emit(
                 "agent.compaction.run",
                 {"kind": "manual", "before": before, "after": after},
@@ -147,7 +134,7 @@ class Commands:
         return f"Compacted: {before:,} → {after:,} tokens."
 
     async def _resume(self, lane: Lane, args: str, responder: Responder) -> str | None:
-        if lane.busy or (lane.worker is not None and not lane.worker.done()):
+        if lane.working:
             return BUSY
         return await self.agent.resume(lane, responder)
 
@@ -199,7 +186,7 @@ class Commands:
                 return "Autonomous goals are off here (goals.autonomous_enabled in config.toml)."
             if auto and lane.busy:
                 return BUSY
-            await self.agent.stop_goal(lane)  # one driver per conversation
+            await lane.stop_goal()  # one driver per conversation
             lane.goal = GoalRow(lane.conv, text, "active", auto, turns if auto else 0, 0, None)
             await store.save_goal(lane.goal, lane.conv)
             if auto:
@@ -209,12 +196,12 @@ class Commands:
         if sub == "done":
             if lane.goal is None:
                 return "No goal to complete."
-            await self.agent.stop_goal(lane)
+            await lane.stop_goal()
             lane.goal = replace(lane.goal, state="completed", note="marked done")
             await store.save_goal(lane.goal, lane.conv)
             return f"Goal completed: {lane.goal.text}"
         if sub == "clear":
-            await self.agent.stop_goal(lane)
+            await lane.stop_goal()
             lane.goal = None
             await store.save_goal(None, lane.conv)
             return "Goal cleared."

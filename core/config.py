@@ -18,7 +18,7 @@ from core.context import ContextSettings
 from core.errors import ConfigError
 from core.models import context_window
 from core.providers.base import ProviderSettings
-from core.tools.base import SandboxSettings
+from core.tools.settings import SandboxSettings
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
 

@@ -15,15 +15,12 @@ import json
 import logging
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from core.chat import Responder
+from core.lane import Lane, LaneHost
 from core.messages import Message
 from core.providers.base import Provider
 from core.store import GoalRow
-
-if TYPE_CHECKING:
-    from core.agent import Agent, Lane
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +55,7 @@ async def ask_supervisor(provider: Provider, goal: str, answers: list[str]) -> t
     return verdict["achieved"], str(verdict.get("reason", ""))
 
 
-async def drive_goal(agent: Agent, lane: Lane, responder: Responder) -> None:
+async def drive_goal(agent: LaneHost, lane: Lane, responder: Responder) -> None:
     settings = agent.goal_settings
     goal = lane.goal
     if goal is None:
@@ -74,14 +71,14 @@ async def drive_goal(agent: Agent, lane: Lane, responder: Responder) -> None:
                 state, note = "stopped", f"turn limit reached ({goal.max_turns} turns)"
                 break
             prompt = (FIRST_PROMPT if goal.turns == 0 else NEXT_PROMPT).format(goal=goal.text)
-            outcome = await agent.run_in_lane(lane, responder, user_text=prompt, trigger="goal")
+            report = await agent.run_in_lane(lane, responder, user_text=prompt, trigger="goal")
             goal = replace(goal, turns=goal.turns + 1)
             lane.goal = goal
             await agent.store.save_goal(goal, lane.conv)
-            if outcome is None:
+            if report is None or report.state in ("cancelled", "failed"):
                 state, note = "stopped", "the run was stopped or failed"
                 break
-            answers.append(outcome.text.strip())
+            answers.append(report.text.strip())
             tail = answers[-settings.max_stuck_count :]
             if len(tail) == settings.max_stuck_count and len(set(tail)) == 1:
                 state, note = "stuck", f"the same answer {settings.max_stuck_count} times in a row"
@@ -113,7 +110,7 @@ async def drive_goal(agent: Agent, lane: Lane, responder: Responder) -> None:
 
 
 async def _finish(
-    agent: Agent, lane: Lane, responder: Responder, goal: GoalRow, state: str, note: str
+    agent: LaneHost, lane: Lane, responder: Responder, goal: GoalRow, state: str, note: str
 ) -> None:
     final = replace(goal, state=state, note=note)
     if lane.goal is not None and lane.goal.text == goal.text:  # not replaced or cleared

@@ -10,7 +10,7 @@ import pytest
 
 from core.clock import FakeClock
 from core.providers import Provider, ProviderSettings, build_provider
-from core.tools.base import SandboxSettings
+from core.tools.settings import SandboxSettings
 from tests.fakes.llm import FakeLLM
 
 os.environ.setdefault("PTB_TIMEDELTA", "1")

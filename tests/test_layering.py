@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[1] / "core"
@@ -24,3 +26,94 @@ def test_core_imports_no_platform_sdk() -> None:
     assert len(files) > 10
     leaks = {str(f.relative_to(CORE)): imported_roots(f) & FORBIDDEN for f in files}
     assert {f: bad for f, bad in leaks.items() if bad} == {}
+
+
+PACKAGES = ("core", "channels", "bot")
+ROOT = CORE.parent
+
+
+def module_files() -> dict[str, Path]:
+    modules: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every import of our own modules, wherever it is written: at the top, inside a
+    function, or under `if TYPE_CHECKING:` (a cycle hidden there is still a cycle)."""
+    modules = module_files()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                candidates = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                candidates = [alias.name for alias in node.names]
+            else:
+                continue
+            found |= {c for c in candidates if c in modules and c != name}
+        graph[name] = found
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while (top := stack.pop()) != node:
+                component.append(top)
+            if component:
+                found.append(sorted([node, *component]))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles_hidden_or_not() -> None:
+    graph = import_graph()
+    assert len(graph) > 40
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_sees_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+IMPORT_ALONE = """
+import importlib, sys
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m.split(".")[0] in ("core", "channels", "bot")]:
+        del sys.modules[loaded]  # none of ours imported before it; libraries stay cached
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        print(f"{name}: {type(exc).__name__}: {exc}")
+"""
+
+
+def test_each_module_imports_alone() -> None:
+    names = sorted(n for n in module_files() if not n.endswith("__main__"))
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALONE, *names], cwd=ROOT, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout) == (0, "")

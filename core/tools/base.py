@@ -4,95 +4,24 @@ applied to its arguments (a pydantic model), plus category, idempotency and time
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from core.errors import ToolValidationError
+from core.tools.jail import Jail
+from core.tools.settings import (
+    SandboxSettings,
+)
 
 if TYPE_CHECKING:
     from core.messages import ToolCall
-    from core.tools.jail import Jail
 
 Category = Literal["read", "write", "admin"]
-
-DEFAULT_ENV_ALLOWLIST = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TERM", "SHELL", "TMPDIR", "TZ")
-DEFAULT_DENIED_PATHS = (
-    "~/.ssh",
-    "~/.gnupg",
-    "~/.aws",
-    "~/.config/gcloud",
-    "~/.kube",
-    "~/.netrc",
-    "/etc/shadow",
-    "/etc/passwd",
-    "/etc/sudoers",
-)
-
-
-def default_temp_root() -> Path:
-    return Path(tempfile.gettempdir()) / "parley"
-
-
-class SandboxSettings(BaseModel):
-    """Where tools may touch the filesystem and what they may see and print."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    workspace: Path = Field(
-        default=Path("~/.parley/workspace"),
-        description="Working directory of `bash` and the default root for file tools.",
-    )
-    allowed_paths: list[Path] = Field(
-        default_factory=list,
-        description="Extra roots file tools may use (the workspace and a temp dir always are).",
-    )
-    denied_paths: list[Path] = Field(
-        default_factory=lambda: [Path(p) for p in DEFAULT_DENIED_PATHS],
-        description="Paths no tool may touch, even inside an allowed root.",
-    )
-    output_cap_bytes: int = Field(default=64 * 1024, ge=1024, description="Bytes kept per stream.")
-    default_timeout: float = Field(default=120.0, gt=0, le=600)
-    max_timeout: float = Field(default=600.0, gt=0, le=3600)
-    env_allowlist: list[str] = Field(default_factory=lambda: list(DEFAULT_ENV_ALLOWLIST))
-    artifacts_dir: Path = Field(
-        default=Path("~/.parley/artifacts"),
-        description="Where full outputs that were cut are kept for `read_file`.",
-    )
-    sandbox: Literal["auto", "required", "off"] = Field(
-        default="auto",
-        description="Kernel sandbox for tool processes: `auto` uses Landlock where the kernel "
-        "has it (and says loudly when not), `required` refuses to start without it.",
-    )
-    network: bool = Field(default=True, description="False: tools cannot open TCP connections.")
-    run_as: str = Field(
-        default="nobody",
-        description="When Parley runs as root, tools run as this unprivileged user; empty: root.",
-    )
-    read_only_paths: list[Path] = Field(
-        default_factory=list,
-        description="Extra roots tools may read and execute from (system dirs always are).",
-    )
-    max_cpu_seconds: int = Field(default=600, ge=0, description="CPU seconds per process; 0: none.")
-    max_processes: int = Field(
-        default=512, ge=0, description="Processes the tool user may add; 0: no limit."
-    )
-    max_file_bytes: int = Field(default=1 << 30, ge=0, description="Largest file a tool writes.")
-    max_memory_bytes: int = Field(default=8 << 30, ge=0, description="Address space per process.")
-
-    _cache: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    def resolved_workspace(self) -> Path:
-        return Path(os.path.expanduser(self.workspace)).resolve()
-
-    def resolved_artifacts(self) -> Path:
-        return Path(os.path.expanduser(self.artifacts_dir)).resolve()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,10 @@ from typing import BinaryIO
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ToolDenied, ToolError
-from core.tools.base import Category, SandboxSettings, Tool, ToolContext, ToolResult
+from core.tools.base import Category, Tool, ToolContext, ToolResult
 from core.tools.blocklist import check_command
 from core.tools.sandbox import cap_output, mentions_denied_path, resolve_path, run_in_workspace
+from core.tools.settings import SandboxSettings
 
 DEFAULT_READ_LINES = 2000
 MAX_LIST_ENTRIES = 1000

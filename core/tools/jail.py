@@ -37,7 +37,7 @@ from pathlib import Path
 
 from core.errors import ConfigError
 from core.tools import landlock
-from core.tools.base import SandboxSettings
+from core.tools.settings import SandboxSettings
 
 SYSTEM_ROOTS = (
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.errors import ToolDenied, ToolError
-from core.tools.base import SandboxSettings, ToolContext, ToolResult, default_temp_root
+from core.tools.base import ToolContext, ToolResult
 from core.tools.jail import Jail, Spawn
 from core.tools.reaper import REAPER
+from core.tools.settings import SandboxSettings, default_temp_root
 
 _READ_CHUNK = 64 * 1024
 # After the main process exits, how long we keep reading output still in flight. Then the

@@ -10,10 +10,11 @@ import pytest
 
 from core.errors import ConfigError, ToolValidationError
 from core.messages import ToolCall
-from core.tools.base import SandboxSettings, Tool, ToolContext, ToolRegistry
+from core.tools.base import Tool, ToolContext, ToolRegistry
 from core.tools.cli import CliTool, load_cli_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
+from core.tools.settings import SandboxSettings
 
 SPEC_EXAMPLE = """
 tools:

@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.errors import ToolDenied, ToolError
-from core.tools.base import SandboxSettings, default_temp_root
 from core.tools.sandbox import (
     ProcessResult,
     cap_output,
@@ -21,6 +20,7 @@ from core.tools.sandbox import (
     run_process,
     tool_env,
 )
+from core.tools.settings import SandboxSettings, default_temp_root
 from tests.helpers import wait_dead
 
 

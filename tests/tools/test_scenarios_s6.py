@@ -13,11 +13,12 @@ import pytest
 
 from core.messages import Message, ToolCall
 from core.run_context import DETACHED, RunContext
-from core.tools.base import SandboxSettings, Tool, ToolContext, ToolRegistry
+from core.tools.base import Tool, ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.cli import load_cli_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
+from core.tools.settings import SandboxSettings
 from tests.helpers import wait_dead
 
 

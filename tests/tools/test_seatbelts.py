@@ -14,10 +14,11 @@ from bot.app import App, build_registry
 from core.config import parse_config
 from core.messages import ToolCall
 from core.run_context import RunContext
-from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
+from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
+from core.tools.settings import SandboxSettings
 
 GIT_LOG = """
 tools:

@@ -20,12 +20,13 @@ import pytest
 
 from core.messages import ToolCall
 from core.tools import landlock
-from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
+from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
 from core.tools.jail import Jail, count_tasks
 from core.tools.policy import ToolPolicy
 from core.tools.sandbox import run_in_workspace
+from core.tools.settings import SandboxSettings
 from tests.agentkit import running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.process import REPO, child_env, start_parley, write_config
@@ -196,7 +197,8 @@ async def test_a_denied_path_is_refused_before_bash_runs(
 _PROBE = r"""
 import asyncio, os, sys
 from pathlib import Path
-from core.tools.base import SandboxSettings, ToolContext
+from core.tools.base import ToolContext
+from core.tools.settings import SandboxSettings
 from core.tools.landlock import make_undumpable
 from core.tools.sandbox import run_in_workspace
 
