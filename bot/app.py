@@ -21,7 +21,7 @@ from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
-from core.store import Store
+from core.store import open_store
 from core.tokens import TokenCounter
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.cli import CliTool
@@ -221,7 +221,7 @@ class App:
     ) -> Agent:
         """The durable agent on the configured store (call `close_agent` when done)."""
 
-        store = await Store.open(self.config.store.resolved())
+        store = await open_store(self.config.store.resolved())
         REAPER.ledger = store  # live tool process groups, for a start-up after a crash
         agent = Agent(
             store,

@@ -9,7 +9,7 @@ import sys
 from core.agent import parse_conv
 from core.config import ParleyConfig
 from core.journal import RunJournal
-from core.store import RunRow, Store
+from core.store import RunRow, Store, open_store
 
 
 def _when(ts: float | None) -> str:
@@ -31,7 +31,7 @@ async def runs_command(
     if not path.exists():
         sys.stdout.write(f"No runs yet ({path} does not exist).\n")
         return 0
-    store = await Store.open(path)
+    store = await open_store(path)
     try:
         if action == "show":
             return await _show(store, run_id)

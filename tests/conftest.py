@@ -27,11 +27,11 @@ def _private_home(
 @pytest.fixture(autouse=True)
 def _no_failed_store_writes(request: pytest.FixtureRequest) -> Iterator[None]:
     """A store write that fails is a bug unless the test causes it on purpose."""
-    from core.store import Store
+    from core.store import failed_writes
 
-    before = Store.failed_writes
+    before = failed_writes()
     yield
-    failed = Store.failed_writes - before
+    failed = failed_writes() - before
     if failed and request.node.get_closest_marker("store_failures_expected") is None:
         pytest.fail(f"{failed} store write(s) failed during this test (see the log)")
 

@@ -50,7 +50,12 @@ def import_graph() -> dict[str, set[str]]:
         found: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                candidates = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                # `from pkg import submodule` depends on the submodule (a package's
+                # __init__ runs before any of its submodules, so that edge is not a cycle)
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                candidates = [s for s in subs if s in modules]
+                if len(candidates) < len(subs):  # some names come from the module itself
+                    candidates.append(node.module)
             elif isinstance(node, ast.Import):
                 candidates = [alias.name for alias in node.names]
             else:

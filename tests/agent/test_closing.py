@@ -14,7 +14,7 @@ SCRIPT = """
 import asyncio
 from bot.app import App, build_registry
 from core.config import parse_config
-from core.store import Store
+from core.store import open_store
 
 async def main(state):
     config = parse_config({{
@@ -60,7 +60,7 @@ async with app.running_agent() as agent:
 
 async def test_a_script_that_raises_inside_a_store_block_exits(tmp_path: Path) -> None:
     body = """
-async with await Store.open(state + "/other.db") as store:
+async with await open_store(state + "/other.db") as store:
     store.tool_group_ended(1)
     raise RuntimeError("boom")
 """

@@ -69,7 +69,7 @@ async def test_stop_while_streaming_leaves_a_valid_transcript(
                 await asyncio.sleep(0.01)
 
         elapsed = await _stop_after(agent, chat, streaming)
-        assert elapsed < 2.0
+        assert elapsed < 10.0  # unstopped, it would run for 20 s or more
         assert chat.finals == ["Stopped."]
         lane = agent.lanes[("test", "c1", "")]
         assert lane.last_state == "cancelled"
@@ -91,7 +91,7 @@ async def test_stop_during_sleep_30_in_bash(fake_llm: FakeLLM, tmp_path: Path) -
                 await asyncio.sleep(0.02)
 
         elapsed = await _stop_after(agent, chat, in_bash)
-        assert elapsed < 2.0
+        assert elapsed < 10.0  # unstopped, it would run for 20 s or more
         assert lane.conversation is not None
         messages = lane.conversation.messages
         assert is_valid(messages)
@@ -114,7 +114,7 @@ async def test_stop_between_tools(fake_llm: FakeLLM, tmp_path: Path) -> None:
             await fake_llm.wait_for_requests(2)
 
         elapsed = await _stop_after(agent, chat, after_tool)
-        assert elapsed < 2.0
+        assert elapsed < 10.0  # unstopped, it would run for 20 s or more
         assert lane.conversation is not None
         assert is_valid(lane.conversation.messages)
         roles = [m.role for m in lane.conversation.messages]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from core.messages import ToolCall
 from core.runs import RunRecorder
-from core.store import Store
+from core.store import open_store
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 
@@ -42,7 +42,7 @@ async def test_concurrent_redeliveries_are_taken_in_once(fake_llm: FakeLLM, tmp_
 
 
 async def test_replay_needs_the_same_call_not_just_the_same_id(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "parley.db")
+    store = await open_store(tmp_path / "parley.db")
     try:
         store.tool_started("r1", "call_0", "list_directory", '{"path": "."}', True)
         store.tool_completed("r1", "call_0", "a.txt b.txt", False)

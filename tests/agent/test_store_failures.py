@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import StoreError
-from core.store import Store
+from core.store import SqliteStore
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply
 
@@ -32,7 +32,7 @@ def refuse(db: Path, table: str, column: str) -> None:
 
 async def test_a_bad_statement_fails_alone_and_its_writer_hears_it(tmp_path: Path) -> None:
     db = tmp_path / "parley.db"
-    store = await Store.open(db)
+    store = await SqliteStore.open(db)
     refuse(db, "journals", "conv")
     store.save_journal("good-1", {"a": 1})
     bad = asyncio.ensure_future(store.write(
@@ -49,7 +49,7 @@ async def test_a_bad_statement_fails_alone_and_its_writer_hears_it(tmp_path: Pat
 
 async def test_flush_raises_for_a_failed_write_soon_once(tmp_path: Path) -> None:
     db = tmp_path / "parley.db"
-    store = await Store.open(db)
+    store = await SqliteStore.open(db)
     refuse(db, "journals", "conv")
     store.save_journal("bad", {"x": 1})
     store.save_journal("fine", {"y": 2})

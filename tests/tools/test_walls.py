@@ -281,12 +281,12 @@ def _alive(pid: int) -> bool:
 async def test_start_up_kills_groups_a_crashed_run_left_in_the_store(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
-    from core.store import Store
+    from core.store import open_store
     from core.tools.reaper import REAPER, boot_id, start_ticks
 
     leftover = await asyncio.create_subprocess_exec("sleep", "300", start_new_session=True)
     db = tmp_path / "parley.db"
-    store = await Store.open(db)
+    store = await open_store(db)
     store.tool_group_started(leftover.pid, start_ticks(leftover.pid), boot_id())
     store.tool_group_started(999_999, 12345, boot_id())  # long gone: nothing to kill
     await store.flush()

@@ -1,0 +1,64 @@
+"""Parley's durable state behind one seam (SPEC §7, §14).
+
+`Store` is a `typing.Protocol` made of narrower ones, one per concern (`RunStore`,
+`MessageStore`, `JournalStore`, `PreferenceStore`, `DedupeStore`, `ApprovalStore`,
+`EventStore`, `JobStore`); core depends on those. `open_store(path_or_url)` opens one;
+`SqliteStore` is the embedded implementation (it also offers raw `write`/`write_soon` for
+tests and benchmarks that need SQL). `tests/store/` holds every backend to the protocol.
+
+    protocol.py     the seam and what each method promises
+    rows.py         the values it hands back
+    writes.py       queued writes' owners and the failed-write count, for every backend
+    backends.py     open_store: a path or URL to a backend
+    sqlite.py       SqliteStore (sqlite_db.py: connections and group commit;
+                    sqlite_runs.py: runs and jobs; migrations.py: the schema)
+"""
+
+from core.store.backends import open_store
+from core.store.protocol import (
+    ApprovalStore,
+    DedupeStore,
+    EventStore,
+    JobStore,
+    JournalStore,
+    MessageStore,
+    PreferenceStore,
+    RunStore,
+    Store,
+)
+from core.store.rows import (
+    ApprovalRow,
+    Checkpoint,
+    ConversationRow,
+    GoalRow,
+    JobRunRecord,
+    RunRow,
+    StoredEvent,
+    ToolCallRow,
+)
+from core.store.sqlite import SqliteStore
+from core.store.writes import failed_writes, write_for
+
+__all__ = [
+    "ApprovalRow",
+    "ApprovalStore",
+    "Checkpoint",
+    "ConversationRow",
+    "DedupeStore",
+    "EventStore",
+    "GoalRow",
+    "JobRunRecord",
+    "JobStore",
+    "JournalStore",
+    "MessageStore",
+    "PreferenceStore",
+    "RunRow",
+    "RunStore",
+    "SqliteStore",
+    "Store",
+    "StoredEvent",
+    "ToolCallRow",
+    "failed_writes",
+    "open_store",
+    "write_for",
+]

@@ -1,0 +1,109 @@
+"""The SQLite schema and its migrations: each version's script runs once, in order, in one
+transaction with its `schema_version` row."""
+
+from __future__ import annotations
+
+import aiosqlite
+
+SCHEMA_VERSION = 3
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE conversations (
+        key TEXT PRIMARY KEY,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        last_compaction TEXT,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE messages (
+        conv TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
+        PRIMARY KEY (conv, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY, conv TEXT NOT NULL, state TEXT NOT NULL, trigger TEXT NOT NULL,
+        created_at REAL NOT NULL, started_at REAL, ended_at REAL,
+        reason TEXT, text TEXT, iterations INTEGER NOT NULL DEFAULT 0,
+        input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0,
+        resumable INTEGER NOT NULL DEFAULT 0, error TEXT
+    );
+    CREATE INDEX runs_conv ON runs (conv, created_at);
+    CREATE INDEX runs_state ON runs (state);
+    CREATE TABLE checkpoints (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+        iteration INTEGER NOT NULL, cursor INTEGER NOT NULL, persisted INTEGER NOT NULL,
+        prompt_hash TEXT NOT NULL, completed TEXT NOT NULL, at REAL NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE tool_calls (
+        run_id TEXT NOT NULL, call_id TEXT NOT NULL, name TEXT NOT NULL,
+        arguments TEXT NOT NULL, idempotent INTEGER NOT NULL,
+        started_at REAL NOT NULL, completed_at REAL, result TEXT, is_error INTEGER,
+        PRIMARY KEY (run_id, call_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE journals (conv TEXT PRIMARY KEY, body TEXT NOT NULL, updated_at REAL NOT NULL);
+    CREATE TABLE provider_prefs (
+        channel TEXT NOT NULL, channel_id TEXT NOT NULL, provider TEXT NOT NULL,
+        updated_at REAL NOT NULL, PRIMARY KEY (channel, channel_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE goals (
+        conv TEXT PRIMARY KEY, text TEXT NOT NULL, state TEXT NOT NULL,
+        auto INTEGER NOT NULL DEFAULT 0, max_turns INTEGER NOT NULL DEFAULT 0,
+        turns INTEGER NOT NULL DEFAULT 0, note TEXT, updated_at REAL NOT NULL
+    );
+    CREATE TABLE seen_events (
+        channel TEXT NOT NULL, event_id TEXT NOT NULL, at REAL NOT NULL,
+        PRIMARY KEY (channel, event_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE approvals (
+        id TEXT PRIMARY KEY, conv TEXT NOT NULL, run_id TEXT, tool TEXT NOT NULL,
+        summary TEXT NOT NULL, state TEXT NOT NULL, requested_at REAL NOT NULL,
+        resolved_at REAL
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, run_id TEXT, conv TEXT,
+        iteration INTEGER, name TEXT NOT NULL, data TEXT NOT NULL
+    );
+    CREATE INDEX events_run ON events (run_id);
+    CREATE TABLE job_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, fire_time REAL NOT NULL,
+        run_id TEXT, started_at REAL NOT NULL, ended_at REAL, state TEXT NOT NULL,
+        result TEXT, delivered INTEGER NOT NULL DEFAULT 0, error TEXT,
+        UNIQUE (job, fire_time)
+    );
+    """,
+    2: """
+    CREATE TABLE tool_groups (
+        pgid INTEGER NOT NULL, start_ticks INTEGER NOT NULL, boot_id TEXT NOT NULL,
+        PRIMARY KEY (boot_id, pgid)
+    ) WITHOUT ROWID;
+    """,
+    3: """
+    ALTER TABLE approvals ADD COLUMN call_id TEXT;
+    ALTER TABLE approvals ADD COLUMN reason TEXT NOT NULL DEFAULT '';
+    ALTER TABLE approvals ADD COLUMN deadline REAL;
+    ALTER TABLE approvals ADD COLUMN prompt TEXT;
+    ALTER TABLE approvals ADD COLUMN answer TEXT;
+    ALTER TABLE approvals ADD COLUMN answered_by TEXT;
+    CREATE INDEX approvals_state ON approvals (state);
+    """,
+}
+
+
+async def migrate(conn: aiosqlite.Connection) -> None:
+    """Bring the database up to `SCHEMA_VERSION`; refuse one from a newer Parley."""
+    await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    async with conn.execute("SELECT MAX(version) FROM schema_version") as cursor:
+        row = await cursor.fetchone()
+    current = int(row[0]) if row and row[0] is not None else 0
+    if current > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the database is from a newer Parley (schema {current} > {SCHEMA_VERSION}); "
+            "upgrade Parley or point [store] path at another file"
+        )
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        await conn.executescript(
+            "BEGIN;\n"
+            + _MIGRATIONS[version]
+            + f"\nINSERT INTO schema_version (version) VALUES ({version});\nCOMMIT;"
+        )

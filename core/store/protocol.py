@@ -1,0 +1,352 @@
+"""The store seam: what core needs from durable state, split by concern (SPEC §7, §14).
+
+Every backend keeps the same promises; `tests/store/test_conformance.py` holds them to it.
+
+Writes come in two kinds:
+    - `async` writes return once the write is committed (durable).
+    - plain (non-async) writes are queued for the next group commit and return at once.
+      They commit in the order they were queued, and are durable once a later `flush()`
+      or `async` write of the same store returns. A queued write that fails is raised as
+      `StoreError` by the next `flush()` of the task that owns it (see `Store.write_for`).
+
+Reads see what is committed: flush first to read what was just queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, Self
+
+from core.chat import PromptRef
+from core.messages import Message
+from core.store import writes
+from core.store.rows import (
+    ApprovalRow,
+    Checkpoint,
+    ConversationRow,
+    GoalRow,
+    JobRunRecord,
+    RunRow,
+    StoredEvent,
+    ToolCallRow,
+)
+
+
+class RunStore(Protocol):
+    """Runs, their checkpoints, the tool-call idempotency envelope and the ledger of live
+    tool process groups."""
+
+    async def create_run(
+        self, run_id: str, conv: str, trigger: str, *, state: str = "running", text: str = ""
+    ) -> None:
+        """A new run, committed. A `queued` run keeps the user's message in `text` and has
+        no `started_at` until `start_run`."""
+        ...
+
+    def start_run(self, run_id: str) -> None:
+        """Queued: a queued run begins (`running`, `started_at` now)."""
+        ...
+
+    def resume_run(self, run_id: str) -> None:
+        """Queued: an interrupted run goes on (`/resume`): `running`, no longer resumable,
+        no `ended_at`."""
+        ...
+
+    def set_run_state(
+        self, run_id: str, state: str, reason: str, *, resumable: bool | None = None
+    ) -> None:
+        """Queued: a run ends (or waits) without an answer of its own — cancelled, failed,
+        waiting on a human, interrupted. `ended_at` is now; `resumable` changes only if
+        given."""
+        ...
+
+    def mark_resumable(self, run_id: str) -> None:
+        """Queued: the run may be taken up again by `/resume`."""
+        ...
+
+    def finish_run(
+        self,
+        run_id: str,
+        *,
+        state: str,
+        reason: str,
+        text: str,
+        iterations: int,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None:
+        """Queued: a run's final row — how it ended, its answer and what it used."""
+        ...
+
+    def forget_resumable(self, conv: str) -> None:
+        """Queued: new input in `conv` supersedes its interrupted runs (none stays
+        resumable)."""
+        ...
+
+    async def run(self, run_id: str) -> RunRow | None:
+        """The run `run_id`, or None."""
+        ...
+
+    async def find_runs(self, prefix: str) -> list[RunRow]:
+        """Runs whose id starts with `prefix`, newest first."""
+        ...
+
+    async def runs(
+        self, *, conv: str | None = None, states: Iterable[str] = (), limit: int = 20
+    ) -> list[RunRow]:
+        """At most `limit` runs, newest first; only `conv`'s and only in `states` if
+        given."""
+        ...
+
+    def checkpoint(self, cp: Checkpoint) -> None:
+        """Queued: a checkpoint; one with the same (run, seq) is replaced."""
+        ...
+
+    async def last_checkpoint(self, run_id: str) -> Checkpoint | None:
+        """The run's checkpoint with the highest `seq`, or None."""
+        ...
+
+    def tool_started(
+        self, run_id: str, call_id: str, name: str, arguments: str, idempotent: bool
+    ) -> None:
+        """Queued: a tool call begins (a call with the same ids starts over). Flush before
+        running a side-effecting call, so that a crash after it shows."""
+        ...
+
+    def tool_completed(self, run_id: str, call_id: str, result: str, is_error: bool) -> None:
+        """Queued: a started tool call ended with `result`."""
+        ...
+
+    async def tool_calls(self, run_id: str) -> dict[str, ToolCallRow]:
+        """The run's tool calls by call id."""
+        ...
+
+    def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
+        """Queued: a tool's process group is live (the reaper's ledger; see
+        core/tools/reaper.py)."""
+        ...
+
+    def tool_group_ended(self, pgid: int) -> None:
+        """Queued: the process group is gone."""
+        ...
+
+    async def take_tool_groups(self) -> list[tuple[int, int, str]]:
+        """The groups (pgid, start ticks, boot id) a crashed process left listed, removed
+        from the ledger."""
+        ...
+
+
+class MessageStore(Protocol):
+    """Conversation histories and their session snapshots."""
+
+    async def load_messages(self, conv: str) -> list[Message]:
+        """`conv`'s history, in order (empty if none)."""
+        ...
+
+    def save_messages(
+        self,
+        conv: str,
+        messages: Sequence[Message],
+        changed: Iterable[int] | None = None,
+        *,
+        shrunk: bool = True,
+    ) -> None:
+        """Queued: persist the positions `changed` (default: all) of `messages`; if the list
+        may have `shrunk`, drop stored messages past its end."""
+        ...
+
+    async def conversation(self, conv: str) -> ConversationRow | None:
+        """`conv`'s snapshot totals, or None."""
+        ...
+
+    def save_snapshot(
+        self, conv: str, *, input_tokens: int, output_tokens: int, last_compaction: str | None
+    ) -> None:
+        """Queued: the session snapshot's totals (the messages are saved as they grow)."""
+        ...
+
+    async def clear_conversation(self, conv: str) -> None:
+        """`/clear`, committed: history, totals, journal and goal go, and no run of `conv`
+        stays resumable; provider preference and runs stay."""
+        ...
+
+
+class JournalStore(Protocol):
+    """The run journal, one per conversation."""
+
+    async def journal(self, conv: str) -> dict[str, Any] | None:
+        """`conv`'s journal, or None."""
+        ...
+
+    def save_journal(self, conv: str, body: dict[str, Any]) -> None:
+        """Queued: `conv`'s journal becomes `body` (JSON values)."""
+        ...
+
+
+class PreferenceStore(Protocol):
+    """What a conversation or channel chose: its provider and its goal."""
+
+    async def provider_pref(self, channel: str, channel_id: str) -> str | None:
+        """The provider chosen in a channel, or None."""
+        ...
+
+    async def set_provider_pref(self, channel: str, channel_id: str, provider: str) -> None:
+        """Committed: the provider chosen in a channel (the last choice stands)."""
+        ...
+
+    async def goal(self, conv: str) -> GoalRow | None:
+        """`conv`'s goal, or None."""
+        ...
+
+    async def save_goal(self, goal: GoalRow | None, conv: str) -> None:
+        """Committed: `conv`'s goal becomes `goal` (its own `conv` is not used); None
+        clears it."""
+        ...
+
+
+class DedupeStore(Protocol):
+    """Platform event ids taken in before, so that a redelivery starts nothing."""
+
+    async def seen(self, channel: str, event_id: str) -> bool:
+        """Whether the event was marked seen (a redelivery)."""
+        ...
+
+    def mark_seen_soon(self, channel: str, event_id: str) -> None:
+        """Queued: mark the event seen (commit it with what the event produced). Marking
+        it again changes nothing."""
+        ...
+
+    async def mark_seen(self, channel: str, event_id: str) -> None:
+        """Mark the event seen and flush (so also everything queued before)."""
+        ...
+
+
+class ApprovalStore(Protocol):
+    """Approval requests, which survive a restart (SPEC §13)."""
+
+    async def request_approval(self, row: ApprovalRow) -> None:
+        """Committed: a new `pending` request (before its prompt is posted); `row.state`,
+        `prompt` and `answer` are not used."""
+        ...
+
+    def approval_posted(self, approval_id: str, prompt: PromptRef) -> None:
+        """Queued: where the request's prompt is."""
+        ...
+
+    async def answer_approval(self, approval_id: str, answer: str, by: str) -> None:
+        """Committed: an approver's answer to a pending request that no run is waiting on
+        yet; the first answer stands, and a request no longer pending takes none."""
+        ...
+
+    def approval_resolved(self, approval_id: str, state: str) -> None:
+        """Queued: the request is decided (`approved`, `denied`, `cancelled`, …)."""
+        ...
+
+    async def approval(self, approval_id: str) -> ApprovalRow | None:
+        """The request `approval_id`, or None."""
+        ...
+
+    async def pending_approval(self, run_id: str, call_id: str) -> ApprovalRow | None:
+        """The latest pending request of tool call `call_id` of run `run_id`, or None."""
+        ...
+
+    async def pending_approvals(self, *, before: float) -> list[ApprovalRow]:
+        """Requests asked before `before` (by an earlier process) and still pending,
+        oldest first."""
+        ...
+
+    def expire_approvals(self, approval_ids: Iterable[str]) -> None:
+        """Queued: those of the requests still pending become `expired` (their runs will
+        not go on)."""
+        ...
+
+
+class EventStore(Protocol):
+    """Structured events (SPEC §11)."""
+
+    def add_event(
+        self,
+        name: str,
+        data: dict[str, Any],
+        *,
+        run_id: str | None,
+        conv: str | None,
+        iteration: int | None,
+        at: float,
+    ) -> None:
+        """Queued: one event (`data` values that are not JSON are stored as strings)."""
+        ...
+
+    async def events(self, run_id: str) -> list[StoredEvent]:
+        """The run's events in the order they were added."""
+        ...
+
+
+class JobStore(Protocol):
+    """Fires of scheduled jobs: each fire runs once, across restarts and workers."""
+
+    async def job_last_fire(self, job: str) -> float | None:
+        """The latest fire time claimed for `job`, or None."""
+        ...
+
+    async def claim_job_fire(self, job: str, fire_time: float) -> int | None:
+        """Committed: claim a fire before it runs; its job-run id, or None if the fire was
+        already claimed (by this or any other task or process)."""
+        ...
+
+    async def finish_job_run(
+        self,
+        job_run_id: int,
+        *,
+        state: str,
+        run_id: str | None,
+        result: str | None,
+        delivered: bool,
+        error: str | None,
+    ) -> None:
+        """Committed: how a claimed fire ended."""
+        ...
+
+    async def job_runs(self, job: str, limit: int = 1) -> list[JobRunRecord]:
+        """At most `limit` of `job`'s fires, latest fire time first."""
+        ...
+
+
+class Store(
+    RunStore,
+    MessageStore,
+    JournalStore,
+    PreferenceStore,
+    DedupeStore,
+    ApprovalStore,
+    EventStore,
+    JobStore,
+    Protocol,
+):
+    """All of Parley's durable state. Open one with `core.store.open_store`; close it with
+    `aclose()` or use it as an async context manager."""
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed.
+
+        Raises:
+            StoreError: a write this task's owner (see `write_for`) queued before this call
+                failed, and no `flush` has reported it yet (each failure is raised once).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Commit what is queued, then release the store (also when that commit fails)."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """`aclose()`."""
+        ...
+
+    @staticmethod
+    def write_for(owner: str) -> None:
+        """Tag the current task's writes as `owner`'s (a conversation), so that a failed
+        one is raised by that owner's `flush`, not by another conversation's."""
+        writes.write_for(owner)

@@ -1,0 +1,272 @@
+"""The SQLite tables of runs and jobs: runs, checkpoints, the tool-call idempotency
+envelope, the tool process-group ledger (`RunStore`) and fires of scheduled jobs
+(`JobStore`)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+
+import aiosqlite
+
+from core.store.rows import Checkpoint, JobRunRecord, RunRow, ToolCallRow
+from core.store.sqlite_db import SqliteDatabase
+
+_RUN_COLUMNS = (
+    "id, conv, state, trigger, created_at, started_at, ended_at, reason, text, iterations, "
+    "input_tokens, output_tokens, resumable, error"
+)
+
+
+class SqliteRunTables(SqliteDatabase):
+    """`RunStore` and `JobStore` on SQLite (`SqliteStore` adds the rest)."""
+
+    # --- runs and checkpoints -------------------------------------------------------
+
+    async def create_run(
+        self, run_id: str, conv: str, trigger: str, *, state: str = "running", text: str = ""
+    ) -> None:
+        """A new run, committed (`queued` ones keep the user's message in `text` until
+        they start)."""
+        now = time.time()
+        await self.write(
+            "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run_id, conv, state, trigger, now, None if state == "queued" else now, text),
+        )
+
+    def start_run(self, run_id: str) -> None:
+        """A queued run begins."""
+        self.write_soon(
+            "UPDATE runs SET state = 'running', started_at = ? WHERE id = ?", (time.time(), run_id)
+        )
+
+    def resume_run(self, run_id: str) -> None:
+        """An interrupted run goes on (`/resume`)."""
+        self.write_soon(
+            "UPDATE runs SET state = 'running', resumable = 0, ended_at = NULL WHERE id = ?",
+            (run_id,),
+        )
+
+    def set_run_state(
+        self, run_id: str, state: str, reason: str, *, resumable: bool | None = None
+    ) -> None:
+        """A run ends (or waits) without an answer of its own: cancelled, failed,
+        waiting on a human, interrupted."""
+        if resumable is None:
+            self.write_soon(
+                "UPDATE runs SET state = ?, reason = ?, ended_at = ? WHERE id = ?",
+                (state, reason, time.time(), run_id),
+            )
+        else:
+            self.write_soon(
+                "UPDATE runs SET state = ?, reason = ?, ended_at = ?, resumable = ? WHERE id = ?",
+                (state, reason, time.time(), int(resumable), run_id),
+            )
+
+    def mark_resumable(self, run_id: str) -> None:
+        self.write_soon("UPDATE runs SET resumable = 1 WHERE id = ?", (run_id,))
+
+    def finish_run(
+        self,
+        run_id: str,
+        *,
+        state: str,
+        reason: str,
+        text: str,
+        iterations: int,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None:
+        """A run's final row: how it ended, its answer and what it used."""
+        self.write_soon(
+            "UPDATE runs SET state = ?, ended_at = ?, reason = ?, text = ?, iterations = ?, "
+            "input_tokens = ?, output_tokens = ? WHERE id = ?",
+            (state, time.time(), reason, text, iterations, input_tokens, output_tokens, run_id),
+        )
+
+    def forget_resumable(self, conv: str) -> None:
+        """New input in a conversation supersedes its interrupted runs."""
+        self.write_soon("UPDATE runs SET resumable = 0 WHERE conv = ? AND resumable = 1", (conv,))
+
+    async def run(self, run_id: str) -> RunRow | None:
+        row = await self._one(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        return _run_row(row) if row else None
+
+    async def find_runs(self, prefix: str) -> list[RunRow]:
+        rows = await self._all(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id LIKE ? ORDER BY created_at DESC",
+            (prefix + "%",),
+        )
+        return [_run_row(r) for r in rows]
+
+    async def runs(
+        self, *, conv: str | None = None, states: Iterable[str] = (), limit: int = 20
+    ) -> list[RunRow]:
+        where, params = [], []
+        if conv is not None:
+            where.append("conv = ?")
+            params.append(conv)
+        states = list(states)
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            params.extend(states)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = await self._all(
+            f"SELECT {_RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [_run_row(r) for r in rows]
+
+    def checkpoint(self, cp: Checkpoint) -> None:
+        self.write_soon(
+            "INSERT OR REPLACE INTO checkpoints (run_id, seq, kind, iteration, cursor, "
+            "persisted, prompt_hash, completed, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                cp.run_id,
+                cp.seq,
+                cp.kind,
+                cp.iteration,
+                cp.cursor,
+                cp.persisted,
+                cp.prompt_hash,
+                json.dumps(list(cp.completed)),
+                cp.at,
+            ),
+        )
+
+    async def last_checkpoint(self, run_id: str) -> Checkpoint | None:
+        row = await self._one(
+            "SELECT run_id, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at "
+            "FROM checkpoints WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+            (run_id,),
+        )
+        if row is None:
+            return None
+        run, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at = row
+        done = tuple(json.loads(completed))
+        return Checkpoint(run, seq, kind, iteration, cursor, persisted, prompt_hash, done, at)
+
+    # --- the idempotency envelope ---------------------------------------------------
+
+    def tool_started(
+        self, run_id: str, call_id: str, name: str, arguments: str, idempotent: bool
+    ) -> None:
+        """Queued; flush before running a side-effecting call, so a crash after it shows."""
+        self.write_soon(
+            "INSERT OR REPLACE INTO tool_calls (run_id, call_id, name, arguments, idempotent, "
+            "started_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, call_id, name, arguments, int(idempotent), time.time()),
+        )
+
+    def tool_completed(self, run_id: str, call_id: str, result: str, is_error: bool) -> None:
+        self.write_soon(
+            "UPDATE tool_calls SET completed_at = ?, result = ?, is_error = ? "
+            "WHERE run_id = ? AND call_id = ?",
+            (time.time(), result, int(is_error), run_id, call_id),
+        )
+
+    async def tool_calls(self, run_id: str) -> dict[str, ToolCallRow]:
+        rows = await self._all(
+            "SELECT call_id, name, arguments, idempotent, started_at, completed_at, result, "
+            "is_error FROM tool_calls WHERE run_id = ?",
+            (run_id,),
+        )
+        return {
+            r[0]: ToolCallRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], bool(r[7]))
+            for r in rows
+        }
+
+    # --- the tool process-group ledger ------------------------------------------------
+
+    def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
+        """A tool's process group is live (the reaper's ledger; see core/tools/reaper.py)."""
+        self.write_soon(
+            "INSERT OR REPLACE INTO tool_groups (pgid, start_ticks, boot_id) VALUES (?, ?, ?)",
+            (pgid, start_ticks, boot_id),
+        )
+
+    def tool_group_ended(self, pgid: int) -> None:
+        self.write_soon("DELETE FROM tool_groups WHERE pgid = ?", (pgid,))
+
+    async def take_tool_groups(self) -> list[tuple[int, int, str]]:
+        """The groups a crashed process left listed, removed from the ledger."""
+        rows = await self._all("SELECT pgid, start_ticks, boot_id FROM tool_groups")
+        await self.write("DELETE FROM tool_groups")
+        return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
+
+    # --- scheduled jobs -----------------------------------------------------------------
+
+    async def job_last_fire(self, job: str) -> float | None:
+        """The latest fire claimed for `job` (runs are never deleted)."""
+        row = await self._one("SELECT MAX(fire_time) FROM job_runs WHERE job = ?", (job,))
+        return float(row[0]) if row and row[0] is not None else None
+
+    async def claim_job_fire(self, job: str, fire_time: float) -> int | None:
+        """Record a fire before it runs; None if this fire was already claimed (a restart
+        must never run the same fire twice). Atomic across tasks and processes: the unique
+        (job, fire_time) row is won by whoever's claim token it carries."""
+        row = await self._one(
+            "SELECT 1 FROM job_runs WHERE job = ? AND fire_time = ?", (job, fire_time)
+        )
+        if row is not None:
+            return None
+        token = f"claim:{uuid.uuid4().hex}"  # replaced by the agent's run id when it ends
+        await self.write(
+            "INSERT OR IGNORE INTO job_runs (job, fire_time, run_id, started_at, state) "
+            "VALUES (?, ?, ?, ?, 'running')",
+            (job, fire_time, token, time.time()),
+        )
+        found = await self._one(
+            "SELECT id, run_id FROM job_runs WHERE job = ? AND fire_time = ?", (job, fire_time)
+        )
+        if found is None or found[1] != token:
+            return None
+        return int(found[0])
+
+    async def finish_job_run(
+        self,
+        job_run_id: int,
+        *,
+        state: str,
+        run_id: str | None,
+        result: str | None,
+        delivered: bool,
+        error: str | None,
+    ) -> None:
+        await self.write(
+            "UPDATE job_runs SET ended_at = ?, state = ?, run_id = ?, result = ?, delivered = ?, "
+            "error = ? WHERE id = ?",
+            (time.time(), state, run_id, result, int(delivered), error, job_run_id),
+        )
+
+    async def job_runs(self, job: str, limit: int = 1) -> list[JobRunRecord]:
+        rows = await self._all(
+            "SELECT id, fire_time, run_id, started_at, ended_at, state, result, delivered, error "
+            "FROM job_runs WHERE job = ? ORDER BY fire_time DESC LIMIT ?",
+            (job, limit),
+        )
+        return [_job_run(r) for r in rows]
+
+
+def _run_row(row: aiosqlite.Row) -> RunRow:
+    values = list(row)
+    values[12] = bool(values[12])
+    return RunRow(*values)
+
+
+def _job_run(row: aiosqlite.Row) -> JobRunRecord:
+    id_, fire_time, run_id, started_at, ended_at, state, result, delivered, error = row
+    return JobRunRecord(
+        id=id_,
+        fire_time=fire_time,
+        run_id=run_id,
+        started_at=started_at,
+        ended_at=ended_at,
+        state=state,
+        result=result,
+        delivered=bool(delivered),
+        error=error,
+    )
