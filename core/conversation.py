@@ -33,14 +33,13 @@ class Conversation:
         """The part of the system message that comes from configuration and tools; its
         hash tells a resumed run whether the ground shifted under it."""
         workspace = self.executor.ctx.sandbox.resolved_workspace()
-        tools = ", ".join(self.executor.registry.names())
-        return (
-            f"{self.system_prompt}\n\nTools run in the working directory {workspace}. "
-            f"Available tools: {tools}."
-        )
+        return f"{self.system_prompt}\n\nTools run in the working directory {workspace}."
 
     def prompt_hash(self) -> str:
-        return hashlib.sha256(self.stable_prompt().encode()).hexdigest()[:16]
+        """The stable prompt and the tool set (the model sees the tools with every
+        request, so the system message need not list them)."""
+        tools = ",".join(self.executor.registry.names())
+        return hashlib.sha256(f"{self.stable_prompt()}\0{tools}".encode()).hexdigest()[:16]
 
     def system_message(self, extra: str = "") -> Message:
         """Rebuilt every turn: configuration, tools, today's date, and `extra` (the

@@ -134,8 +134,8 @@ class GetRunJournal(Tool):
 class UpdateRunJournal(Tool):
     name = "update_run_journal"
     description = (
-        "Update fields of the run journal: objective, current_state, handoff_next_action, or "
-        "replace a whole list. Keep it current on long tasks; it survives compaction."
+        "Set journal fields (lists are replaced whole). Keep it current on long tasks; it "
+        "survives compaction."
     )
     # The journal is the bot's own memory, not an outside side effect: it is allowed
     # wherever read tools are, including cron jobs.

@@ -390,9 +390,11 @@ async def _run_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> No
     appended = 0
     try:
         for batch in _batches(calls, categories, config.parallel_reads):
-            await asyncio.gather(
-                *(_run_one(prepared[c.id], executor, config, run.ctx, results) for c in batch)
-            )
+            runs = [_run_one(prepared[c.id], executor, config, run.ctx, results) for c in batch]
+            if len(runs) == 1:
+                await runs[0]  # no task to spawn for a lone call
+            else:
+                await asyncio.gather(*runs)
             if run.guards.context is not None:  # TACO: shrink huge outputs before history
                 for c in batch:
                     approved = categories[c.id] == "admin"
@@ -421,15 +423,18 @@ async def _run_one(
     call, category, sink = prepared.call, prepared.category, ctx.sink
     sink(ToolStarted(call, category))
     started = time.perf_counter()
+    if category == "read":  # nothing to let finish: a cancel reaches the tool at once
+        results[call.id] = result = await executor.execute(prepared, ctx)
+        sink(ToolFinished(call, result, time.perf_counter() - started))
+        return
     task = asyncio.ensure_future(executor.execute(prepared, ctx))
     try:
         result = await asyncio.shield(task)
     except asyncio.CancelledError:
-        if category != "read":
-            # Give a side-effecting tool a moment to finish rather than leave it half done;
-            # a second cancel during this wait kills it at once.
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({task}, timeout=config.cancel_grace)
+        # Give a side-effecting tool a moment to finish rather than leave it half done;
+        # a second cancel during this wait kills it at once.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({task}, timeout=config.cancel_grace)
         if task.done() and not task.cancelled() and task.exception() is None:
             results[call.id] = task.result()
         else:

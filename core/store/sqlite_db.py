@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 Statement = tuple[str, Sequence[Any]]
 
 
+LINGER = 0.005
+"""Seconds a batch of un-awaited writes waits for more before it is committed."""
+
+
 class SqliteDatabase:
     """The connections and the group commit that `SqliteStore`'s methods are written on."""
 
@@ -40,6 +44,7 @@ class SqliteDatabase:
         # Failed write_soon statements: (seq, error, owner), until a flush reports them.
         self._failures: list[tuple[int, StoreError, str | None]] = []
         self._wake = asyncio.Event()
+        self._urgent = asyncio.Event()  # someone awaits a commit: no lingering
         self._writer = asyncio.create_task(self._write_loop(), name="parley-store-writer")
         self.commits = 0
 
@@ -83,6 +88,8 @@ class SqliteDatabase:
         self._seq += 1
         self._pending.append((self._seq, statement, done, writes.write_owner()))
         self._wake.set()
+        if done is not None:
+            self._urgent.set()
 
     @staticmethod
     def write_for(owner: str) -> None:
@@ -111,7 +118,14 @@ class SqliteDatabase:
     async def _write_loop(self) -> None:
         while True:
             await self._wake.wait()
+            if not self._urgent.is_set():
+                # Only queued writes, promised durable at the next flush: let the rest of
+                # this step's writes join them (one commit per step, not one per write).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(LINGER):
+                        await self._urgent.wait()
             self._wake.clear()
+            self._urgent.clear()
             batch, self._pending = self._pending, []
             if not batch:
                 continue

@@ -19,15 +19,15 @@ class AskHumanParams(BaseModel):
     question: str = Field(
         min_length=1,
         max_length=2000,
-        description="The question for the user: what you need to know or decide to go on.",
+        description="What you need to know or decide to go on.",
     )
 
 
 class AskHumanTool(Tool):
     name = ASK_HUMAN
     description = (
-        "Ask the user a question and wait for the answer. Use it when you are stuck, need a "
-        "decision, or need information only the user has. The turn ends until they reply."
+        "Ask the user when you are stuck or need a decision or facts only they have. The "
+        "turn ends until they reply."
     )
     category: Category = "read"
     params = AskHumanParams

@@ -60,8 +60,7 @@ class Tool(ABC):
 
     def schema(self) -> dict[str, Any]:
         """The JSON Schema of the parameters, as sent to the LLM."""
-        schema = self.params.model_json_schema()
-        schema.pop("title", None)
+        schema: dict[str, Any] = compact_schema(self.params.model_json_schema())
         return schema
 
     def validate(self, raw_arguments: str) -> BaseModel:
@@ -137,6 +136,32 @@ class ToolRegistry:
                 ToolSpec(t.name, t.description, t.schema()) for t in self._tools.values()
             )
         return self._specs
+
+
+def compact_schema(node: Any) -> Any:
+    """A JSON Schema as the model needs it, sent with every request: without pydantic's
+    titles (they repeat the property names), and an optional field's `anyOf [X, null]`
+    with default null is just X (the model leaves it out; validation still allows null).
+    """
+    if isinstance(node, list):
+        return [compact_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {name: compact_schema(sub) for name, sub in value.items()}
+        else:
+            out[key] = compact_schema(value)
+    branches = out.get("anyOf")
+    if isinstance(branches, list) and "default" in out and out["default"] is None:
+        kept = [b for b in branches if b != {"type": "null"}]
+        if len(kept) == 1 and len(kept) < len(branches):
+            del out["anyOf"], out["default"]
+            out = {**kept[0], **out}
+    return out
 
 
 Approver = Callable[[str, str, str], Awaitable[bool]]

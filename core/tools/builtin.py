@@ -25,15 +25,13 @@ class BashParams(BaseModel):
 
     command: str = Field(
         min_length=1,
-        description="The bash command line to run. stdin is closed, so use non-interactive "
-        "forms (no editors, pagers or bare REPLs).",
+        description="Command line; stdin is closed (no editors, pagers or REPLs).",
     )
     timeout: float | None = Field(
         default=None,
         gt=0,
         le=3600,
-        description="Seconds before the command and all its children are killed. Default "
-        "and maximum come from the sandbox settings.",
+        description="Seconds before it and its children are killed.",
     )
 
 
@@ -42,9 +40,8 @@ class BashTool(Tool):
 
     name = "bash"
     description = (
-        "Run a bash command in the workspace directory and get its exit code, stdout and "
-        "stderr. Output over the size cap is cut to head and tail; the full text is saved "
-        "to a file you can page through with read_file."
+        "Run a bash command in the workspace; returns exit code, stdout and stderr. Long "
+        "output is cut to head and tail, the full text saved to a file for read_file."
     )
     category: Category = "write"
     params = BashParams
@@ -87,7 +84,7 @@ class ReadFileParams(BaseModel):
         default=DEFAULT_READ_LINES,
         ge=1,
         le=100_000,
-        description="Maximum number of lines to return; page with offset for long files.",
+        description="Maximum lines to return.",
     )
 
 
@@ -203,10 +200,7 @@ class WriteFileTool(Tool):
     """Creates or replaces a file inside the sandbox."""
 
     name = "write_file"
-    description = (
-        "Create or overwrite a file inside the allowed directories with the given content. "
-        "Missing parent directories are created."
-    )
+    description = "Create or overwrite a file inside the allowed directories (parents are created)."
     category: Category = "write"
     params = WriteFileParams
 
@@ -248,8 +242,8 @@ class ListDirectoryTool(Tool):
 
     name = "list_directory"
     description = (
-        "List the entries of a directory inside the allowed directories, sorted by name; "
-        "directories end with `/`, symlinks with `@`."
+        "List a directory inside the allowed directories, sorted; directories end with "
+        "`/`, symlinks with `@`."
     )
     category: Category = "read"
     params = ListDirectoryParams

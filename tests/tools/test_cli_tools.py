@@ -10,7 +10,7 @@ import pytest
 
 from core.errors import ConfigError, ToolValidationError
 from core.messages import ToolCall
-from core.tools.base import Tool, ToolContext, ToolRegistry
+from core.tools.base import Tool, ToolContext, ToolRegistry, compact_schema
 from core.tools.cli import CliTool, load_cli_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
@@ -70,8 +70,11 @@ def test_spec_example_loads_with_schema_category_and_env(tmp_path: Path) -> None
     props = schema["properties"]
     assert props["resource"]["enum"] == ["pods", "services"]
     assert props["resource"]["description"] == "The resource type"
-    assert {"pattern": "^[a-z0-9-]+$", "type": "string"} in props["namespace"]["anyOf"]
-    assert {"minimum": 1, "maximum": 500, "type": "integer"} in props["limit"]["anyOf"]
+    # Optional parameters are sent as their type alone (no `anyOf […, null]`): the model
+    # leaves them out, and validation still takes null.
+    assert props["namespace"] == {"pattern": "^[a-z0-9-]+$", "type": "string"}
+    assert props["limit"] == {"minimum": 1, "maximum": 500, "type": "integer"}
+    assert get.validate('{"resource": "pods", "namespace": null}')
     assert apply.schema()["properties"]["file"]["maxLength"] == 100
 
 
@@ -269,3 +272,23 @@ async def test_a_tool_named_like_a_builtin_is_a_config_error(tmp_path: Path) -> 
     assert "tools[1].name" in err
     assert "built-in" in err
     assert "Traceback" not in err
+
+
+def test_compact_schema_drops_titles_but_not_a_property_named_title() -> None:
+    schema = {
+        "title": "Params",
+        "type": "object",
+        "properties": {
+            "title": {"title": "Title", "type": "string"},
+            "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+            "either": {"anyOf": [{"type": "string"}, {"type": "integer"}], "default": None},
+        },
+    }
+    assert compact_schema(schema) == {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"},
+            "note": {"type": "string"},
+            "either": {"anyOf": [{"type": "string"}, {"type": "integer"}], "default": None},
+        },
+    }
