@@ -72,7 +72,6 @@ SUMMARY_PROMPT_OVERHEAD = 200  # tokens of SUMMARY_PROMPT / TACO_PROMPT around t
 SUMMARY_WINDOW_MARGIN = 0.05  # of the summary model's window: its tokenizer is not ours
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 log = logging.getLogger(__name__)
-KEPT_ARTIFACT = re.compile(r"bytes cut; full output in (.+?)\]…")  # see sandbox.cut_notice
 
 
 class ContextSettings(BaseModel):
@@ -460,8 +459,8 @@ class ContextManager:
                 return result
             # A sandbox-capped output already has its full text in an artifact: point to
             # that one instead of writing a second file of the capped text.
-            kept = KEPT_ARTIFACT.search(result.content)
-            path = Path(kept.group(1)) if kept else await self._offload(result)
+            kept = result.artifacts
+            path = Path(kept[0]) if kept else await self._offload(result)
             text = await self._compress(result)
             if text is None and path is None:
                 return result

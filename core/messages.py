@@ -47,6 +47,7 @@ class Message(BaseModel):
     tool_call_id: str | None = None
     name: str | None = None
     is_error: bool = False
+    artifacts: tuple[str, ...] = ()  # tool results: files holding the full, uncut output
 
     _tokens: int | None = PrivateAttr(default=None)
 
@@ -63,9 +64,21 @@ class Message(BaseModel):
         return cls(role="assistant", content=text, tool_calls=tool_calls)
 
     @classmethod
-    def tool_result(cls, call: ToolCall, text: str, *, is_error: bool = False) -> Message:
+    def tool_result(
+        cls,
+        call: ToolCall,
+        text: str,
+        *,
+        is_error: bool = False,
+        artifacts: tuple[str, ...] = (),
+    ) -> Message:
         return cls(
-            role="tool", content=text, tool_call_id=call.id, name=call.name, is_error=is_error
+            role="tool",
+            content=text,
+            tool_call_id=call.id,
+            name=call.name,
+            is_error=is_error,
+            artifacts=artifacts,
         )
 
 

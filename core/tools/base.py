@@ -26,10 +26,12 @@ Category = Literal["read", "write", "admin"]
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """What a tool produced: `text` goes to the model (a cut output says so in it)."""
+    """What a tool produced: `text` goes to the model (a cut output says so in it);
+    `artifacts` are files that hold the full output when `text` is cut."""
 
     text: str
     is_error: bool = False
+    artifacts: tuple[Path, ...] = ()
 
 
 @dataclass(slots=True)

@@ -174,11 +174,11 @@ class ReadFileTool(Tool):
             raise ToolError(
                 f"offset {args.offset} is past the end of `{args.path}` ({total} lines)"
             )
-        text, _truncated, _cut = cap_output(page, cap, path)
+        text, truncated, _cut = cap_output(page, cap, path)
         if args.offset > 1 or last < total:
             more = f"; next: offset={last + 1}" if last < total else ""
             text = f"{text.rstrip(chr(10))}\n[lines {args.offset}–{last} of {total}{more}]"
-        return ToolResult(text)
+        return ToolResult(text, artifacts=(path,) if truncated else ())
 
 
 class WriteFileParams(BaseModel):

@@ -110,7 +110,12 @@ class ToolExecutor:
         else:
             result = await self._execute(*checked, prepared, run)
         text = self.redact(result.text) if self.redact is not None else result.text
-        message = Message.tool_result(prepared.call, text, is_error=result.is_error)
+        message = Message.tool_result(
+            prepared.call,
+            text,
+            is_error=result.is_error,
+            artifacts=tuple(str(path) for path in result.artifacts),
+        )
         if envelope is not None:
             await envelope.end(prepared.call, message)
         return message

@@ -464,7 +464,8 @@ def format_observation(result: ProcessResult, *, timeout: float) -> ToolResult:
             f"note: output was cut; full output in {paths} "
             "(page through it with read_file offset/limit)"
         )
-    return ToolResult("\n".join(lines), is_error=result.timed_out or result.exit_code != 0)
+    failed = result.timed_out or result.exit_code != 0
+    return ToolResult("\n".join(lines), is_error=failed, artifacts=result.artifacts)
 
 
 def jail_of(ctx: ToolContext) -> Jail:

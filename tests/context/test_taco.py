@@ -83,6 +83,7 @@ async def test_a_sandbox_capped_output_keeps_its_one_artifact(tmp_path: Path) ->
     capped, truncated, _ = cap_output(words(3000, "row").encode(), 4096, full)
     assert truncated
     cm = manager(None, tmp_path / "artifacts")
-    out = await cm.process_tool_result(Message.tool_result(CALL, capped), approved=False)
+    result = Message.tool_result(CALL, capped, artifacts=(str(full),))  # as the executor does
+    out = await cm.process_tool_result(result, approved=False)
     assert not (tmp_path / "artifacts").exists()  # no second file of the capped text
     assert f"[full output: {full}; read it with read_file]" in out.content

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
@@ -12,6 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.errors import ToolDenied, ToolError
+from core.messages import ToolCall
+from core.tools.base import ToolContext, ToolRegistry
+from core.tools.builtin import BashTool
+from core.tools.executor import ToolExecutor
+from core.tools.policy import ToolPolicy
 from core.tools.sandbox import (
     ProcessResult,
     cap_output,
@@ -269,3 +275,18 @@ async def test_cancelling_run_process_kills_group(tmp_path: Path) -> None:
     pids = [int((tmp_path / f).read_text()) for f in ("child.pid", "parent.pid")]
     assert wait_dead(pids) == []
     assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def test_a_cut_output_names_its_artifact_in_the_result_not_only_in_the_text(
+    tmp_path: Path,
+) -> None:
+    settings = SandboxSettings(
+        workspace=tmp_path / "ws", artifacts_dir=tmp_path / "art", output_cap_bytes=1024
+    )
+    executor = ToolExecutor(ToolRegistry([BashTool()]), ToolPolicy(), ToolContext(settings))
+    call = ToolCall(id="c", name="bash", arguments=json.dumps({"command": "seq 1 5000"}))
+    message = await executor.execute(call)
+    assert len(message.artifacts) == 1
+    artifact = Path(message.artifacts[0])
+    assert artifact.read_text().splitlines()[-1] == "5000"  # the full output
+    assert str(artifact) in message.content

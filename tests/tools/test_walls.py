@@ -260,14 +260,21 @@ async def test_kill_9_of_parley_leaves_no_tool_process(fake_llm: FakeLLM, tmp_pa
     await proc.stdin.drain()
     ws = tmp_path / "ws"
     async with asyncio.timeout(30):
-        while not ((ws / "bg.pid").exists() and (ws / "fg.pid").exists()):
-            await asyncio.sleep(0.05)
+        while not all(_pid_in(ws / name) for name in ("bg.pid", "fg.pid")):
+            await asyncio.sleep(0.05)  # created before `echo` writes to it: wait for the pid
         pids = [int((ws / name).read_text()) for name in ("bg.pid", "fg.pid")]
     proc.send_signal(signal.SIGKILL)
     await proc.wait()
     async with asyncio.timeout(10):
         while any(_alive(pid) for pid in pids):
             await asyncio.sleep(0.05)
+
+
+def _pid_in(path: Path) -> bool:
+    try:
+        return path.read_text().strip().isdigit()
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:
