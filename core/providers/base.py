@@ -26,7 +26,12 @@ from core.tools.base import ToolSpec
 
 @dataclass(frozen=True, slots=True)
 class ProviderSettings:
-    """One configured endpoint: wire format, URL, credentials, model and limits."""
+    """One configured endpoint: wire format, URL, credentials, model and limits.
+
+    `max_connections` caps the connections (and the kept-alive ones) to this endpoint;
+    None, the default, is no cap: every conversation runs its turn at once, so a fixed
+    pool would make the surplus wait silently for a free connection.
+    """
 
     name: str
     kind: str
@@ -38,6 +43,7 @@ class ProviderSettings:
     temperature: float | None = None
     timeout: float = 120.0
     max_retries: int = 3
+    max_connections: int | None = None
 
 
 class Provider(Protocol):

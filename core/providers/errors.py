@@ -145,10 +145,15 @@ def _retry_after(headers: httpx.Headers) -> float | None:
 
 
 @contextlib.contextmanager
-def map_transport_errors(provider: str) -> Iterator[None]:
+def map_transport_errors(provider: str, pool_size: int | None = None) -> Iterator[None]:
     """Raise httpx and httpx-sse failures inside the block as `ProviderUnavailable`."""
     try:
         yield
+    except httpx.PoolTimeout as exc:
+        raise ProviderUnavailable(
+            f"all {pool_size} connections to {provider} stayed busy until the timeout "
+            f"(raise providers.{provider}.max_connections): {exc!r}"
+        ) from exc
     except httpx.TimeoutException as exc:
         raise ProviderUnavailable(f"timed out talking to {provider}: {exc!r}") from exc
     except (httpx.TransportError, SSEError) as exc:

@@ -28,14 +28,22 @@ CONNECT_TIMEOUT = 10.0
 OUTPUT_EVENTS = (TextDelta, ReasoningDelta, ToolCallDelta)  # what a retry must discard
 
 
+def pool_limits(max_connections: int | None) -> httpx.Limits:
+    """The connection pool for one endpoint: `max_connections` (None: no cap), and every
+    pooled connection kept alive. httpx's defaults (100, 20 kept alive) made the 101st
+    concurrent turn wait silently for a connection and opened a new TCP (and TLS)
+    connection for most LLM calls of many busy conversations."""
+    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+
+
 class Endpoint:
     """One configured LLM endpoint: base URL, credentials, pooled HTTP client, retries.
 
     Args:
-        settings: URL, timeout and retries.
+        settings: URL, timeout, retries and pool size.
         headers: sent with every request (the wire format's auth and version headers).
         client: a shared client (benchmarks, tests); by default the endpoint builds and
-            owns one.
+            owns one, sized by `settings.max_connections`.
         clock: what retries sleep on.
     """
 
@@ -57,10 +65,7 @@ class Endpoint:
         """The HTTP client, built on first use."""
         if self._client is None:
             timeout = httpx.Timeout(self.settings.timeout, connect=CONNECT_TIMEOUT)
-            # Keep every pooled connection alive: with httpx's default of 20 kept-alive
-            # connections, many busy conversations open a new TCP (and TLS) connection
-            # for most LLM calls.
-            limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+            limits = pool_limits(self.settings.max_connections)
             self._client = httpx.AsyncClient(timeout=timeout, limits=limits)
         return self._client
 
@@ -86,7 +91,8 @@ class Endpoint:
             ProviderError: an HTTP error answer, or a transport failure while connecting
                 or reading (`ProviderUnavailable`).
         """
-        with map_transport_errors(self.settings.name):
+        name, pool = self.settings.name, self.settings.max_connections
+        with map_transport_errors(name, pool):
             request = self.client.stream("POST", self.url(path), json=body, headers=self.headers)
             async with request as resp:
                 if resp.status_code >= 400:
