@@ -41,6 +41,12 @@ class ProviderConfig(_Section):
     temperature: float | None = Field(None, ge=0, le=2)
     timeout_seconds: float = Field(120.0, gt=0, description="Read timeout per stream chunk.")
     max_retries: int = Field(3, ge=0, le=10)
+    max_connections: int | None = Field(
+        None,
+        ge=1,
+        description="Concurrent streams to this endpoint (all kept alive); default: no cap, "
+        "as every conversation may run its turn at once.",
+    )
 
     def settings(self, name: str, environ: Mapping[str, str]) -> ProviderSettings:
         """Resolve environment references into the settings a provider is built from."""
@@ -56,6 +62,7 @@ class ProviderConfig(_Section):
             temperature=self.temperature,
             timeout=self.timeout_seconds,
             max_retries=self.max_retries,
+            max_connections=self.max_connections,
         )
 
 

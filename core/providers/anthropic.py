@@ -6,9 +6,24 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from core.events import ReasoningDelta, StreamEvent, TextDelta, ToolCallDelta, Usage
+from core.events import ReasoningDelta, TextDelta
 from core.messages import Message
-from core.providers.base import MessageBuilder, Provider, decode_json, error_from_event
+from core.providers.base import ProviderSettings
+from core.providers.wire import (
+    InputUsage,
+    Malformed,
+    OutputUsage,
+    ReasoningBlockDelta,
+    ReasoningBlockStart,
+    StopReason,
+    ToolCallArguments,
+    ToolCallStart,
+    TurnEnd,
+    WireError,
+    WireEvent,
+    error_object,
+    json_object,
+)
 from core.tools.base import ToolSpec
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -63,95 +78,100 @@ def anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str,
     return "\n\n".join(system), out
 
 
-class AnthropicProvider(Provider):
+def build_body(
+    messages: Sequence[Message], tools: Sequence[ToolSpec], settings: ProviderSettings
+) -> dict[str, Any]:
+    system, wire = anthropic_messages(messages)
+    body: dict[str, Any] = {
+        "model": settings.model,
+        "messages": wire,
+        "max_tokens": settings.max_output_tokens,
+        "stream": True,
+    }
+    if system:
+        body["system"] = system
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in tools
+        ]
+    return body
+
+
+def headers(api_key: str | None) -> dict[str, str]:
+    result = {"anthropic-version": ANTHROPIC_VERSION}
+    if api_key:
+        result["x-api-key"] = api_key
+    return result
+
+
+def parse(event: str, data: str) -> list[WireEvent]:
+    """One Messages stream event. Content blocks are numbered by `index`; the builder
+    numbers the tool calls among them 0, 1, 2 … and keeps the thinking blocks."""
+    payload = json_object(data)
+    if isinstance(payload, Malformed):
+        return [payload]
+    match payload.get("type") or event:
+        case "content_block_start":
+            return _block_start(payload)
+        case "content_block_delta":
+            return _block_delta(payload)
+        case "message_start":
+            usage = (payload.get("message") or {}).get("usage") or {}
+            return [InputUsage(usage.get("input_tokens", 0), usage.get("output_tokens", 0))]
+        case "message_delta":
+            reason = (payload.get("delta") or {}).get("stop_reason") or ""
+            output_tokens = (payload.get("usage") or {}).get("output_tokens", 0)
+            return [StopReason(reason), OutputUsage(output_tokens)]
+        case "message_stop":
+            return [TurnEnd()]
+        case "error":
+            return [WireError(error_object(payload.get("error") or payload))]
+    return []
+
+
+def _block_start(payload: dict[str, Any]) -> list[WireEvent]:
+    block = payload.get("content_block") or {}
+    index = int(payload.get("index", 0))
+    match block.get("type"):
+        case "tool_use":
+            return [ToolCallStart(index, block.get("id"), block.get("name"))]
+        case "thinking" | "redacted_thinking":
+            start = ReasoningBlockStart(index, block)
+            if text := block.get("thinking"):
+                return [start, ReasoningDelta(text)]
+            return [start]
+        case "text" if block.get("text"):
+            return [TextDelta(block["text"])]
+    return []
+
+
+def _block_delta(payload: dict[str, Any]) -> list[WireEvent]:
+    delta = payload.get("delta") or {}
+    index = int(payload.get("index", 0))
+    match delta.get("type"):
+        case "text_delta":
+            return [TextDelta(delta.get("text", ""))]
+        case "input_json_delta":
+            # Only our own tool_use blocks get a call: server tools (`server_tool_use`, web
+            # search) and block types we do not know stream input we must not run.
+            return [ToolCallArguments(index, delta.get("partial_json", ""))]
+        case "thinking_delta":
+            return [ReasoningBlockDelta(index, "thinking", delta.get("thinking", ""))]
+        case "signature_delta":
+            return [ReasoningBlockDelta(index, "signature", delta.get("signature", ""))]
+    return []
+
+
+class Anthropic:
+    """The Anthropic Messages wire format (`WireFormat`)."""
+
     path = "/v1/messages"
+    headers = staticmethod(headers)
+    build_body = staticmethod(build_body)
+    parse = staticmethod(parse)
 
-    def headers(self) -> dict[str, str]:
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
-        if self.settings.api_key:
-            headers["x-api-key"] = self.settings.api_key
-        return headers
 
-    def build_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
-        system, wire = anthropic_messages(messages)
-        body: dict[str, Any] = {
-            "model": self.settings.model,
-            "messages": wire,
-            "max_tokens": self.settings.max_output_tokens,
-            "stream": True,
-        }
-        if system:
-            body["system"] = system
-        if self.settings.temperature is not None:
-            body["temperature"] = self.settings.temperature
-        if tools:
-            body["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.parameters}
-                for t in tools
-            ]
-        return body
-
-    def parse(self, event: str, data: str, acc: MessageBuilder) -> list[StreamEvent]:
-        payload = decode_json(data, self.name)
-        kind = payload.get("type") or event
-        match kind:
-            case "content_block_start":
-                return self._block_start(payload, acc)
-            case "content_block_delta":
-                return self._block_delta(payload, acc)
-            case "message_start":
-                usage = (payload.get("message") or {}).get("usage") or {}
-                acc.usage = Usage(usage.get("input_tokens", 0), usage.get("output_tokens", 0))
-            case "message_delta":
-                acc.stop_reason = (payload.get("delta") or {}).get("stop_reason") or ""
-                out_tokens = (payload.get("usage") or {}).get("output_tokens", 0)
-                input_tokens = acc.usage.input_tokens if acc.usage else 0
-                return [Usage(input_tokens, out_tokens)]
-            case "message_stop":
-                acc.finished = True
-            case "error":
-                raise error_from_event(self.name, payload.get("error") or payload)
-        return []
-
-    @staticmethod
-    def _block_start(payload: dict[str, Any], acc: MessageBuilder) -> list[StreamEvent]:
-        block = payload.get("content_block") or {}
-        index = int(payload.get("index", 0))
-        match block.get("type"):
-            case "tool_use":
-                acc.index_map[index] = slot = len(acc.index_map)
-                return [ToolCallDelta(slot, block.get("id"), block.get("name"), "")]
-            case "thinking" | "redacted_thinking":
-                acc.reasoning_blocks.append(dict(block))
-                acc.reasoning_index[index] = len(acc.reasoning_blocks) - 1
-                if text := block.get("thinking"):
-                    return [ReasoningDelta(text)]
-            case "text" if block.get("text"):
-                return [TextDelta(block["text"])]
-        return []
-
-    @staticmethod
-    def _block_delta(payload: dict[str, Any], acc: MessageBuilder) -> list[StreamEvent]:
-        delta = payload.get("delta") or {}
-        index = int(payload.get("index", 0))
-        match delta.get("type"):
-            case "text_delta":
-                return [TextDelta(delta.get("text", ""))]
-            case "input_json_delta":
-                # Only our own tool_use blocks are tracked: server tools (`server_tool_use`,
-                # web search) and block types we do not know stream input we must not run.
-                slot = acc.index_map.get(index)
-                if slot is None:
-                    return []
-                return [ToolCallDelta(slot, None, None, delta.get("partial_json", ""))]
-            case "thinking_delta" | "signature_delta":
-                position = acc.reasoning_index.get(index)
-                if position is None:
-                    return []
-                # Keep the block verbatim (with its signature) so it can be sent back.
-                block = acc.reasoning_blocks[position]
-                field_name = "thinking" if delta["type"] == "thinking_delta" else "signature"
-                block[field_name] = block.get(field_name, "") + delta.get(field_name, "")
-                if field_name == "thinking":
-                    return [ReasoningDelta(delta.get("thinking", ""))]
-        return []
+ANTHROPIC = Anthropic()

@@ -1,0 +1,146 @@
+"""The endpoint: where an LLM lives, how we connect to it and how we retry it.
+
+Nothing here knows a wire format: `Endpoint.sse` posts a JSON body and yields the
+server-sent events of the answer, with HTTP error answers and transport failures mapped
+to `core.errors` (by `core.providers.errors`); `retrying` runs a streamed call again
+after transient failures, sleeping on the injected `Clock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource, ServerSentEvent, SSEError
+
+from core.clock import Clock, SystemClock
+from core.errors import ProviderError
+from core.events import ReasoningDelta, StreamEvent, StreamRestarted, TextDelta, ToolCallDelta
+from core.providers.base import ProviderSettings
+from core.providers.errors import error_from_response, map_transport_errors
+
+DRAIN_SECONDS = 1.0
+CONNECT_TIMEOUT = 10.0
+OUTPUT_EVENTS = (TextDelta, ReasoningDelta, ToolCallDelta)  # what a retry must discard
+
+
+def pool_limits(max_connections: int | None) -> httpx.Limits:
+    """The connection pool for one endpoint: `max_connections` (None: no cap), and every
+    pooled connection kept alive. httpx's defaults (100, 20 kept alive) made the 101st
+    concurrent turn wait silently for a connection and opened a new TCP (and TLS)
+    connection for most LLM calls of many busy conversations."""
+    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+
+
+class Endpoint:
+    """One configured LLM endpoint: base URL, credentials, pooled HTTP client, retries.
+
+    Args:
+        settings: URL, timeout, retries and pool size.
+        headers: sent with every request (the wire format's auth and version headers).
+        client: a shared client (benchmarks, tests); by default the endpoint builds and
+            owns one, sized by `settings.max_connections`.
+        clock: what retries sleep on.
+    """
+
+    def __init__(
+        self,
+        settings: ProviderSettings,
+        headers: Mapping[str, str],
+        client: httpx.AsyncClient | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings
+        self.headers = {"Accept": "text/event-stream", **headers}
+        self.clock: Clock = clock or SystemClock()
+        self._client = client
+        self._owns_client = client is None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The HTTP client, built on first use."""
+        if self._client is None:
+            timeout = httpx.Timeout(self.settings.timeout, connect=CONNECT_TIMEOUT)
+            limits = pool_limits(self.settings.max_connections)
+            self._client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client if this endpoint built it."""
+        if self._client is not None and self._owns_client:
+            await self._client.aclose()
+            self._client = None
+
+    def url(self, path: str) -> str:
+        return self.settings.base_url.rstrip("/") + path
+
+    @contextlib.asynccontextmanager
+    async def sse(
+        self, path: str, body: dict[str, Any]
+    ) -> AsyncIterator[AsyncIterator[ServerSentEvent]]:
+        """POST `body` to `path`; the server-sent events of the answer.
+
+        Leaving the block normally reads what is left of the stream, so the connection
+        goes back to the pool (a new TCP + TLS handshake per LLM call otherwise).
+
+        Raises:
+            ProviderError: an HTTP error answer, or a transport failure while connecting
+                or reading (`ProviderUnavailable`).
+        """
+        name, pool = self.settings.name, self.settings.max_connections
+        with map_transport_errors(name, pool):
+            request = self.client.stream("POST", self.url(path), json=body, headers=self.headers)
+            async with request as resp:
+                if resp.status_code >= 400:
+                    raw = (await resp.aread()).decode("utf-8", "replace")
+                    raise error_from_response(resp.status_code, raw, resp.headers)
+                events = EventSource(resp).aiter_sse()
+                yield events
+                await _drain(events)
+
+
+async def retrying(
+    attempt: Callable[[], AsyncGenerator[StreamEvent, None]], max_retries: int, clock: Clock
+) -> AsyncGenerator[StreamEvent, None]:
+    """Run a streamed call, starting it again after a retryable `ProviderError` (at most
+    `max_retries` times) with backoff; a server's Retry-After wins.
+
+    Each retry is announced by `StreamRestarted`, whose `discard` says the failed attempt
+    had already shown output.
+    """
+    retries = 0
+    while True:
+        shown = False
+        try:
+            async with contextlib.aclosing(attempt()) as events:
+                async for event in events:
+                    shown = shown or isinstance(event, OUTPUT_EVENTS)
+                    yield event
+            return
+        except ProviderError as exc:
+            if not exc.retryable or retries >= max_retries:
+                raise
+            delay = backoff_delay(retries, exc.retry_after)
+            retries += 1
+            yield StreamRestarted(retries, str(exc), delay, shown)
+            await clock.sleep(delay)
+
+
+def backoff_delay(attempt: int, retry_after: float | None, *, base: float = 1.0) -> float:
+    """Exponential backoff with full jitter; a server's Retry-After wins (capped at 60 s)."""
+    if retry_after is not None:
+        return min(retry_after, 60.0) + random.uniform(0, 0.1)
+    return float(min(base * 2**attempt, 30.0) * random.uniform(0.5, 1.0))
+
+
+async def _drain(events: AsyncIterator[object]) -> None:
+    """Read what follows the end-of-turn event, so the connection goes back to the pool
+    instead of being closed."""
+    with contextlib.suppress(TimeoutError, httpx.HTTPError, SSEError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in events:
+                pass
