@@ -16,6 +16,7 @@ from core.loop import run_loop
 from core.messages import Message
 from core.providers import Provider
 from core.providers.scripted import ScriptedProvider, ScriptedReply, tool_call
+from core.run_context import RunContext
 from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
@@ -39,7 +40,7 @@ async def test_a_text_answer_ends_the_turn() -> None:
     provider = ScriptedProvider([ScriptedReply("Hello there, human.", usage=Usage(30, 5))])
     events: list[LoopEvent] = []
     messages = history()
-    outcome = await run_loop(messages, provider, executor(), sink=events.append)
+    outcome = await run_loop(messages, provider, executor(), RunContext(sink=events.append))
     assert (outcome.reason, outcome.text, outcome.iterations) == ("final", "Hello there, human.", 1)
     assert (outcome.input_tokens, outcome.output_tokens) == (30, 5)
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hello there, human."
@@ -56,7 +57,9 @@ async def test_a_tool_call_round_trip() -> None:
         [ScriptedReply("Let me check.", tool_calls=[call]), ScriptedReply("It said ping.")]
     )
     events: list[LoopEvent] = []
-    outcome = await run_loop(history(), provider, executor(EchoTool()), sink=events.append)
+    outcome = await run_loop(
+        history(), provider, executor(EchoTool()), RunContext(sink=events.append)
+    )
     assert (outcome.reason, outcome.text, outcome.iterations) == ("final", "It said ping.", 2)
     assert outcome.tool_calls == 1
     first, second = provider.requests
@@ -101,7 +104,7 @@ async def test_retryable_errors_are_retried_when_asked() -> None:
         clock=clock,
     )
     events: list[LoopEvent] = []
-    outcome = await run_loop(history(), provider, executor(), sink=events.append)
+    outcome = await run_loop(history(), provider, executor(), RunContext(sink=events.append))
     assert outcome.text == "second try"
     [restarted] = [e for e in events if isinstance(e, StreamRestarted)]
     assert (restarted.attempt, restarted.discard) == (1, False)
