@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from core.clock import FakeClock
 from core.providers import Provider, ProviderSettings, build_provider
 from core.tools.settings import SandboxSettings
+from tests.fakes.clock import FakeClock
 from tests.fakes.llm import FakeLLM
 
 os.environ.setdefault("PTB_TIMEDELTA", "1")

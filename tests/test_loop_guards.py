@@ -9,7 +9,7 @@ import time
 
 from pydantic import BaseModel
 
-from core.clock import FakeClock, SystemClock
+from core.clock import SystemClock
 from core.errors import ToolTransientError
 from core.events import LoopEvent, Observed
 from core.loop import NUDGE_PREFIX, Guards, LoopConfig, run_loop
@@ -22,6 +22,7 @@ from core.tools.executor import ToolExecutor
 from core.tools.policy import SessionKind, ToolPolicy
 from core.tools.settings import SandboxSettings
 from tests.conftest import provider_for
+from tests.fakes.clock import FakeClock
 from tests.fakes.llm import FakeLLM, Fault, RecordedRequest, Reply, ToolCallSpec
 from tests.helpers import EchoArgs, EchoTool
 

@@ -25,7 +25,7 @@ from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from core.clock import Clock, FakeClock
+from core.clock import Clock
 from core.events import (
     EventSink,
     ReasoningDelta,
@@ -121,7 +121,7 @@ class ScriptedProvider:
         default_factory=lambda: ProviderSettings("scripted", "scripted", "", "scripted-model")
     )
     max_retries: int = 0
-    clock: Clock = field(default_factory=FakeClock)
+    clock: Clock = field(default_factory=lambda: _Instant())
     requests: list[ScriptedRequest] = field(default_factory=list)
     closed: bool = False
 
@@ -186,3 +186,16 @@ class ScriptedProvider:
 
 if TYPE_CHECKING:
     _is_a_provider: Provider = ScriptedProvider([])  # mypy checks the protocol here
+
+
+class _Instant:
+    """The scripted provider's clock: a retry of a scripted error waits for nothing."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds

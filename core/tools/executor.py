@@ -71,7 +71,7 @@ class ToolExecutor:
     Attributes:
         ctx: what every call's tool may use (sandbox settings, the jail, extras); each
             call's tool gets it with the run's own scratch dir, cwd and env added.
-        clock: sleeps between retries (a `FakeClock` in tests).
+        clock: sleeps between retries (a fake one in tests).
     """
 
     registry: ToolRegistry

@@ -17,7 +17,7 @@ from channels.approvals import (
     parse_approval_button,
 )
 from core.chat import ApprovalRequest, PromptRef
-from core.clock import FakeClock
+from tests.fakes.clock import FakeClock
 
 
 def make_request(request_id: str = "a1b2c3d4e5f6", timeout: float = 300.0) -> ApprovalRequest:

@@ -17,12 +17,13 @@ from channels import discord as adapter
 from channels.discord import DiscordChannel
 from channels.text import split_message, to_discord
 from core.chat import Inbound, Responder
-from core.clock import Clock, FakeClock
+from core.clock import Clock
 from core.command_table import COMMANDS
 from core.config import DiscordConfig
 from core.errors import ChannelError, ConfigError
 from core.events import TextDelta
 from tests.agentkit import running_agent
+from tests.fakes.clock import FakeClock
 from tests.fakes.discord import (
     BOT_THREAD_ID,
     CHANNEL_ID,

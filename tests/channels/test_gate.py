@@ -9,8 +9,8 @@ import pytest
 
 from channels.gate import Gate
 from core.chat import Inbound
-from core.clock import FakeClock
 from core.config import AccessConfig
+from tests.fakes.clock import FakeClock
 
 
 def msg(

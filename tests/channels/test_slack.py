@@ -20,10 +20,10 @@ from channels.slack import (
 )
 from channels.text import split_message, to_slack_mrkdwn, utf8_len
 from core.chat import AgentPort, Inbound, Responder
-from core.clock import FakeClock
 from core.config import SlackConfig
 from core.errors import ChannelError, ConfigError, StoreError
 from tests.agentkit import running_agent
+from tests.fakes.clock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.fakes.slack import BOT_USER_ID, Envelope, FakeSlack, Posted
 

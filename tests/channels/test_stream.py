@@ -20,8 +20,8 @@ from channels.stream import (
 )
 from channels.text import split_message
 from core.chat import DeliveryError
-from core.clock import FakeClock
 from core.events import Notice, StreamRestarted, TextDelta
+from tests.fakes.clock import FakeClock
 
 
 class Rejected(Exception):

@@ -17,12 +17,13 @@ from channels.telegram import MESSAGE_LIMIT, TelegramChannel
 from channels.text import split_message, to_telegram_html
 from core.agent import Agent
 from core.chat import Inbound, Responder
-from core.clock import FakeClock, SystemClock
+from core.clock import SystemClock
 from core.command_table import COMMAND_TABLE
 from core.config import TelegramConfig
 from core.errors import ConfigError, StoreError
 from core.events import TextDelta
 from tests.agentkit import running_agent
+from tests.fakes.clock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.fakes.telegram import BOT, Call, FakeTelegram, TgUser, parse_html
 

@@ -48,8 +48,9 @@ from typing import Any, Self
 
 from aiohttp import WSMsgType, web
 
-from core.clock import Clock, FakeClock
+from core.clock import Clock
 from tests.fakes.calls import Call, CallLog, Failure, FailureQueue, LogsCalls
+from tests.fakes.clock import FakeClock
 
 __all__ = [
     "APP_ID",

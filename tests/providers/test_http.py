@@ -8,13 +8,13 @@ from typing import Literal
 
 import pytest
 
-from core.clock import FakeClock
 from core.errors import ContextLengthError, ProviderAuthError, ProviderError, ProviderUnavailable
 from core.events import StreamDone, StreamEvent, StreamRestarted, TextDelta, ToolCallDelta, Usage
 from core.messages import Message
 from core.providers.transport import backoff_delay
 from core.tools.base import ToolSpec
 from tests.conftest import provider_for
+from tests.fakes.clock import FakeClock
 from tests.fakes.llm import FakeLLM, Fault, Reply, ToolCallSpec
 
 KINDS = ["openai_chat", "openai_responses", "anthropic"]

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 
 from bot.app import App, build_registry
-from core.clock import FakeClock
 from core.errors import ProviderAuthError, ProviderRateLimited, ProviderUnavailable
 from core.events import LoopEvent, StreamRestarted, TextDelta, ToolFinished, Usage
 from core.loop import run_loop
@@ -21,6 +20,7 @@ from core.tools.base import SandboxSettings, ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
 from tests.agentkit import RecordingResponder, agent_config, inbound
+from tests.fakes.clock import FakeClock
 from tests.helpers import EchoTool
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.clock import FakeClock
 from core.events import LoopEvent, Observed
 from core.resilience import TimeLimits
+from tests.fakes.clock import FakeClock
 
 
 def test_ok_then_soft_once_then_hard() -> None:

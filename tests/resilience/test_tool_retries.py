@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from pydantic import BaseModel
 
-from core.clock import FakeClock, SystemClock
+from core.clock import SystemClock
 from core.errors import ToolDenied, ToolTransientError
 from core.events import LoopEvent, Observed
 from core.messages import Message, ToolCall
@@ -16,6 +16,7 @@ from core.run_context import RunContext
 from core.tools.base import Category, Tool, ToolContext, ToolRegistry, ToolResult
 from core.tools.executor import MAX_RETRY_AFTER, RETRY_DELAYS, ToolExecutor
 from core.tools.policy import ToolPolicy
+from tests.fakes.clock import FakeClock
 
 
 class QueryArgs(BaseModel):
