@@ -30,7 +30,7 @@ from core.config import GoalsConfig
 from core.conversation import Conversation, Wiring
 from core.errors import ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
-from core.events import LoopEvent
+from core.events import EventName, LoopEvent
 from core.goals import drive_goal
 from core.journal import JournalBox
 from core.lane import Lane, Queued, RunReport, RunState
@@ -431,7 +431,7 @@ class Agent:
             input_tokens=sink.input_tokens,
             output_tokens=sink.output_tokens,
         )
-        sink.emit(f"agent_run.{state}", {"reason": outcome.reason if outcome else state})
+        sink.emit(RUN_ENDED[state], {"reason": outcome.reason if outcome else state})
         try:
             await self.store.flush()
         except StoreError as exc:  # what this run wrote may be lost: say so, loudly
@@ -718,6 +718,16 @@ class _LaneApprover:
             lane.responder, lane.conv, lane.run_id, call, summary, reason, agent.approval_timeout
         )
 
+
+RUN_ENDED: dict[RunState, EventName] = {
+    "queued": "agent_run.queued",
+    "running": "agent_run.running",
+    "completed": "agent_run.completed",
+    "cancelled": "agent_run.cancelled",
+    "failed": "agent_run.failed",
+    "timed_out": "agent_run.timed_out",
+    "waiting_on_human": "agent_run.waiting_on_human",
+}
 
 _KINDS: dict[str, RunKind] = {"cron": "cron", "goal": "goal", "child": "child"}
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from core.events import (
+    EventName,
     EventSink,
     LLMCallStarted,
     LoopEvent,
@@ -42,7 +43,7 @@ class EventLog:
 
     def emit(
         self,
-        name: str,
+        name: EventName,
         data: dict[str, Any] | None = None,
         *,
         run_id: str | None = None,
@@ -89,7 +90,7 @@ class RunEvents:
         self._call_started = 0.0
         self._provider = ""
 
-    def emit(self, name: str, data: dict[str, Any] | None = None) -> None:
+    def emit(self, name: EventName, data: dict[str, Any] | None = None) -> None:
         self.log.emit(name, data, run_id=self.run_id, conv=self.conv, iteration=self.iteration)
 
     def __call__(self, event: LoopEvent) -> None:

@@ -107,11 +107,61 @@ class Notice:
     kind: Literal["notice"] = "notice"
 
 
+EventName = Literal[
+    # runs (SPEC §7)
+    "agent_run.started",
+    "agent_run.completed",
+    "agent_run.cancelled",
+    "agent_run.failed",
+    "agent_run.timed_out",
+    "agent_run.waiting_on_human",
+    "agent_run.queued",
+    "agent_run.running",
+    "agent_run.requeued",
+    "agent_run.reconcile",
+    "agent_run.resumed",
+    "agent_run.resume_unsafe",
+    # the loop and its guards (SPEC §3, §6)
+    "agent.llm.call",
+    "agent.llm.usage",
+    "agent.llm.retry",
+    "agent.tool.call",
+    "agent.tool.retry",
+    "agent.loop.detected",
+    "agent.exhaustion.soft_limit",
+    "agent.exhaustion.hard_limit",
+    # context (SPEC §5)
+    "agent.compaction.run",
+    "agent.recovery.fired",
+    "agent.transcript.repaired",
+    # the agent
+    "agent.command",
+    "agent.queue.full",
+    "agent.tool_groups_killed",
+    "agent.approval.answered",
+    "agent.approval.resumed",
+    "agent.goal.verdict",
+    "agent.goal.supervisor_failed",
+    "agent.goal.ended",
+    # channels
+    "channel.event.duplicate",
+    "channel.delivery.failed",
+    "channel.preview.posted",
+    # cron jobs and the application
+    "job.started",
+    "job.skipped",
+    "job.finished",
+    "config.reloaded",
+]
+"""Every observability event name (SPEC §11), in one place: emitters are type-checked
+against it, so a typo or a new event without an entry here fails `mypy`."""
+
+
 @dataclass(frozen=True, slots=True)
 class Observed:
     """A structured observability event (SPEC §11), e.g. `agent.tool.retry`."""
 
-    name: str
+    name: EventName
     data: dict[str, Any] = field(default_factory=dict)
     kind: Literal["observed"] = "observed"
 

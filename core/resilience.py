@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.clock import Clock, SystemClock
-from core.events import EventSink, Observed, discard
+from core.events import EventName, EventSink, Observed, discard
 from core.messages import Message, ToolCall
 
 LoopKind = Literal["identical", "pattern", "doom"]
@@ -267,5 +267,5 @@ class TimeLimits:
             return "soft"
         return "ok"
 
-    def _emit(self, name: str, elapsed: float) -> None:
+    def _emit(self, name: EventName, elapsed: float) -> None:
         self.sink(Observed(name, {"elapsed": elapsed, "soft": self.soft, "hard": self.hard}))
