@@ -27,7 +27,7 @@ from core.clock import Clock, SystemClock
 from core.command_table import parse_command
 from core.commands import Commands
 from core.config import GoalsConfig
-from core.conversation import Conversation, Wiring
+from core.conversation import Conversation, ConversationFactory
 from core.errors import ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.events import EventName, LoopEvent
@@ -89,7 +89,7 @@ class Agent:
     def __init__(
         self,
         store: Store,
-        wiring: Wiring,
+        factory: ConversationFactory,
         *,
         events: EventLog | None = None,
         clock: Clock | None = None,
@@ -100,7 +100,7 @@ class Agent:
     ) -> None:
         self.store = store
         self.max_queued = max_queued  # messages waiting per conversation; more are turned away
-        self.wiring = wiring
+        self.factory = factory
         self.events = events or EventLog(store)
         self.clock = clock or SystemClock()
         self.approval_timeout = approval_timeout
@@ -189,11 +189,11 @@ class Agent:
             if inbound.event_id:
                 self.store.mark_seen_soon(*event)
             await self.store.create_run(
-                run_id, lane.conv, "user", state="queued", text=inbound.text
+                run_id, lane.conv_id, "user", state="queued", text=inbound.text
             )
             lane.queue.append(Queued(inbound, responder, run_id, done))
             if lane.worker is None or lane.worker.done():
-                lane.worker = _spawn(self._drain(lane), f"lane {lane.conv}")
+                lane.worker = _spawn(self._drain(lane), f"lane {lane.conv_id}")
             return True
         finally:
             lane.users -= 1
@@ -203,7 +203,7 @@ class Agent:
         """A full queue: the message is not queued, and its sender is told so."""
         if inbound.event_id:
             await self.store.mark_seen(inbound.channel, inbound.event_id)
-        self.events.emit("agent.queue.full", {"queued": len(lane.queue)}, conv=lane.conv)
+        self.events.emit("agent.queue.full", {"queued": len(lane.queue)}, conv=lane.conv_id)
         await _safe_send(
             responder,
             f"I already have {len(lane.queue)} messages waiting in this conversation, so I "
@@ -257,15 +257,15 @@ class Agent:
         if current is not None and lane.pinned:
             return current
         wanted = await self.provider_for(lane.key)
-        fresh = lane.generation == self.wiring.generation
+        fresh = lane.generation == self.factory.generation
         if current is not None and lane.provider_name == wanted and fresh:
             return current
-        conversation = self.wiring.conversation(wanted, lane.journal)
+        conversation = self.factory.conversation(wanted, lane.journal)
         conversation.messages = (
             messages if messages is not None else (current.messages if current else [])
         )
         lane.conversation, lane.provider_name = conversation, wanted
-        lane.generation = self.wiring.generation
+        lane.generation = self.factory.generation
         return conversation
 
     @property
@@ -283,9 +283,9 @@ class Agent:
     async def provider_for(self, key: ConversationKey) -> str:
         """The stored preference of this channel, silently the default when it is gone."""
         stored = await self.store.provider_pref(key[0], key[1])
-        if stored is not None and stored in self.wiring.provider_names():
+        if stored is not None and stored in self.factory.provider_names():
             return stored
-        return self.wiring.default_provider
+        return self.factory.default_provider
 
     def _extra_system(self, lane: Lane) -> str:
         parts = []
@@ -337,7 +337,7 @@ class Agent:
         async with lane.lock:
             task = asyncio.create_task(
                 self._run(lane, responder, user_text, trigger, run_id, resume),
-                name=f"run {lane.conv}",
+                name=f"run {lane.conv_id}",
             )
             lane.run_task = task
             try:
@@ -365,9 +365,9 @@ class Agent:
     ) -> RunReport:
         run_id = given_id or new_run_id()
         lane.run_id, lane.stoppable = run_id, True
-        Store.write_for(lane.conv)  # this task's failed writes are this run's to report
+        Store.write_for(lane.conv_id)  # this task's failed writes are this run's to report
         stream = responder.stream()
-        sink = RunEvents(self.events, stream, run_id=run_id, conv=lane.conv)
+        sink = RunEvents(self.events, stream, run_id=run_id, conv=lane.conv_id)
         if hasattr(stream, "on_posted"):  # remember previews, to retract them after a crash
             stream.on_posted = lambda message_id: sink.emit(
                 "channel.preview.posted", {"message_id": message_id}
@@ -382,7 +382,7 @@ class Agent:
             recorder = await self._start_run(lane, conversation, run_id, trigger, given_id, resume)
             ctx = RunContext(
                 run_id=run_id,
-                conv=lane.conv,
+                conv=lane.conv_id,
                 kind=_KINDS.get(trigger, "chat"),
                 sink=sink,
                 recorder=recorder,
@@ -470,15 +470,15 @@ class Agent:
         """Record the run as running and give it its recorder (checkpoints, envelope)."""
         replayable = {c.id for c in unanswered_calls(conversation.messages)} if resume else set()
         recorder = RunRecorder(
-            self.store, lane.conv, run_id, conversation.prompt_hash(), replayable=replayable
+            self.store, lane.conv_id, run_id, conversation.prompt_hash(), replayable=replayable
         )
         recorder.persisted = list(conversation.messages)
         if resume:
             self.store.resume_run(run_id)
         else:
-            self.store.forget_resumable(lane.conv)
+            self.store.forget_resumable(lane.conv_id)
             if given_id is None:
-                await self.store.create_run(run_id, lane.conv, trigger)
+                await self.store.create_run(run_id, lane.conv_id, trigger)
             else:  # a queued run starts
                 self.store.start_run(run_id)
         conversation.refresh_system(self._extra_system(lane))
@@ -514,13 +514,13 @@ class Agent:
 
     def start_goal(self, lane: Lane, responder: Responder) -> None:
         """Drive the lane's goal without user input (`/goal create … --auto`)."""
-        lane.goal_task = _spawn(drive_goal(self, lane, responder), f"goal {lane.conv}")
+        lane.goal_task = _spawn(drive_goal(self, lane, responder), f"goal {lane.conv_id}")
 
     # --- resume and reconcile ------------------------------------------------------------
 
     async def resume(self, lane: Lane, responder: Responder) -> str | None:
         """Continue the lane's interrupted run; returns a message for the user if it cannot."""
-        candidates = await self.store.runs(conv=lane.conv, limit=5)
+        candidates = await self.store.runs(conv=lane.conv_id, limit=5)
         run = next((r for r in candidates if r.resumable), None)
         if run is None:
             return "There is no interrupted run to resume here."
@@ -536,16 +536,18 @@ class Agent:
                 "tell me how to go on."
             )
             conversation.messages.append(Message.assistant(text))
-            self.store.save_messages(lane.conv, conversation.messages)
+            self.store.save_messages(lane.conv_id, conversation.messages)
             self.store.set_run_state(run_id, "waiting_on_human", "unsafe", resumable=False)
-            self.events.emit("agent_run.resume_unsafe", {"why": why}, run_id=run_id, conv=lane.conv)
+            self.events.emit(
+                "agent_run.resume_unsafe", {"why": why}, run_id=run_id, conv=lane.conv_id
+            )
             lane.last_state = "waiting_on_human"
             await self.store.flush()
             return text
         if lane.working or lane.queue:
             return "A message arrived meanwhile; send /resume again once it is answered."
         resumed = self._resume_then_drain(lane, responder, run_id)
-        lane.worker = _spawn(resumed, f"resume {lane.conv}")
+        lane.worker = _spawn(resumed, f"resume {lane.conv_id}")
         return None
 
     async def _resume_then_drain(self, lane: Lane, responder: Responder, run_id: str) -> None:
@@ -607,7 +609,7 @@ class Agent:
             lane.responder = responder
             conversation = await self.conversation_of(lane)
             if reopen_calls(conversation.messages, call_ids):  # a shutdown closed them
-                self.store.save_messages(lane.conv, conversation.messages)
+                self.store.save_messages(lane.conv_id, conversation.messages)
             why = await self._resume_run(lane, responder, run.id)
             if why is not None:
                 await _safe_send(responder, why)
@@ -642,7 +644,7 @@ class Agent:
         lane.queue.append(Queued(inbound, responder, run_id))
         self.events.emit("agent_run.requeued", {}, run_id=run_id, conv=conv)
         if lane.worker is None or lane.worker.done():
-            lane.worker = _spawn(self._drain(lane), f"lane {lane.conv}")
+            lane.worker = _spawn(self._drain(lane), f"lane {lane.conv_id}")
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -715,7 +717,7 @@ class _LaneApprover:
         if lane.responder is None:
             return False
         return await agent.approvals.ask(
-            lane.responder, lane.conv, lane.run_id, call, summary, reason, agent.approval_timeout
+            lane.responder, lane.conv_id, lane.run_id, call, summary, reason, agent.approval_timeout
         )
 
 

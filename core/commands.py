@@ -46,7 +46,7 @@ class Commands:
         if parsed is None:
             return False
         name, args = parsed
-        self.agent.events.emit("agent.command", {"command": name}, conv=lane.conv)
+        self.agent.events.emit("agent.command", {"command": name}, conv=lane.conv_id)
         reply = await self._handlers[name](lane, args, responder)
         if reply:
             await responder.send(reply)
@@ -107,7 +107,7 @@ class Commands:
         async with lane.lock:  # no run may start halfway through
             await self.agent.conversation_of(lane)
             lane.reset()
-            await self.agent.store.clear_conversation(lane.conv)
+            await self.agent.store.clear_conversation(lane.conv_id)
         return "Cleared this conversation's history. The provider choice is kept."
 
     async def _compact(self, lane: Lane, args: str, responder: Responder) -> str:
@@ -123,12 +123,12 @@ class Commands:
             before, after = report.before, report.after
             lane.last_compaction = f"{before}→{after} (manual)"
             store = self.agent.store
-            store.save_messages(lane.conv, conversation.messages)
+            store.save_messages(lane.conv_id, conversation.messages)
             lane.save_snapshot(store)
             self.agent.events.emit(
                 "agent.compaction.run",
                 {"kind": "manual", "before": before, "after": after},
-                conv=lane.conv,
+                conv=lane.conv_id,
             )
             await store.flush()
         return f"Compacted: {before:,} → {after:,} tokens."
@@ -139,7 +139,7 @@ class Commands:
         return await self.agent.resume(lane, responder)
 
     async def _provider(self, lane: Lane, args: str, responder: Responder) -> str:
-        names = self.agent.wiring.provider_names()
+        names = self.agent.factory.provider_names()
         current = await self.agent.provider_for(lane.key)
         if not args:
             listed = ", ".join(f"*{n}*" if n == current else n for n in names)
@@ -187,8 +187,8 @@ class Commands:
             if auto and lane.busy:
                 return BUSY
             await lane.stop_goal()  # one driver per conversation
-            lane.goal = GoalRow(lane.conv, text, "active", auto, turns if auto else 0, 0, None)
-            await store.save_goal(lane.goal, lane.conv)
+            lane.goal = GoalRow(lane.conv_id, text, "active", auto, turns if auto else 0, 0, None)
+            await store.save_goal(lane.goal, lane.conv_id)
             if auto:
                 self.agent.start_goal(lane, responder)
                 return f"Goal set: {text}. Working on it autonomously (up to {turns} turns)."
@@ -198,12 +198,12 @@ class Commands:
                 return "No goal to complete."
             await lane.stop_goal()
             lane.goal = replace(lane.goal, state="completed", note="marked done")
-            await store.save_goal(lane.goal, lane.conv)
+            await store.save_goal(lane.goal, lane.conv_id)
             return f"Goal completed: {lane.goal.text}"
         if sub == "clear":
             await lane.stop_goal()
             lane.goal = None
-            await store.save_goal(None, lane.conv)
+            await store.save_goal(None, lane.conv_id)
             return "Goal cleared."
         return "Usage: /goal [create <text> [--auto [--turns N]] | done | clear]"
 

@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from core.context import ContextSettings
 from core.errors import ConfigError
-from core.models import context_window
 from core.providers.base import ProviderSettings
 from core.tools.settings import SandboxSettings
+from core.windows import context_window
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
 

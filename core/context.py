@@ -47,7 +47,7 @@ from core.transcript import (
 Summarizer = Callable[[str], Awaitable[str]]
 """Text in, summary out: one cheap LLM call (see `provider_summarizer`)."""
 
-Verdict = Literal["ok", "ask_human", "stop"]
+Pressure = Literal["ok", "ask_human", "stop"]
 Stage = Literal["R1", "R2", "R3"]
 
 DEEP_MARKER = "(deep pruned)"
@@ -279,7 +279,7 @@ class ContextManager:
         self._counted.reset()
         self._bounded.reset()
 
-    async def preflight(self, messages: list[Message], sink: EventSink) -> Verdict:
+    async def preflight(self, messages: list[Message], sink: EventSink) -> Pressure:
         """Check and, if needed, shrink `messages` (in place) before an LLM call.
 
         Raises:
@@ -363,7 +363,7 @@ class ContextManager:
 
     async def _recover(
         self, messages: list[Message], sink: EventSink, used: int
-    ) -> tuple[Verdict, int]:
+    ) -> tuple[Pressure, int]:
         """Climb the recovery ladder while over `compact`, within the per-turn budget."""
         while used >= self.compact_at and self.recoveries < self.settings.max_recoveries:
             stage = self._next_stage()

@@ -1,5 +1,5 @@
 """One conversation's history and what a turn needs (provider, tools, guards), and the
-`Wiring` protocol through which the agent gets conversations from the application."""
+`ConversationFactory` protocol through which the agent gets conversations from the application."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ class Conversation:
         )
 
 
-class Wiring(Protocol):
+class ConversationFactory(Protocol):
     """What the agent needs from the application: providers and conversations."""
 
     @property

@@ -61,7 +61,7 @@ async def drive_goal(agent: LaneHost, lane: Lane, responder: Responder) -> None:
     if goal is None:
         return
     supervisor_name = settings.supervisor_provider or lane.provider_name
-    supervisor = agent.wiring.provider(supervisor_name or agent.wiring.default_provider)
+    supervisor = agent.factory.provider(supervisor_name or agent.factory.default_provider)
     answers: list[str] = []
     fails = 0
     state, note = "active", ""
@@ -74,7 +74,7 @@ async def drive_goal(agent: LaneHost, lane: Lane, responder: Responder) -> None:
             report = await agent.run_in_lane(lane, responder, user_text=prompt, trigger="goal")
             goal = replace(goal, turns=goal.turns + 1)
             lane.goal = goal
-            await agent.store.save_goal(goal, lane.conv)
+            await agent.store.save_goal(goal, lane.conv_id)
             if report is None or report.state in ("cancelled", "failed"):
                 state, note = "stopped", "the run was stopped or failed"
                 break
@@ -91,13 +91,15 @@ async def drive_goal(agent: LaneHost, lane: Lane, responder: Responder) -> None:
                     fails += 1
                     log.warning("goal supervisor failed (%d): %s", fails, exc)
                     agent.events.emit(
-                        "agent.goal.supervisor_failed", {"fails": fails}, conv=lane.conv
+                        "agent.goal.supervisor_failed", {"fails": fails}, conv=lane.conv_id
                     )
                     if fails >= settings.max_supervisor_fails:
                         state, note = "paused", f"the supervisor failed {fails} times"
                         break
                 else:
-                    agent.events.emit("agent.goal.verdict", {"achieved": achieved}, conv=lane.conv)
+                    agent.events.emit(
+                        "agent.goal.verdict", {"achieved": achieved}, conv=lane.conv_id
+                    )
                     if achieved:
                         state, note = "completed", reason or "the supervisor confirmed it"
                         break
@@ -115,9 +117,9 @@ async def _finish(
     final = replace(goal, state=state, note=note)
     if lane.goal is not None and lane.goal.text == goal.text:  # not replaced or cleared
         lane.goal = final
-        await agent.store.save_goal(final, lane.conv)
+        await agent.store.save_goal(final, lane.conv_id)
     agent.events.emit(
-        "agent.goal.ended", {"state": state, "turns": goal.turns, "note": note}, conv=lane.conv
+        "agent.goal.ended", {"state": state, "turns": goal.turns, "note": note}, conv=lane.conv_id
     )
     labels = {"completed": "✅ Goal achieved", "paused": "⏸ Goal paused"}
     label = labels.get(state, "⏹ Goal stopped")

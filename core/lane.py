@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 from core.chat import ConversationKey, Inbound, Responder
 from core.clock import Clock
 from core.config import GoalsConfig
-from core.conversation import Conversation, Wiring
+from core.conversation import Conversation, ConversationFactory
 from core.eventlog import EventLog
 from core.journal import JournalBox, RunJournal
 from core.store import GoalRow, Store
@@ -70,7 +70,7 @@ class Lane:
     """One conversation: its queue, its history and its running run (if any)."""
 
     key: ConversationKey
-    conv: str
+    conv_id: str  # the key as one string (see `core.agent.conv_id`)
     journal: JournalBox
     conversation: Conversation | None = None
     provider_name: str = ""
@@ -114,7 +114,7 @@ class Lane:
     def adopt(self, conversation: Conversation, provider_name: str, generation: int) -> None:
         """Use a freshly built conversation (not for a pinned lane)."""
         if self.pinned:
-            raise RuntimeError(f"lane {self.conv} is pinned to its conversation")
+            raise RuntimeError(f"lane {self.conv_id} is pinned to its conversation")
         self.conversation, self.provider_name = conversation, provider_name
         self.generation = generation
 
@@ -168,7 +168,7 @@ class Lane:
 
     def save_snapshot(self, store: Store) -> None:
         store.save_snapshot(
-            self.conv,
+            self.conv_id,
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
             last_compaction=self.last_compaction,
@@ -181,7 +181,7 @@ class LaneHost(Protocol):
     store: Store
     events: EventLog
     clock: Clock
-    wiring: Wiring
+    factory: ConversationFactory
     goal_settings: GoalsConfig
 
     @property

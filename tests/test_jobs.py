@@ -75,7 +75,7 @@ async def scheduler(
     channels: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[Scheduler, FakeChannel, Agent]]:
     async with running_agent(fake_llm, tmp_path, channels=channels or SLACK, jobs=jobs) as agent:
-        app = agent.wiring
+        app = agent.factory
         assert isinstance(app, App)
         channel = channel or FakeChannel()
         sched = Scheduler(app, agent, {"slack": channel}, now=(lambda: now) if now else None)

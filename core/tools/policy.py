@@ -15,12 +15,12 @@ from typing import Literal
 from core.tools.base import Category
 
 SessionKind = Literal["interactive", "cron"]
-Verdict = Literal["run", "ask", "deny"]
+PolicyVerdict = Literal["run", "ask", "deny"]
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    verdict: Verdict
+    verdict: PolicyVerdict
     reason: str
 
 

@@ -35,7 +35,7 @@ async def test_a_removed_provider_falls_back_to_the_default(
         await agent.submit(inbound("/provider other"), RecordingResponder())
     # "other" is gone from the configuration: the stored name is silently ignored.
     async with running_agent(fake_llm, tmp_path, providers={"other": None}) as agent:
-        assert agent.wiring.provider_names() == ["fake"]
+        assert agent.factory.provider_names() == ["fake"]
         chat = RecordingResponder()
         await agent.submit(inbound("hello"), chat)
         await agent.wait_idle()

@@ -75,7 +75,7 @@ async def test_stop_while_streaming_leaves_a_valid_transcript(
         assert lane.last_state == "cancelled"
         assert lane.conversation is not None
         assert is_valid(lane.conversation.messages)
-        runs = await agent.store.runs(conv=lane.conv)
+        runs = await agent.store.runs(conv=lane.conv_id)
         assert runs[0].state == "cancelled"
 
 

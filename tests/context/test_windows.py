@@ -1,10 +1,10 @@
-"""The models catalog: explicit → exact → longest prefix → substring → 8192."""
+"""The context-window catalog: explicit → exact → longest prefix → substring → 8192."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.models import FALLBACK_WINDOW, catalog, context_window
+from core.windows import FALLBACK_WINDOW, catalog, context_window
 
 
 @pytest.mark.parametrize(
