@@ -12,75 +12,38 @@ after a restart (`core.approvals`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import shutil
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
-from pathlib import Path
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from core.approvals import ApprovalDesk
-from core.chat import ApprovalRequest, ConversationKey, DeliveryError, Inbound, Responder
+from core.chat import ApprovalRequest, ConversationKey, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.command_table import parse_command
 from core.commands import Commands
 from core.config import GoalsConfig
 from core.conversation import Conversation, ConversationFactory
-from core.errors import ParleyError, StoreError
-from core.eventlog import EventLog, RunEvents
-from core.events import EventName, LoopEvent
+from core.eventlog import EventLog
 from core.goals import drive_goal
 from core.journal import JournalBox
-from core.lane import Lane, Queued, RunReport, RunState
-from core.loop import LoopOutcome, unanswered_calls
+from core.lane import Lane, Queued, RunReport
 from core.messages import Message, ToolCall
-from core.run_context import RunContext, RunKind
-from core.runs import (
-    RunRecorder,
-    close_unanswered,
-    reconcile_runs,
-    reopen_calls,
-    resume_blocker,
-)
-from core.store import ApprovalRow, Store
+from core.recovery import parse_conv, reconcile
+from core.responders import QuietResponder, safe_send
+from core.runs import resume_blocker
+from core.store import Store
 from core.tools.base import Approver
-from core.tools.reaper import kill_leftovers
-from core.tools.settings import default_temp_root
+from core.turn import Turn, new_run_id
 
 log = logging.getLogger(__name__)
 
-PREVIEW_RETRACTED = "(interrupted by a restart — the answer continues below)"
-STOPPED_TEXT = "Stopped."
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
-RESTARTING_TEXT = (
-    "I am restarting and had to pause this turn; send /resume once I am back to continue."
-)
-RESTARTING_APPROVAL_TEXT = (
-    "I am restarting while this turn waits for an approval. The request still stands: "
-    "once it is answered I go on by myself."
-)
 
 
 def conv_id(key: ConversationKey) -> str:
     """The conversation key as one string: `slack:C0123:1700000000.0001`."""
     return ":".join(key)
-
-
-def parse_conv(conv: str) -> ConversationKey:
-    channel, channel_id, thread = [*conv.split(":", 2), "", ""][:3]
-    return (channel, channel_id, thread)
-
-
-def run_scratch(run_id: str) -> Path:
-    """The run's own temp dir: tools' HOME and TMPDIR, writable inside the sandbox."""
-    return default_temp_root() / "runs" / run_id
-
-
-def new_run_id() -> str:
-    """Sortable by time, unique: 8 hex digits of seconds + 8 random."""
-    return f"{int(time.time()):08x}{uuid.uuid4().hex[:8]}"
 
 
 class Agent:
@@ -156,7 +119,7 @@ class Agent:
         self, inbound: Inbound, responder: Responder, done: asyncio.Future[RunReport] | None
     ) -> bool:
         if self._closing:  # not marked seen: a redelivery after the restart is answered
-            await _safe_send(responder, "Parley is restarting; please send that again soon.")
+            await safe_send(responder, "Parley is restarting; please send that again soon.")
             _settle(done, _not_run("", "closing"))
             return True
         event = (inbound.channel, inbound.event_id)
@@ -204,7 +167,7 @@ class Agent:
         if inbound.event_id:
             await self.store.mark_seen(inbound.channel, inbound.event_id)
         self.events.emit("agent.queue.full", {"queued": len(lane.queue)}, conv=lane.conv_id)
-        await _safe_send(
+        await safe_send(
             responder,
             f"I already have {len(lane.queue)} messages waiting in this conversation, so I "
             "did not queue that one. Send it again once I have caught up (/stop drops the "
@@ -287,7 +250,8 @@ class Agent:
             return stored
         return self.factory.default_provider
 
-    def _extra_system(self, lane: Lane) -> str:
+    def extra_system(self, lane: Lane) -> str:
+        """The journal digest and the active goal, for the run's system message."""
         parts = []
         if digest := lane.journal.journal.digest():
             parts.append(f"Run journal (digest): {digest}")
@@ -296,7 +260,8 @@ class Agent:
             parts.append(f"Active goal: {goal.text}")
         return "\n".join(parts)
 
-    def _approver(self, lane: Lane) -> Approver:
+    def approver(self, lane: Lane) -> Approver:
+        """Asks through the lane's current responder, keyed by its run and the call."""
         return _LaneApprover(self, lane)
 
     async def answer_approval(
@@ -335,10 +300,8 @@ class Agent:
         if self._closing:
             return None
         async with lane.lock:
-            task = asyncio.create_task(
-                self._run(lane, responder, user_text, trigger, run_id, resume),
-                name=f"run {lane.conv_id}",
-            )
+            turn = Turn(self, lane, responder, user_text, trigger, run_id, resume)
+            task = asyncio.create_task(turn.run(), name=f"run {lane.conv_id}")
             lane.run_task = task
             try:
                 return await asyncio.shield(task)
@@ -353,156 +316,6 @@ class Agent:
                     self.store.set_run_state(run_id, "cancelled", "stopped")
                 lane.finished("cancelled")
                 return _not_run(run_id or "", "cancelled")
-
-    async def _run(
-        self,
-        lane: Lane,
-        responder: Responder,
-        user_text: str | None,
-        trigger: str,
-        given_id: str | None,
-        resume: bool,
-    ) -> RunReport:
-        run_id = given_id or new_run_id()
-        lane.run_id, lane.stoppable = run_id, True
-        Store.write_for(lane.conv_id)  # this task's failed writes are this run's to report
-        stream = responder.stream()
-        sink = RunEvents(self.events, stream, run_id=run_id, conv=lane.conv_id)
-        if hasattr(stream, "on_posted"):  # remember previews, to retract them after a crash
-            stream.on_posted = lambda message_id: sink.emit(
-                "channel.preview.posted", {"message_id": message_id}
-            )
-        conversation: Conversation | None = None
-        recorder: RunRecorder | None = None
-        outcome: LoopOutcome | None = None
-        state: RunState
-        failure: str | None = None
-        try:  # everything that awaits is in here: a /stop at any point is handled below
-            conversation = await self.conversation_of(lane)
-            recorder = await self._start_run(lane, conversation, run_id, trigger, given_id, resume)
-            ctx = RunContext(
-                run_id=run_id,
-                conv=lane.conv_id,
-                kind=_KINDS.get(trigger, "chat"),
-                sink=sink,
-                recorder=recorder,
-                envelope=recorder,
-                approver=self._approver(lane),
-                scratch=run_scratch(run_id),
-            )
-            if user_text is not None:
-                if pending := unanswered_calls(conversation.messages):
-                    # New input supersedes an interrupted run: close its calls, never re-run.
-                    close_unanswered(conversation.messages, pending, {})
-                conversation.messages.append(Message.user(user_text))
-            recorder.cursor = len(conversation.messages)
-            recorder.checkpoint("input", 0, conversation.messages)
-            sink.emit("agent_run.started", {"trigger": trigger, "provider": lane.provider_name})
-            async with responder.typing():
-                outcome = await conversation.run(ctx)
-            state = _state_of(outcome)
-            text = outcome.text
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            state, text = "cancelled", STOPPED_TEXT
-            if self._closing and recorder is not None:  # a shutdown, not /stop: resumable
-                held = run_id in self.approvals.held  # goes on by itself after the restart
-                state, text = "timed_out", RESTARTING_APPROVAL_TEXT if held else RESTARTING_TEXT
-                self.store.mark_resumable(run_id)
-        except ParleyError as exc:
-            failure = str(exc)
-            state, text = "failed", f"Sorry, that failed: {failure}"
-            log.warning("run %s failed: %s", run_id, exc)
-        except Exception as exc:
-            failure = f"something went wrong ({type(exc).__name__})"
-            state, text = "failed", f"Sorry, {failure}."
-            log.exception("run %s crashed", run_id)
-        lane.stoppable = False  # from here on the answer is delivered, not cut short
-        if conversation is not None and recorder is not None:
-            self._finish_run(lane, conversation, recorder, sink, run_id)
-        self.store.finish_run(
-            run_id,
-            state=state,
-            reason=outcome.reason if outcome else state,
-            text=text[:2000],
-            iterations=recorder.iteration if recorder else 0,
-            input_tokens=sink.input_tokens,
-            output_tokens=sink.output_tokens,
-        )
-        sink.emit(RUN_ENDED[state], {"reason": outcome.reason if outcome else state})
-        try:
-            await self.store.flush()
-        except StoreError as exc:  # what this run wrote may be lost: say so, loudly
-            log.error("run %s: %s", run_id, exc)
-            failure = f"I could not save this run ({exc})"
-            state, text = "failed", f"Sorry, that failed: {failure}."
-            self.store.set_run_state(run_id, state, "store_error")
-            with contextlib.suppress(StoreError):
-                await self.store.flush()
-        lane.finished(state)
-        try:
-            await stream.finish(text)
-        except DeliveryError:
-            log.warning("reply of run %s was not delivered", run_id, exc_info=True)
-            sink.emit("channel.delivery.failed", {})
-        return RunReport(
-            run_id,
-            state,
-            text,
-            sink.input_tokens,
-            sink.output_tokens,
-            recorder.iteration if recorder else 0,
-            outcome.reason if outcome else state,
-            failure,
-        )
-
-    async def _start_run(
-        self,
-        lane: Lane,
-        conversation: Conversation,
-        run_id: str,
-        trigger: str,
-        given_id: str | None,
-        resume: bool,
-    ) -> RunRecorder:
-        """Record the run as running and give it its recorder (checkpoints, envelope)."""
-        replayable = {c.id for c in unanswered_calls(conversation.messages)} if resume else set()
-        recorder = RunRecorder(
-            self.store, lane.conv_id, run_id, conversation.prompt_hash(), replayable=replayable
-        )
-        recorder.persisted = list(conversation.messages)
-        if resume:
-            self.store.resume_run(run_id)
-        else:
-            self.store.forget_resumable(lane.conv_id)
-            if given_id is None:
-                await self.store.create_run(run_id, lane.conv_id, trigger)
-            else:  # a queued run starts
-                self.store.start_run(run_id)
-        conversation.refresh_system(self._extra_system(lane))
-        return recorder
-
-    def _finish_run(
-        self,
-        lane: Lane,
-        conversation: Conversation,
-        recorder: RunRecorder,
-        sink: RunEvents,
-        run_id: str,
-    ) -> None:
-        """The final checkpoint, the run's scratch dir removed, and the session snapshot."""
-        recorder.checkpoint("final", recorder.iteration, conversation.messages)
-        scratch = run_scratch(run_id)
-        if scratch.exists():
-            asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, scratch, True)
-        lane.add_usage(sink.input_tokens, sink.output_tokens)
-        context = conversation.guards.context
-        report = context.last_compaction if context is not None else None
-        if report is not None:
-            lane.last_compaction = f"{report.before}→{report.after} ({report.kind})"
-        lane.save_snapshot(self.store)
 
     async def cancel_running(self, key: ConversationKey) -> bool:
         """`core.chat.AgentPort.cancel_running`: stop the conversation's running run (the
@@ -524,9 +337,9 @@ class Agent:
         run = next((r for r in candidates if r.resumable), None)
         if run is None:
             return "There is no interrupted run to resume here."
-        return await self._resume_run(lane, responder, run.id)
+        return await self.resume_run(lane, responder, run.id)
 
-    async def _resume_run(self, lane: Lane, responder: Responder, run_id: str) -> str | None:
+    async def resume_run(self, lane: Lane, responder: Responder, run_id: str) -> str | None:
         """Continue run `run_id` in the lane, or say why it cannot safely go on."""
         conversation = await self.conversation_of(lane)
         why = await resume_blocker(self.store, run_id, conversation)
@@ -557,82 +370,10 @@ class Agent:
         await self._drain(lane)
 
     async def reconcile(self) -> list[str]:
-        """At start-up: runs left `running` by a crash become `timed_out`; those with a
-        checkpoint to go on from are announced in their conversation with a /resume hint,
-        except runs that were waiting on an approver: they go on at once, waiting again
-        on the same request (its prompt, its deadline)."""
-        # Only runs of earlier processes: channels may already be delivering new messages.
-        interrupted = await reconcile_runs(self.store, self.events, before=self.started_at)
-        killed = kill_leftovers(await self.store.take_tool_groups())
-        if killed:
-            self.events.emit("agent.tool_groups_killed", {"count": killed})
-        pending = await self.store.pending_approvals(before=self.started_at)
-        waiting = await self._resume_waiting(pending)
-        self.store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
-        for run in interrupted:
-            if run.id in waiting:
-                continue
-            responder = self.responders(parse_conv(run.conv))
-            if responder is not None:
-                await self._retract_previews(run.id, responder)
-                await _safe_send(
-                    responder,
-                    f"I was interrupted while working on your last request (run {run.id}). "
-                    "Send /resume to continue where I stopped.",
-                )
-        for run in reversed(await self.store.runs(states=["queued"], limit=10_000)):
-            if run.created_at < self.started_at:
-                await self._requeue(run.id, run.conv, run.text or "")
-        await self.store.flush()
-        return [run.id for run in interrupted]
+        """At start-up: what a crash or a restart left behind (see `core.recovery`)."""
+        return await reconcile(self)
 
-    async def _resume_waiting(self, pending: list[ApprovalRow]) -> set[str]:
-        """Resume the interrupted runs that were waiting on the `pending` requests; returns
-        their ids. A run that cannot safely go on says why in its conversation."""
-        calls: dict[str, set[str]] = {}
-        for approval in pending:
-            if approval.run_id and approval.call_id:
-                calls.setdefault(approval.run_id, set()).add(approval.call_id)
-        resumed: set[str] = set()
-        for run_id, call_ids in calls.items():
-            run = await self.store.run(run_id)
-            if run is None or run.state != "timed_out" or not run.resumable:
-                continue
-            recent = await self.store.runs(conv=run.conv, limit=10)
-            if next((r.id for r in recent if r.state != "queued"), None) != run.id:
-                continue  # a later run superseded it (new input before this start-up)
-            key = parse_conv(run.conv)
-            responder = self.responders(key)
-            lane = await self.lane(key)
-            if responder is None or lane.working or lane.queue:
-                continue  # nobody to ask, or new input came first: it supersedes the run
-            lane.responder = responder
-            conversation = await self.conversation_of(lane)
-            if reopen_calls(conversation.messages, call_ids):  # a shutdown closed them
-                self.store.save_messages(lane.conv_id, conversation.messages)
-            why = await self._resume_run(lane, responder, run.id)
-            if why is not None:
-                await _safe_send(responder, why)
-                continue
-            self.events.emit("agent_run.resumed", {"why": "approval"}, run_id=run.id, conv=run.conv)
-            resumed.add(run.id)
-        return resumed
-
-    async def _retract_previews(self, run_id: str, responder: Responder) -> None:
-        """The half-streamed answer a crash left in the chat would read like a second,
-        unfinished reply: edit it to say the answer continues below."""
-        posted = [
-            str(data.get("message_id"))
-            for _at, name, _iteration, data in await self.store.events(run_id)
-            if name == "channel.preview.posted"
-        ]
-        if not posted:
-            return
-        retract = getattr(responder.stream(), "retract", None)  # channels that edit have it
-        if retract is not None:
-            await retract(posted, PREVIEW_RETRACTED)
-
-    async def _requeue(self, run_id: str, conv: str, text: str) -> None:
+    async def requeue(self, run_id: str, conv: str, text: str) -> None:
         """A message that was queued when the process stopped gets its turn now."""
         key = parse_conv(conv)
         responder = self.responders(key)
@@ -675,30 +416,6 @@ class Agent:
         await self.store.flush()
 
 
-class QuietResponder:
-    """A responder for runs nobody watches (cron jobs, `Agent.run` without one): it posts
-    nothing, and asks nobody (such runs' policy has no "ask" verdict, or they fail)."""
-
-    async def send(self, text: str) -> None:
-        log.info("notice of an unwatched run (not posted): %s", text)
-
-    def stream(self) -> QuietResponder:
-        return self
-
-    def __call__(self, event: LoopEvent) -> None:
-        pass
-
-    async def finish(self, text: str) -> None:
-        pass
-
-    async def approve(self, request: ApprovalRequest) -> bool:
-        return False
-
-    @contextlib.asynccontextmanager
-    async def typing(self) -> AsyncIterator[None]:
-        yield
-
-
 class _LaneApprover:
     """A lane's approver (`core.tools.base.CallApprover`): asks through the lane's current
     responder, keyed by the lane's running run and the tool call."""
@@ -719,29 +436,6 @@ class _LaneApprover:
         return await agent.approvals.ask(
             lane.responder, lane.conv_id, lane.run_id, call, summary, reason, agent.approval_timeout
         )
-
-
-RUN_ENDED: dict[RunState, EventName] = {
-    "queued": "agent_run.queued",
-    "running": "agent_run.running",
-    "completed": "agent_run.completed",
-    "cancelled": "agent_run.cancelled",
-    "failed": "agent_run.failed",
-    "timed_out": "agent_run.timed_out",
-    "waiting_on_human": "agent_run.waiting_on_human",
-}
-
-_KINDS: dict[str, RunKind] = {"cron": "cron", "goal": "goal", "child": "child"}
-
-
-def _state_of(outcome: LoopOutcome) -> RunState:
-    match outcome.reason:
-        case "waiting_on_human":
-            return "waiting_on_human"
-        case "time_limit":
-            return "timed_out"
-        case _:
-            return "completed"
 
 
 def _not_run(run_id: str, why: str) -> RunReport:
@@ -766,13 +460,12 @@ def _log_failure(task: asyncio.Task[None]) -> None:
         log.error("%s failed", task.get_name(), exc_info=exc)
 
 
-async def _safe_send(responder: Responder, text: str) -> bool:
-    try:
-        await responder.send(text)
-    except DeliveryError:
-        log.warning("could not post to the conversation", exc_info=True)
-        return False
-    return True
-
-
-__all__ = ["Agent", "Lane", "QuietResponder", "RunReport", "conv_id", "parse_conv"]
+__all__ = [
+    "MAX_LANES",
+    "Agent",
+    "Lane",
+    "QuietResponder",
+    "RunReport",
+    "conv_id",
+    "parse_conv",
+]

@@ -22,8 +22,9 @@ from typing import Any
 from channels import discord as discord_adapter
 from channels.discord import DiscordChannel
 from channels.slack import APPROVE_ACTION, SlackChannel
-from core.agent import RESTARTING_APPROVAL_TEXT, Agent
+from core.agent import Agent
 from core.chat import Responder
+from core.turn import RESTARTING_APPROVAL_TEXT
 from tests.agentkit import running_agent
 from tests.channels import test_discord as on_discord
 from tests.channels import test_slack as on_slack

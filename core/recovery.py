@@ -1,0 +1,128 @@
+"""Start-up recovery (SPEC §7): what a crash or a restart left behind.
+
+Runs an earlier process left `running` become `timed_out`; those with a checkpoint are
+announced in their conversation with a `/resume` hint, after the half-streamed preview a
+crash left is retracted; runs that were waiting on an approver go on at once; messages that
+were still queued get their turn; tool process groups that outlived their process die.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from core.chat import ConversationKey, Responder
+from core.conversation import Conversation
+from core.eventlog import EventLog
+from core.lane import Lane
+from core.responders import safe_send
+from core.runs import reconcile_runs, reopen_calls
+from core.store import ApprovalRow, Store
+from core.tools.reaper import kill_leftovers
+
+PREVIEW_RETRACTED = "(interrupted by a restart — the answer continues below)"
+
+
+def parse_conv(conv: str) -> ConversationKey:
+    """`slack:C0123:1700000000.0001` → ("slack", "C0123", "1700000000.0001")."""
+    channel, channel_id, thread = [*conv.split(":", 2), "", ""][:3]
+    return (channel, channel_id, thread)
+
+
+class RecoveryHost(Protocol):
+    """What recovery needs of the agent."""
+
+    store: Store
+    events: EventLog
+    started_at: float
+    responders: Callable[[ConversationKey], Responder | None]
+
+    async def lane(self, key: ConversationKey) -> Lane: ...
+
+    async def conversation_of(self, lane: Lane) -> Conversation: ...
+
+    async def resume_run(self, lane: Lane, responder: Responder, run_id: str) -> str | None: ...
+
+    async def requeue(self, run_id: str, conv: str, text: str) -> None: ...
+
+
+async def reconcile(host: RecoveryHost) -> list[str]:
+    """At start-up: runs left `running` by a crash become `timed_out`; those with a
+    checkpoint to go on from are announced in their conversation with a /resume hint,
+    except runs that were waiting on an approver: they go on at once, waiting again
+    on the same request (its prompt, its deadline)."""
+    # Only runs of earlier processes: channels may already be delivering new messages.
+    interrupted = await reconcile_runs(host.store, host.events, before=host.started_at)
+    killed = kill_leftovers(await host.store.take_tool_groups())
+    if killed:
+        host.events.emit("agent.tool_groups_killed", {"count": killed})
+    pending = await host.store.pending_approvals(before=host.started_at)
+    waiting = await _resume_waiting(host, pending)
+    host.store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
+    for run in interrupted:
+        if run.id in waiting:
+            continue
+        responder = host.responders(parse_conv(run.conv))
+        if responder is not None:
+            await _retract_previews(host.store, run.id, responder)
+            await safe_send(
+                responder,
+                f"I was interrupted while working on your last request (run {run.id}). "
+                "Send /resume to continue where I stopped.",
+            )
+    for run in reversed(await host.store.runs(states=["queued"], limit=10_000)):
+        if run.created_at < host.started_at:
+            await host.requeue(run.id, run.conv, run.text or "")
+    await host.store.flush()
+    return [run.id for run in interrupted]
+
+
+async def _resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[str]:
+    """Resume the interrupted runs that were waiting on the `pending` requests; returns
+    their ids. A run that cannot safely go on says why in its conversation."""
+    calls: dict[str, set[str]] = {}
+    for approval in pending:
+        if approval.run_id and approval.call_id:
+            calls.setdefault(approval.run_id, set()).add(approval.call_id)
+    resumed: set[str] = set()
+    for run_id, call_ids in calls.items():
+        run = await host.store.run(run_id)
+        if run is None or run.state != "timed_out" or not run.resumable:
+            continue
+        recent = await host.store.runs(conv=run.conv, limit=10)
+        if next((r.id for r in recent if r.state != "queued"), None) != run.id:
+            continue  # a later run superseded it (new input before this start-up)
+        key = parse_conv(run.conv)
+        responder = host.responders(key)
+        lane = await host.lane(key)
+        if responder is None or lane.working or lane.queue:
+            continue  # nobody to ask, or new input came first: it supersedes the run
+        lane.responder = responder
+        conversation = await host.conversation_of(lane)
+        if reopen_calls(conversation.messages, call_ids):  # a shutdown closed them
+            host.store.save_messages(lane.conv_id, conversation.messages)
+        why = await host.resume_run(lane, responder, run.id)
+        if why is not None:
+            await safe_send(responder, why)
+            continue
+        host.events.emit("agent_run.resumed", {"why": "approval"}, run_id=run.id, conv=run.conv)
+        resumed.add(run.id)
+    return resumed
+
+
+async def _retract_previews(store: Store, run_id: str, responder: Responder) -> None:
+    """The half-streamed answer a crash left in the chat would read like a second,
+    unfinished reply: edit it to say the answer continues below."""
+    posted = [
+        str(data.get("message_id"))
+        for _at, name, _iteration, data in await store.events(run_id)
+        if name == "channel.preview.posted"
+    ]
+    if not posted:
+        return
+    retract = getattr(responder.stream(), "retract", None)  # channels that edit have it
+    if retract is not None:
+        await retract(posted, PREVIEW_RETRACTED)
+
+
+__all__ = ["PREVIEW_RETRACTED", "RecoveryHost", "parse_conv", "reconcile"]

@@ -1,0 +1,274 @@
+"""One durable run, start to end (SPEC §7): record it, run the loop, settle and deliver.
+
+`Turn` is built by the agent for each run and used once. It marks the run running (or
+resumed) in the store, runs the conversation's loop with a `RunContext` of its own,
+turns whatever ended the loop — an answer, `/stop`, a shutdown, an error — into a final
+state and text, records that, and delivers the text through the run's reply stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from core.approvals import ApprovalDesk
+from core.chat import DeliveryError, Responder
+from core.conversation import Conversation
+from core.errors import ParleyError, StoreError
+from core.eventlog import EventLog, RunEvents
+from core.events import EventName
+from core.lane import Lane, RunReport, RunState
+from core.loop import LoopOutcome, unanswered_calls
+from core.messages import Message
+from core.run_context import RunContext, RunKind
+from core.runs import RunRecorder, close_unanswered
+from core.store import Store
+from core.tools.base import Approver
+from core.tools.settings import default_temp_root
+
+log = logging.getLogger(__name__)
+
+STOPPED_TEXT = "Stopped."
+RESTARTING_TEXT = (
+    "I am restarting and had to pause this turn; send /resume once I am back to continue."
+)
+RESTARTING_APPROVAL_TEXT = (
+    "I am restarting while this turn waits for an approval. The request still stands: "
+    "once it is answered I go on by myself."
+)
+RUN_ENDED: dict[RunState, EventName] = {
+    "queued": "agent_run.queued",
+    "running": "agent_run.running",
+    "completed": "agent_run.completed",
+    "cancelled": "agent_run.cancelled",
+    "failed": "agent_run.failed",
+    "timed_out": "agent_run.timed_out",
+    "waiting_on_human": "agent_run.waiting_on_human",
+}
+_KINDS: dict[str, RunKind] = {"cron": "cron", "goal": "goal", "child": "child"}
+
+
+def new_run_id() -> str:
+    """Sortable by time, unique: 8 hex digits of seconds + 8 random."""
+    return f"{int(time.time()):08x}{uuid.uuid4().hex[:8]}"
+
+
+def run_scratch(run_id: str) -> Path:
+    """The run's own temp dir: tools' HOME and TMPDIR, writable inside the sandbox."""
+    return default_temp_root() / "runs" / run_id
+
+
+class TurnHost(Protocol):
+    """What a turn needs of the agent that owns its lane."""
+
+    store: Store
+    events: EventLog
+    approvals: ApprovalDesk
+
+    @property
+    def closing(self) -> bool: ...
+
+    async def conversation_of(self, lane: Lane) -> Conversation: ...
+
+    def extra_system(self, lane: Lane) -> str: ...
+
+    def approver(self, lane: Lane) -> Approver: ...
+
+
+@dataclass(slots=True)
+class _Ending:
+    """How the run ended, as it will be recorded and delivered."""
+
+    state: RunState
+    text: str
+    reason: str
+    failure: str | None = None
+
+
+@dataclass(slots=True)
+class Turn:
+    """One run of `lane`: `user_text` (None: go on from the history, e.g. `/resume`).
+
+    `given_id` is the id of a run that already exists in the store (queued, or the one
+    being resumed); without it a new run is created.
+    """
+
+    host: TurnHost
+    lane: Lane
+    responder: Responder
+    user_text: str | None
+    trigger: str = "user"
+    given_id: str | None = None
+    resume: bool = False
+    run_id: str = field(init=False)
+    sink: RunEvents = field(init=False)
+    recorder: RunRecorder | None = field(default=None, init=False)
+    conversation: Conversation | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.run_id = self.given_id or new_run_id()
+
+    async def run(self) -> RunReport:
+        """The whole run; never raises (but for our own cancellation by the caller)."""
+        lane, store = self.lane, self.host.store
+        lane.run_id, lane.stoppable = self.run_id, True
+        Store.write_for(lane.conv_id)  # this task's failed writes are this run's to report
+        stream = self.responder.stream()
+        self.sink = RunEvents(self.host.events, stream, run_id=self.run_id, conv=lane.conv_id)
+        if hasattr(stream, "on_posted"):  # remember previews, to retract them after a crash
+            stream.on_posted = lambda message_id: self.sink.emit(
+                "channel.preview.posted", {"message_id": message_id}
+            )
+        ending = await self._ending()
+        lane.stoppable = False  # from here on the answer is delivered, not cut short
+        self._record(ending)
+        try:
+            await store.flush()
+        except StoreError as exc:  # what this run wrote may be lost: say so, loudly
+            log.error("run %s: %s", self.run_id, exc)
+            failure = f"I could not save this run ({exc})"
+            ending = _Ending("failed", f"Sorry, that failed: {failure}.", "store_error", failure)
+            store.set_run_state(self.run_id, "failed", "store_error")
+            with contextlib.suppress(StoreError):
+                await store.flush()
+        lane.finished(ending.state)
+        try:
+            await stream.finish(ending.text)
+        except DeliveryError:
+            log.warning("reply of run %s was not delivered", self.run_id, exc_info=True)
+            self.sink.emit("channel.delivery.failed", {})
+        return self._report(ending)
+
+    async def _ending(self) -> _Ending:
+        """Run the loop; whatever stops it becomes the run's ending. Everything that
+        awaits is in here: a `/stop` at any point is handled the same way."""
+        try:
+            outcome = await self._loop()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            return self._interrupted()
+        except ParleyError as exc:
+            log.warning("run %s failed: %s", self.run_id, exc)
+            return _Ending("failed", f"Sorry, that failed: {exc}", "failed", str(exc))
+        except Exception as exc:
+            log.exception("run %s crashed", self.run_id)
+            failure = f"something went wrong ({type(exc).__name__})"
+            return _Ending("failed", f"Sorry, {failure}.", "failed", failure)
+        return _Ending(_state_of(outcome), outcome.text, outcome.reason)
+
+    async def _loop(self) -> LoopOutcome:
+        lane = self.lane
+        conversation = self.conversation = await self.host.conversation_of(lane)
+        recorder = self.recorder = await self._start(conversation)
+        ctx = RunContext(
+            run_id=self.run_id,
+            conv=lane.conv_id,
+            kind=_KINDS.get(self.trigger, "chat"),
+            sink=self.sink,
+            recorder=recorder,
+            envelope=recorder,
+            approver=self.host.approver(lane),
+            scratch=run_scratch(self.run_id),
+        )
+        if self.user_text is not None:
+            if pending := unanswered_calls(conversation.messages):
+                # New input supersedes an interrupted run: close its calls, never re-run.
+                close_unanswered(conversation.messages, pending, {})
+            conversation.messages.append(Message.user(self.user_text))
+        recorder.cursor = len(conversation.messages)
+        recorder.checkpoint("input", 0, conversation.messages)
+        self.sink.emit(
+            "agent_run.started", {"trigger": self.trigger, "provider": lane.provider_name}
+        )
+        async with self.responder.typing():
+            return await conversation.run(ctx)
+
+    async def _start(self, conversation: Conversation) -> RunRecorder:
+        """Record the run as running and give it its recorder (checkpoints, envelope)."""
+        store, conv_id = self.host.store, self.lane.conv_id
+        replayable = (
+            {c.id for c in unanswered_calls(conversation.messages)} if self.resume else set()
+        )
+        recorder = RunRecorder(
+            store, conv_id, self.run_id, conversation.prompt_hash(), replayable=replayable
+        )
+        recorder.persisted = list(conversation.messages)
+        if self.resume:
+            store.resume_run(self.run_id)
+        else:
+            store.forget_resumable(conv_id)
+            if self.given_id is None:
+                await store.create_run(self.run_id, conv_id, self.trigger)
+            else:  # a queued run starts
+                store.start_run(self.run_id)
+        conversation.refresh_system(self.host.extra_system(self.lane))
+        return recorder
+
+    def _interrupted(self) -> _Ending:
+        """`/stop` ended the run, or a shutdown did: then it stays resumable."""
+        if not self.host.closing or self.recorder is None:
+            return _Ending("cancelled", STOPPED_TEXT, "cancelled")
+        held = self.run_id in self.host.approvals.held  # goes on by itself after a restart
+        self.host.store.mark_resumable(self.run_id)
+        text = RESTARTING_APPROVAL_TEXT if held else RESTARTING_TEXT
+        return _Ending("timed_out", text, "timed_out")
+
+    def _record(self, ending: _Ending) -> None:
+        """The final checkpoint, the scratch dir removed, the snapshot and the run row."""
+        lane, store, recorder, sink = self.lane, self.host.store, self.recorder, self.sink
+        conversation = self.conversation
+        if conversation is not None and recorder is not None:
+            recorder.checkpoint("final", recorder.iteration, conversation.messages)
+            scratch = run_scratch(self.run_id)
+            if scratch.exists():
+                asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, scratch, True)
+            lane.add_usage(sink.input_tokens, sink.output_tokens)
+            context = conversation.guards.context
+            report = context.last_compaction if context is not None else None
+            if report is not None:
+                lane.last_compaction = f"{report.before}→{report.after} ({report.kind})"
+            lane.save_snapshot(store)
+        store.finish_run(
+            self.run_id,
+            state=ending.state,
+            reason=ending.reason,
+            text=ending.text[:2000],
+            iterations=recorder.iteration if recorder else 0,
+            input_tokens=sink.input_tokens,
+            output_tokens=sink.output_tokens,
+        )
+        sink.emit(RUN_ENDED[ending.state], {"reason": ending.reason})
+
+    def _report(self, ending: _Ending) -> RunReport:
+        return RunReport(
+            self.run_id,
+            ending.state,
+            ending.text,
+            self.sink.input_tokens,
+            self.sink.output_tokens,
+            self.recorder.iteration if self.recorder else 0,
+            ending.reason,
+            ending.failure,
+        )
+
+
+def _state_of(outcome: LoopOutcome) -> RunState:
+    match outcome.reason:
+        case "waiting_on_human":
+            return "waiting_on_human"
+        case "time_limit":
+            return "timed_out"
+        case _:
+            return "completed"
+
+
+__all__ = ["STOPPED_TEXT", "Turn", "TurnHost", "new_run_id", "run_scratch"]
