@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from core.context import ContextManager, ContextSettings  # noqa: E402
+from core.context.manager import ContextManager, ContextSettings  # noqa: E402
+from core.context.tokens import TokenCounter  # noqa: E402
 from core.events import discard  # noqa: E402
 from core.messages import Message, ToolCall  # noqa: E402
-from core.tokens import TokenCounter  # noqa: E402
 
 SIZES = (10, 100, 1_000, 5_000)
 TOOLS = ("search", "read_file", "bash", "list_directory", "fetch", "grep")

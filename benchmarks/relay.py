@@ -3,7 +3,7 @@ the highest edit rate in any window, against the platform's budget (SPEC §9).
 
 One DM per platform, three platforms one after the other. The path is the production one:
 the fake LLM (``tests.fakes.llm.FakeLLM``, OpenAI Chat Completions wire format) streams a
-~2,000-token English answer (about 8,000 characters, counted with ``core.tokens.
+~2,000-token English answer (about 8,000 characters, counted with ``core.context.tokens.
 TokenCounter``) in 16-character chunks 10 ms apart (about 5 s) to the real agent
 (``tests.agentkit.running_agent``), which streams it through the real adapter
 (``TelegramChannel`` / ``SlackChannel`` / ``DiscordChannel`` on python-telegram-bot,
@@ -65,7 +65,7 @@ from channels.telegram import TelegramChannel  # noqa: E402
 from channels.text import split_message, to_discord, to_slack_mrkdwn, to_telegram_html  # noqa: E402
 from core.agent import Agent  # noqa: E402
 from core.config import DiscordConfig, SlackConfig, TelegramConfig  # noqa: E402
-from core.tokens import TokenCounter  # noqa: E402
+from core.context.tokens import TokenCounter  # noqa: E402
 from tests.agentkit import running_agent  # noqa: E402
 from tests.fakes import discord as fake_discord  # noqa: E402
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply  # noqa: E402

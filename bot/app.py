@@ -11,7 +11,9 @@ from urllib.parse import urlsplit
 from core.agent import Agent
 from core.chat import ConversationKey, Responder
 from core.config import ParleyConfig
-from core.context import ContextManager, provider_summarizer
+from core.context.manager import ContextManager
+from core.context.summarize import provider_summarizer
+from core.context.tokens import TokenCounter
 from core.conversation import Conversation
 from core.errors import ConfigError
 from core.eventlog import EventLog
@@ -22,7 +24,6 @@ from core.providers.base import ProviderSettings
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
 from core.store import open_store
-from core.tokens import TokenCounter
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.cli import CliTool
 from core.tools.executor import ToolExecutor

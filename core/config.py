@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from core.context import ContextSettings
+from core.context.manager import ContextSettings
+from core.context.windows import context_window
 from core.errors import ConfigError
 from core.providers.base import ProviderSettings
 from core.tools.settings import SandboxSettings
-from core.windows import context_window
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
 

@@ -8,12 +8,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from core.context.tokens import TokenCounter
 from core.journal import JournalBox
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
 from core.messages import Message
 from core.providers.base import Provider
 from core.run_context import DETACHED, RunContext
-from core.tokens import TokenCounter
 from core.tools.executor import ToolExecutor
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from core.context.tokens import TokenCounter
 from core.errors import ContextLengthError
 from core.events import (
     EventSink,
@@ -39,13 +40,12 @@ from core.resilience import (
     TimeLimits,
 )
 from core.run_context import DETACHED, RunContext
-from core.tokens import TokenCounter
 from core.tools.ask import ASK_HUMAN
 from core.tools.base import Category, ToolSpec
 from core.tools.executor import PreparedCall, ToolExecutor
 
 if TYPE_CHECKING:
-    from core.context import CompactionReport
+    from core.context.manager import CompactionReport
 
 MAX_ITERATIONS_TEXT = "Stopped: maximum iteration limit reached."
 EMPTY_TURNS_TEXT = "Stopped: the model returned empty answers twice in a row."

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from core.context import ContextManager, ContextSettings, provider_summarizer
+from core.context.manager import ContextManager, ContextSettings
+from core.context.summarize import provider_summarizer
+from core.context.tokens import TokenCounter
 from core.errors import ContextLengthError
 from core.events import LoopEvent, Observed
 from core.loop import Guards, run_loop
 from core.messages import Message, ToolCall
 from core.run_context import RunContext
-from core.tokens import TokenCounter
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy

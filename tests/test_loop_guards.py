@@ -312,8 +312,8 @@ async def test_a_second_run_gets_its_own_time_limit_and_retry_events(fake_llm: F
 async def _hard_limited(fake_llm: FakeLLM, tmp_path: object, hard: float) -> tuple[object, float]:
     from pathlib import Path
 
+    from core.context.transcript import is_valid
     from core.tools.builtin import BashTool
-    from core.transcript import is_valid
 
     assert isinstance(tmp_path, Path)
     sandbox = SandboxSettings(workspace=tmp_path / "ws", artifacts_dir=tmp_path / "art")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from core.context.transcript import is_valid
 from core.messages import Message, ToolCall
 from core.store import Checkpoint
-from core.transcript import is_valid
 from core.turn import RESTARTING_TEXT
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec

@@ -6,7 +6,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from core.transcript import is_valid
+from core.context.transcript import is_valid
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 

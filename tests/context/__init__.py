@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from core.context.tokens import FRAMING_TOKENS, TokenCounter
 from core.events import LoopEvent, Observed
 from core.messages import Message, ToolCall
-from core.tokens import FRAMING_TOKENS, TokenCounter
 
 
 class WordCounter(TokenCounter):

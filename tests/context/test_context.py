@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from core.context import (
+from core.context.manager import (
     DEEP_MARKER,
     SUMMARY_HEADER,
     ContextManager,
     ContextSettings,
 )
+from core.context.transcript import PINNED_HEADER, is_valid
 from core.errors import ContextLimitExceeded
 from core.messages import Message, ToolCall
-from core.transcript import PINNED_HEADER, is_valid
 from tests.context import Sink, WordCounter, reply, system, tool_turn, user
 
 WINDOW = 1000

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from core.context import ContextManager, ContextSettings
+from core.context.manager import ContextManager, ContextSettings
+from core.context.tokens import TokenCounter
 from core.events import LoopEvent, Observed
 from core.loop import Guards, run_loop
 from core.messages import Message, ToolCall
 from core.run_context import RunContext
-from core.tokens import TokenCounter
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy

@@ -8,14 +8,10 @@ from typing import Any
 
 import pytest
 
-from core.context import (
-    SUMMARIZER_SYSTEM,
-    ContextManager,
-    clip_to_tokens,
-    provider_summarizer,
-)
+from core.context.manager import ContextManager
+from core.context.summarize import SUMMARIZER_SYSTEM, clip_to_tokens, provider_summarizer
+from core.context.tokens import FRAMING_TOKENS, TokenCounter
 from core.messages import Message, ToolCall
-from core.tokens import FRAMING_TOKENS, TokenCounter
 from tests.conftest import provider_for
 from tests.context import Sink
 from tests.fakes.llm import FakeLLM, Reply

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.context import TACO_HEADER, ContextManager, ContextSettings
+from core.context.manager import TACO_HEADER, ContextManager, ContextSettings
 from core.messages import Message, ToolCall
 from tests.context import WordCounter, words
 

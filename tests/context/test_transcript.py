@@ -8,11 +8,11 @@ import contextlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.context import ContextManager, ContextSettings
+from core.context.manager import ContextManager, ContextSettings
+from core.context.transcript import MISSING_RESULT, is_valid, pinned_results, repair_transcript
 from core.errors import ContextLimitExceeded
 from core.events import discard
 from core.messages import Message, ToolCall
-from core.transcript import MISSING_RESULT, is_valid, pinned_results, repair_transcript
 from tests.context import WordCounter
 
 A = ToolCall(id="a", name="search")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.windows import FALLBACK_WINDOW, catalog, context_window
+from core.context.windows import FALLBACK_WINDOW, catalog, context_window
 
 
 @pytest.mark.parametrize(

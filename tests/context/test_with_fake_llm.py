@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.context import SUMMARIZER_SYSTEM, SUMMARY_HEADER, ContextManager, provider_summarizer
+from core.context.manager import SUMMARY_HEADER, ContextManager
+from core.context.summarize import SUMMARIZER_SYSTEM, provider_summarizer
 from core.errors import ProviderError
 from core.messages import Message, ToolCall
 from tests.conftest import provider_for

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.context.tokens import TokenCounter
 from core.messages import Message, ToolCall
-from core.tokens import TokenCounter
 
 MISSING_RESULT = "error: no result was recorded for this call (interrupted)"
 SUMMARY_HEADER = "[Summary of earlier conversation]"

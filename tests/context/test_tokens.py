@@ -7,8 +7,8 @@ import socket
 import pytest
 import tiktoken.registry
 
+from core.context.tokens import TokenCounter
 from core.messages import Message, ToolCall
-from core.tokens import TokenCounter
 
 
 def test_encoding_loads_offline(monkeypatch: pytest.MonkeyPatch) -> None:

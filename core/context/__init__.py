@@ -1,0 +1,1 @@
+"""Context management (SPEC §5): token counts, windows, pressure, compaction, TACO."""
