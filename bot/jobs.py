@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
+from bot.schedules import TICK, build_trigger, job_zone, latest_fire, parse_target
 from core.chat import DeliveryError, is_silent
 from core.config import AccessConfig, JobConfig
 from core.errors import ConfigError
@@ -39,10 +39,6 @@ if TYPE_CHECKING:
     from core.agent import Agent
 
 log = logging.getLogger(__name__)
-
-TARGET_TYPES = ("slack", "telegram", "discord")
-_TICK = timedelta(microseconds=1)
-_CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,94 +67,6 @@ class JobResult:
     def delivery(self) -> str:
         """How `jobs run` and `jobs list` say it: yes, silent or no."""
         return "yes" if self.delivered else "silent" if self.silent else "no"
-
-
-# --- schedules ----------------------------------------------------------------------------
-
-
-def job_zone(name: str) -> tzinfo:
-    """The job's timezone. Raises ValueError for an unknown name."""
-    if name == "UTC":
-        return UTC
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(f"unknown timezone `{name}`") from exc
-
-
-def build_trigger(schedule: str, zone: tzinfo) -> CronTrigger:
-    """A trigger for a 5-field cron expression (6 fields: seconds first). Raises ValueError."""
-    fields = schedule.split()
-    if len(fields) not in (5, 6):
-        raise ValueError(f"`{schedule}` has {len(fields)} fields; a cron expression has 5")
-    second = fields.pop(0) if len(fields) == 6 else "0"
-    minute, hour, day, month, weekday = fields
-    return CronTrigger(
-        second=second,
-        minute=minute,
-        hour=hour,
-        day=day,
-        month=month,
-        day_of_week=_weekdays(weekday),
-        timezone=zone,
-    )
-
-
-def _weekdays(field: str) -> str:
-    """Cron weekday numbers (0 and 7 = Sunday) as names: APScheduler 3 counts 0 as Monday."""
-    names: list[str] = []
-    for item in field.split(","):
-        body, slash, step_text = item.partition("/")
-        low_text, dash, high_text = body.partition("-")
-        if body == "*" and not slash:
-            return "*"
-        if body == "*":
-            low, high = 0, 6
-        elif low_text.isdigit() and (not dash or high_text.isdigit()):
-            low = int(low_text)
-            high = int(high_text) if dash else (6 if slash else low)
-        else:
-            names.append(item)  # names (`mon-fri`): APScheduler reads those right
-            continue
-        step = int(step_text) if step_text.isdigit() else (1 if not slash else 0)
-        if not (0 <= low <= high <= 7) or step < 1:
-            raise ValueError(f"bad weekday `{item}` (0-7, Sunday is 0 or 7)")
-        names.extend(_CRON_DAYS[day] for day in range(low, high + 1, step))
-    return ",".join(dict.fromkeys(names))
-
-
-def latest_fire(trigger: CronTrigger, after: datetime, now: datetime) -> datetime | None:
-    """The latest fire time t of `trigger` with `after` < t <= `now`, or None.
-
-    Binary search on "is there a fire in (s, now]": a few dozen trigger calls whatever
-    the span, since cron fires fall on whole seconds."""
-
-    def next_after(moment: datetime) -> datetime | None:
-        fire: datetime | None = trigger.get_next_fire_time(None, moment + _TICK)
-        return fire
-
-    def fires_by_now(moment: datetime) -> bool:
-        fire = next_after(moment)
-        return fire is not None and fire <= now
-
-    low, high = after.astimezone(UTC), now.astimezone(UTC)
-    if low >= high or not fires_by_now(low):
-        return None
-    while high - low > timedelta(seconds=1):  # a fire in (low, now]; none in (high, now]
-        middle = low + (high - low) / 2
-        if fires_by_now(middle):
-            low = middle
-        else:
-            high = middle
-    return next_after(low)
-
-
-def parse_target(target: str) -> tuple[str, str] | None:
-    """`slack:C0123` → ("slack", "C0123"); None if it is not a known platform target."""
-    kind, colon, ident = target.partition(":")
-    if not colon or kind not in TARGET_TYPES or not ident or ident != ident.strip():
-        return None
-    return kind, ident
 
 
 # --- one fire's channel end ------------------------------------------------------------------
@@ -321,7 +229,7 @@ class Scheduler:
         last = await self.agent.store.job_last_fire(job.name)
         if last is None:
             return None
-        grace_start = now - timedelta(seconds=job.misfire_grace_seconds) - _TICK
+        grace_start = now - timedelta(seconds=job.misfire_grace_seconds) - TICK
         after = max(datetime.fromtimestamp(last, UTC), grace_start)
         return latest_fire(self._triggers[job.name], after, now)
 
@@ -329,7 +237,7 @@ class Scheduler:
         """APScheduler's callback: fire the scheduled time that just came due."""
         job = self.job(name)
         now = self.now()
-        grace_start = now - timedelta(seconds=job.misfire_grace_seconds) - _TICK
+        grace_start = now - timedelta(seconds=job.misfire_grace_seconds) - TICK
         fire_time = latest_fire(self._triggers[name], grace_start, now)
         if fire_time is None:
             log.warning("job %s came due with no scheduled time in its grace window", name)

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from bot.app import App
-from bot.jobs import Scheduler, build_trigger, jobs_list, jobs_run, latest_fire
+from bot.jobs import Scheduler, jobs_list, jobs_run
+from bot.schedules import build_trigger, latest_fire
 from core.agent import Agent
 from core.chat import ConversationKey
 from core.errors import ConfigError
