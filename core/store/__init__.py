@@ -2,16 +2,21 @@
 
 `Store` is a `typing.Protocol` made of narrower ones, one per concern (`RunStore`,
 `MessageStore`, `JournalStore`, `PreferenceStore`, `DedupeStore`, `ApprovalStore`,
-`EventStore`, `JobStore`); core depends on those. `open_store(path_or_url)` opens one;
-`SqliteStore` is the embedded implementation (it also offers raw `write`/`write_soon` for
-tests and benchmarks that need SQL). `tests/store/` holds every backend to the protocol.
+`EventStore`, `JobStore`); core depends on those. `open_store(path_or_url)` opens one:
+`SqliteStore`, the embedded implementation, or `core.store.postgres.PostgresStore`, the
+one several workers share (imported only when opened: psycopg is the `postgres` extra).
+Both offer raw `write`/`write_soon` for tests and benchmarks that need SQL.
+`tests/store/` holds every backend to the protocol.
 
     protocol.py     the seam and what each method promises
-    rows.py         the values it hands back
+    rows.py         the values it hands back, and how each is built from its columns
     writes.py       queued writes' owners and the failed-write count, for every backend
+    group_commit.py the queue and writer task every backend commits through
     backends.py     open_store: a path or URL to a backend
-    sqlite.py       SqliteStore (sqlite_db.py: connections and group commit;
+    sqlite.py       SqliteStore (sqlite_db.py: connections and the batch commit;
                     sqlite_runs.py: runs and jobs; migrations.py: the schema)
+    postgres.py     PostgresStore (postgres_db.py: the pool and the batch commit;
+                    postgres_runs.py: runs and jobs; postgres_schema.py: the schema)
 """
 
 from core.store.backends import open_store

@@ -10,6 +10,10 @@ Writes come in two kinds:
       `StoreError` by the next `flush()` of the task that owns it (see `Store.write_for`).
 
 Reads see what is committed: flush first to read what was just queued.
+
+Text is kept as given, except that a NUL character may come back as U+FFFD (PostgreSQL's
+text cannot hold one). Several stores may be open on the same data at once (workers,
+`parley runs`): opening migrates it once, and a job's fire is claimed by one of them.
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ class SqliteStore(SqliteRunTables):
         """Open (creating and migrating) the database file at `path`."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
+        await conn.execute("PRAGMA busy_timeout=5000")  # first: another opener may hold a lock
         await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute("PRAGMA busy_timeout=5000")
         await migrate(conn)
         writer = await asyncio.to_thread(writer_connection, str(path))
         return cls(conn, writer)
