@@ -237,7 +237,9 @@ class StoreConfig(_Section):
 
     def target(self) -> str | Path:
         """What `core.store.open_store` opens: the SQLite file or the PostgreSQL URL."""
-        return self.resolved() if self.backend() == "sqlite" else parse_target(self.url or "")[1]
+        if self.url is None or self.backend() == "sqlite":
+            return self.resolved()
+        return parse_target(self.url)[1]
 
     def password(self, environ: Mapping[str, str]) -> str | None:
         """The database password, from the variable `password_env` names (if set)."""

@@ -92,15 +92,20 @@ class GroupCommit(abc.ABC):
                 call failed, and no `flush` has reported it yet.
         """
         upto, owner = self._seq, writes.write_owner()
+        await self._after_queued()
+        failed = [f for f in self._failures if f[0] <= upto and f[2] == owner]
+        if failed:
+            self._failures = [f for f in self._failures if f not in failed]
+            raise StoreError(f"{len(failed)} store write(s) failed; the first: {failed[0][1]}")
+
+    async def _after_queued(self) -> None:
+        """Wait until everything queued so far is committed, reporting no failure (for a
+        statement run outside the group commit that must come after them)."""
         if self._pending:
             with contextlib.suppress(StoreError):  # the sentinel itself cannot fail
                 await self.write("SELECT 1")  # the writer is sequential: this commits last
         elif self._inflight is not None:
             await asyncio.shield(self._inflight)
-        failed = [f for f in self._failures if f[0] <= upto and f[2] == owner]
-        if failed:
-            self._failures = [f for f in self._failures if f not in failed]
-            raise StoreError(f"{len(failed)} store write(s) failed; the first: {failed[0][1]}")
 
     async def _write_loop(self) -> None:
         while True:
@@ -124,14 +129,20 @@ class GroupCommit(abc.ABC):
                     if done is not None and not done.done():
                         done.set_result(None)
                     continue
-                problem = StoreError(f"{error} (in: {sql.split('(')[0].strip()[:80]})")
-                log.error("store: a write failed: %s", problem)
-                writes.count_failed_write()
+                problem = failed_write(error, sql)
                 if done is not None:
                     if not done.done():
                         done.set_exception(problem)
                 else:
                     self._failures.append((seq, problem, owner))
+
+
+def failed_write(error: Exception, sql: str) -> StoreError:
+    """A write that failed, logged and counted, as its writer hears it."""
+    problem = StoreError(f"{error} (in: {sql.split('(')[0].strip()[:80]})")
+    log.error("store: a write failed: %s", problem)
+    writes.count_failed_write()
+    return problem
 
 
 def grouped(statements: list[Statement]) -> list[tuple[str, list[Sequence[Any]]]]:

@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -89,6 +89,15 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE approvals ADD COLUMN answer TEXT;
     ALTER TABLE approvals ADD COLUMN answered_by TEXT;
     CREATE INDEX approvals_state ON approvals (state);
+    """,
+    4: """
+    ALTER TABLE runs ADD COLUMN worker TEXT;
+    CREATE TABLE workers (
+        id TEXT PRIMARY KEY, beat_at REAL NOT NULL, started_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE leases (
+        name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL
+    ) WITHOUT ROWID;
     """,
 }
 

@@ -25,7 +25,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from core.errors import ConfigError, StoreError
-from core.store.group_commit import GroupCommit, Statement, grouped
+from core.store.group_commit import GroupCommit, Statement, failed_write, grouped
 
 Connection = AsyncConnection[TupleRow]
 Pool = AsyncConnectionPool[Connection]
@@ -73,6 +73,21 @@ class PostgresDatabase(GroupCommit):
                         raise  # the batch is lost, not a statement's fault
                     break
             return await _run_one_by_one(conn, statements)
+
+    async def _write_now(self, sql: str, params: Sequence[Any] = ()) -> list[TupleRow]:
+        """Run one statement that returns rows (`RETURNING`) in a transaction of its own,
+        after everything queued so far is committed; its rows.
+
+        Raises:
+            StoreError: the statement failed.
+        """
+        await self._after_queued()
+        try:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(sql, text_safe(params) or None)
+                return await cursor.fetchall() if cursor.description else []
+        except psycopg.Error as exc:
+            raise failed_write(exc, sql) from exc
 
     # --- reads ------------------------------------------------------------------------
 

@@ -101,6 +101,16 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE approvals ADD COLUMN answered_by TEXT;
     CREATE INDEX approvals_state ON approvals (state);
     """,
+    4: """
+    ALTER TABLE runs ADD COLUMN worker TEXT;
+    CREATE TABLE workers (
+        id TEXT PRIMARY KEY, beat_at DOUBLE PRECISION NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE leases (
+        name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL
+    );
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 

@@ -30,6 +30,7 @@ class RunRow:
     output_tokens: int
     resumable: bool
     error: str | None
+    worker: str | None = None  # the worker that claimed it (`claim_queued_run`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,7 @@ StoredEvent = tuple[float, str, int | None, dict[str, Any]]
 
 RUN_COLUMNS = (
     "id, conv, state, trigger, created_at, started_at, ended_at, reason, text, iterations, "
-    "input_tokens, output_tokens, resumable, error"
+    "input_tokens, output_tokens, resumable, error, worker"
 )
 CHECKPOINT_COLUMNS = "run_id, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at"
 TOOL_CALL_COLUMNS = (

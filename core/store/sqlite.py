@@ -1,8 +1,8 @@
 """Parley's durable state on SQLite (WAL): `SqliteStore`, the embedded `Store`.
 
 The methods are split by concern like the protocol: `sqlite_db.py` holds the connections
-and the group commit, `sqlite_runs.py` runs and jobs, this module the rest and `open`;
-`migrations.py` owns the whole schema.
+and the group commit, `sqlite_runs.py` runs and jobs, `sqlite_workers.py` what workers
+coordinate through, this module the rest and `open`; `migrations.py` owns the schema.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from core.store.rows import (
     goal_row,
 )
 from core.store.sqlite_db import writer_connection
-from core.store.sqlite_runs import SqliteRunTables
+from core.store.sqlite_workers import SqliteWorkerTables
 
 
-class SqliteStore(SqliteRunTables):
+class SqliteStore(SqliteWorkerTables):
     """One SQLite database; open with `await SqliteStore.open(path)` (or
     `core.store.open_store`), close with `aclose()`."""
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 import aiosqlite
 
-from core.store.group_commit import GroupCommit, Statement, grouped
+from core.store.group_commit import GroupCommit, Statement, failed_write, grouped
 
 
 class SqliteDatabase(GroupCommit):
@@ -24,6 +24,7 @@ class SqliteDatabase(GroupCommit):
     def __init__(self, conn: aiosqlite.Connection, writer: sqlite3.Connection) -> None:
         self._conn = conn
         self._write_conn = writer
+        self._own_transaction = asyncio.Lock()  # one `_write_now` at a time on `_conn`
         super().__init__()
 
     async def aclose(self) -> None:
@@ -44,6 +45,42 @@ class SqliteDatabase(GroupCommit):
     async def _commit(self, statements: list[Statement]) -> dict[int, Exception]:
         """One thread hop per batch; the writer loop never runs two at once."""
         return await asyncio.to_thread(_commit_batch, self._write_conn, statements)
+
+    async def _write_now(
+        self, sql: str, params: Callable[[], Sequence[Any]]
+    ) -> list[aiosqlite.Row]:
+        """Run one statement that returns rows (`RETURNING`) in a transaction of its own,
+        after everything queued so far is committed; its rows. `params()` is called once
+        the transaction holds the write lock (so a time in them is when it took effect).
+
+        Raises:
+            StoreError: the statement failed.
+        """
+        await self._after_queued()
+        # A caller cancelled mid-transaction must not leave the shared reader connection
+        # inside it (holding the write lock): the transaction ends in its own task.
+        transaction = asyncio.ensure_future(self._transaction(sql, params))
+        transaction.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(transaction)
+
+    async def _transaction(
+        self, sql: str, params: Callable[[], Sequence[Any]]
+    ) -> list[aiosqlite.Row]:
+        async with self._own_transaction:
+            try:
+                # IMMEDIATE: the write lock (waiting busy_timeout) before the statement reads
+                await self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    async with self._conn.execute(sql, params()) as cursor:
+                        rows = list(await cursor.fetchall())
+                    await self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        await self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise failed_write(exc, sql) from exc
+        return rows
 
     # --- reads ------------------------------------------------------------------------
 
