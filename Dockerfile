@@ -21,7 +21,7 @@ COPY pyproject.toml README.md ./
 COPY core ./core
 COPY channels ./channels
 COPY bot ./bot
-RUN pip install .
+RUN pip install '.[postgres]'  # with the shared store, so workers can scale out
 COPY config.toml tools.yaml ./
 
 USER parley

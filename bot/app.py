@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from core.agent import Agent
 from core.chat import ConversationKey, Responder
-from core.config import ParleyConfig
+from core.config import ParleyConfig, StoreConfig
 from core.context.manager import ContextManager
 from core.context.summarize import provider_summarizer
 from core.context.tokens import TokenCounter
@@ -23,7 +23,7 @@ from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
-from core.store import open_store
+from core.store import Store, open_store
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.cli import CliTool
 from core.tools.executor import ToolExecutor
@@ -60,6 +60,16 @@ def _redactor(config: ParleyConfig, environ: Mapping[str, str], registry: ToolRe
         if isinstance(tool, CliTool):
             values += tool.env.values()
     return Redactor(values)
+
+
+async def open_configured_store(config: StoreConfig, environ: Mapping[str, str]) -> Store:
+    """The store `[store]` names: its SQLite file, or its PostgreSQL URL with the password
+    from `store.password_env`.
+
+    Raises:
+        ConfigError: see `core.store.open_store`.
+    """
+    return await open_store(config.target(), password=config.password(environ))
 
 
 def build_jail(config: ParleyConfig) -> Jail:
@@ -222,7 +232,7 @@ class App:
     ) -> Agent:
         """The durable agent on the configured store (call `close_agent` when done)."""
 
-        store = await open_store(self.config.store.resolved())
+        store = await open_configured_store(self.config.store, self.environ)
         REAPER.ledger = store  # live tool process groups, for a start-up after a crash
         agent = Agent(
             store,

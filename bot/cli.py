@@ -188,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "runs":
         from bot.inspect import runs_command
 
-        return asyncio.run(runs_command(app.config, args.action, args.run_id, args.limit))
+        return asyncio.run(
+            runs_command(app.config, args.action, args.run_id, args.limit, app.environ)
+        )
     if args.command == "jobs":
         return asyncio.run(_jobs(app, args.action, args.name))
     wanted = args.provider

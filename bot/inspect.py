@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+from collections.abc import Mapping
 
+from bot.app import open_configured_store
 from core.agent import parse_conv
 from core.config import ParleyConfig
 from core.journal import RunJournal
-from core.store import RunRow, Store, open_store
+from core.store import RunRow, Store
 
 
 def _when(ts: float | None) -> str:
@@ -25,13 +27,17 @@ def _duration(run: RunRow) -> str:
 
 
 async def runs_command(
-    config: ParleyConfig, action: str | None, run_id: str | None, limit: int
+    config: ParleyConfig,
+    action: str | None,
+    run_id: str | None,
+    limit: int,
+    environ: Mapping[str, str],
 ) -> int:
     path = config.store.resolved()
-    if not path.exists():
+    if config.store.backend() == "sqlite" and not path.exists():
         sys.stdout.write(f"No runs yet ({path} does not exist).\n")
         return 0
-    store = await open_store(path)
+    store = await open_configured_store(config.store, environ)
     try:
         if action == "show":
             return await _show(store, run_id)

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
+from bot.app import open_configured_store
 from bot.schedules import TICK, build_trigger, job_zone, latest_fire, parse_target
 from core.chat import DeliveryError, is_silent
 from core.config import AccessConfig, JobConfig
 from core.errors import ConfigError
 from core.lane import RunReport
-from core.store import Store, open_store
+from core.store import Store
 from core.tools.policy import ToolPolicy
 
 if TYPE_CHECKING:
@@ -375,7 +376,7 @@ async def jobs_list(app: App, store: Store | None = None) -> str:
         return "No jobs are configured (add [[jobs]] to config.toml)."
     own = store is None
     if store is None:
-        store = await open_store(app.config.store.resolved())
+        store = await open_configured_store(app.config.store, app.environ)
     try:
         now = datetime.now(UTC)
         rows = [await _list_row(store, job, now) for job in jobs]

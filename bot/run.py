@@ -89,7 +89,7 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
     loop.add_signal_handler(signal.SIGHUP, lambda: _reload(app, agent, out))
     started: list[Any] = []
     try:
-        out.write(f"parley: provider {app.default_provider}; store {app.config.store.resolved()}\n")
+        out.write(f"parley: provider {app.default_provider}; store {app.config.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
         for name, channel in all_channels.items():
             out.write(f"parley: {name}: may talk to it: {channel.access()}\n")

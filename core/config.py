@@ -12,12 +12,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from core.context.manager import ContextSettings
 from core.context.windows import context_window
 from core.errors import ConfigError
 from core.providers.base import ProviderSettings
+from core.store.backends import parse_target
 from core.tools.settings import SandboxSettings
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
@@ -193,15 +201,60 @@ class ChannelsConfig(_Section):
 
 
 class StoreConfig(_Section):
-    """Where conversations, runs and events are kept."""
+    """Where conversations, runs and events are kept: one SQLite file (the default), or a
+    PostgreSQL database that several workers share (SPEC §14)."""
 
     path: Path = Field(Path("~/.parley/parley.db"), description="SQLite database (WAL).")
+    url: str | None = Field(
+        None,
+        description="Instead of `path`: `sqlite:///<path>` or `postgresql://USER@HOST:PORT/DB`.",
+        examples=["postgresql://parley@db.internal:5432/parley"],
+    )
+    password_env: str | None = Field(None, description="Env var holding the database password.")
     events_log: Path | None = Field(
         Path("~/.parley/events.jsonl"), description="Structured events as JSON lines."
     )
 
+    @field_validator("url")
+    @classmethod
+    def _a_known_store(cls, url: str | None) -> str | None:
+        if not url:
+            return None  # `url = ""`: unset
+        try:
+            parse_target(url)
+        except ConfigError as exc:
+            raise FixableError(exc.problem, exc.fix) from exc
+        return url
+
+    @model_validator(mode="after")
+    def _one_store(self) -> StoreConfig:
+        if self.url is not None and "path" in self.model_fields_set:
+            raise FixableError("both `path` and `url` are set", "keep one of them")
+        return self
+
+    def backend(self) -> Literal["sqlite", "postgresql"]:
+        """Which store this is."""
+        return "sqlite" if self.url is None else parse_target(self.url)[0]
+
     def resolved(self) -> Path:
+        """The SQLite database file: `url`'s if it is a `sqlite:///` URL, else `path`."""
+        if self.url is not None and self.backend() == "sqlite":
+            return Path(os.path.expanduser(parse_target(self.url)[1])).resolve()
         return Path(os.path.expanduser(self.path)).resolve()
+
+    def target(self) -> str | Path:
+        """What `core.store.open_store` opens: the SQLite file or the PostgreSQL URL."""
+        if self.url is None or self.backend() == "sqlite":
+            return self.resolved()
+        return parse_target(self.url)[1]
+
+    def password(self, environ: Mapping[str, str]) -> str | None:
+        """The database password, from the variable `password_env` names (if set)."""
+        return environ.get(self.password_env) if self.password_env else None
+
+    def describe(self) -> str:
+        """Where the store is, for a person (a URL holds no password)."""
+        return str(self.target())
 
     def resolved_events(self) -> Path | None:
         return Path(os.path.expanduser(self.events_log)).resolve() if self.events_log else None
@@ -302,10 +355,21 @@ def parse_config(raw: dict[str, Any], *, source: Path | None = None) -> ParleyCo
     return config
 
 
+class FixableError(ValueError):
+    """A validator's problem that knows its fix (a ValueError, so pydantic reports it)."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(problem)
+        self.fix = fix
+
+
 def _config_error(exc: ValidationError, source: str) -> ConfigError:
     err = exc.errors(include_url=False)[0]
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     kind = err["type"]
+    cause = err.get("ctx", {}).get("error")
+    if isinstance(cause, FixableError):
+        return ConfigError(key, str(cause), cause.fix, source=source)
     if kind == "missing":
         fix = f"add `{err['loc'][-1]} = …` (see the commented example config.toml)"
     elif kind == "extra_forbidden":

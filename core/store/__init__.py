@@ -2,16 +2,22 @@
 
 `Store` is a `typing.Protocol` made of narrower ones, one per concern (`RunStore`,
 `MessageStore`, `JournalStore`, `PreferenceStore`, `DedupeStore`, `ApprovalStore`,
-`EventStore`, `JobStore`); core depends on those. `open_store(path_or_url)` opens one;
-`SqliteStore` is the embedded implementation (it also offers raw `write`/`write_soon` for
-tests and benchmarks that need SQL). `tests/store/` holds every backend to the protocol.
+`EventStore`, `JobStore`, `WorkerStore`); core depends on those. `open_store(path_or_url)`
+opens one: `SqliteStore`, the embedded implementation, or
+`core.store.postgres.PostgresStore`, the one several workers share (imported only when
+opened: psycopg is the `postgres` extra). Both offer raw `write`/`write_soon` for tests and
+benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
 
     protocol.py     the seam and what each method promises
-    rows.py         the values it hands back
+    rows.py         the values it hands back, and how each is built from its columns
     writes.py       queued writes' owners and the failed-write count, for every backend
+    group_commit.py the queue and writer task every backend commits through
     backends.py     open_store: a path or URL to a backend
-    sqlite.py       SqliteStore (sqlite_db.py: connections and group commit;
-                    sqlite_runs.py: runs and jobs; migrations.py: the schema)
+    sqlite.py       SqliteStore (sqlite_db.py: connections and the batch commit;
+                    sqlite_runs.py: runs and jobs; sqlite_workers.py: queued runs
+                    handed out, heartbeats, leases; migrations.py: the schema)
+    postgres.py     PostgresStore (postgres_db.py: the pool and the batch commit;
+                    postgres_runs.py, postgres_workers.py; postgres_schema.py)
 """
 
 from core.store.backends import open_store
@@ -25,6 +31,7 @@ from core.store.protocol import (
     PreferenceStore,
     RunStore,
     Store,
+    WorkerStore,
 )
 from core.store.rows import (
     ApprovalRow,
@@ -58,6 +65,7 @@ __all__ = [
     "Store",
     "StoredEvent",
     "ToolCallRow",
+    "WorkerStore",
     "failed_writes",
     "open_store",
     "write_for",

@@ -1,11 +1,14 @@
-"""The SQLite schema and its migrations: each version's script runs once, in order, in one
-transaction with its `schema_version` row."""
+"""The SQLite schema and its migrations: each version's script runs once, in order, with
+its `schema_version` row, all in one transaction. `SCHEMA_VERSION` numbers the schema of
+every backend (PostgreSQL's is `postgres_schema.py`)."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import aiosqlite
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -87,23 +90,51 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE approvals ADD COLUMN answered_by TEXT;
     CREATE INDEX approvals_state ON approvals (state);
     """,
+    4: """
+    ALTER TABLE runs ADD COLUMN worker TEXT;
+    CREATE TABLE workers (
+        id TEXT PRIMARY KEY, beat_at REAL NOT NULL, started_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE leases (
+        name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    """,
 }
 
 
 async def migrate(conn: aiosqlite.Connection) -> None:
-    """Bring the database up to `SCHEMA_VERSION`; refuse one from a newer Parley."""
-    await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    async with conn.execute("SELECT MAX(version) FROM schema_version") as cursor:
-        row = await cursor.fetchone()
-    current = int(row[0]) if row and row[0] is not None else 0
-    if current > SCHEMA_VERSION:
-        raise RuntimeError(
-            f"the database is from a newer Parley (schema {current} > {SCHEMA_VERSION}); "
-            "upgrade Parley or point [store] path at another file"
-        )
-    for version in range(current + 1, SCHEMA_VERSION + 1):
-        await conn.executescript(
-            "BEGIN;\n"
-            + _MIGRATIONS[version]
-            + f"\nINSERT INTO schema_version (version) VALUES ({version});\nCOMMIT;"
-        )
+    """Bring the database up to `SCHEMA_VERSION`; refuse one from a newer Parley.
+
+    One transaction that takes the write lock before it reads the version again: of two
+    processes opening a new file at once, the second waits (`busy_timeout`), then finds
+    the schema current. A current schema takes no lock."""
+    if await _version(conn) == SCHEMA_VERSION:
+        return
+    await conn.execute("BEGIN IMMEDIATE")
+    try:
+        await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        current = await _version(conn)
+        if current > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"the database is from a newer Parley (schema {current} > {SCHEMA_VERSION}); "
+                "upgrade Parley or point [store] path at another file"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[version].split(";"):  # no `;` inside a statement
+                if statement.strip():
+                    await conn.execute(statement)
+            await conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+        await conn.execute("COMMIT")
+    except BaseException:
+        await conn.execute("ROLLBACK")
+        raise
+
+
+async def _version(conn: aiosqlite.Connection) -> int:
+    """The schema's version: 0 for a new database."""
+    try:
+        async with conn.execute("SELECT MAX(version) FROM schema_version") as cursor:
+            row = await cursor.fetchone()
+    except sqlite3.OperationalError:  # no such table
+        return 0
+    return int(row[0]) if row and row[0] is not None else 0

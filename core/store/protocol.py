@@ -10,6 +10,10 @@ Writes come in two kinds:
       `StoreError` by the next `flush()` of the task that owns it (see `Store.write_for`).
 
 Reads see what is committed: flush first to read what was just queued.
+
+Text is kept as given, except that a NUL character may come back as U+FFFD (PostgreSQL's
+text cannot hold one). Several stores may be open on the same data at once (workers,
+`parley runs`): opening migrates it once, and a job's fire is claimed by one of them.
 """
 
 from __future__ import annotations
@@ -312,6 +316,49 @@ class JobStore(Protocol):
         ...
 
 
+class WorkerStore(Protocol):
+    """What several workers on one store coordinate through (SPEC §14): queued runs handed
+    out one at a time per conversation, heartbeats, and leases on singletons. Times are the
+    store's clock (PostgreSQL's server clock), so workers' clocks need not agree.
+
+    Like the other `async` writes, each also commits what was queued before it."""
+
+    async def claim_queued_run(self, worker_id: str) -> RunRow | None:
+        """Committed: the oldest queued run whose conversation has no running run becomes
+        `running` (`started_at` now) on `worker_id`; None if there is none. No two claims,
+        from any workers, get the same run, nor two runs of one conversation while one
+        runs; a conversation's runs are handed out in the order they were created."""
+        ...
+
+    async def worker_heartbeat(self, worker_id: str) -> None:
+        """Committed: `worker_id` is alive now."""
+        ...
+
+    async def dead_workers(self, older_than: float) -> list[str]:
+        """Workers not heard from for more than `older_than` seconds, longest silent
+        first."""
+        ...
+
+    async def forget_worker(self, worker_id: str) -> None:
+        """Committed: a dead worker's runs are reconciled; it is no longer listed."""
+        ...
+
+    async def take_lease(self, name: str, holder: str, ttl: float) -> bool:
+        """Committed: `holder` holds the lease `name` for the next `ttl` seconds if it was
+        free, expired or already `holder`'s; whether it holds it now. Of holders taking
+        one lease at once, one gets it."""
+        ...
+
+    async def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
+        """Committed: `holder` keeps its lease `name` for the next `ttl` seconds; False if
+        the lease is not `holder`'s (any more)."""
+        ...
+
+    async def release_lease(self, name: str, holder: str) -> None:
+        """Committed: `holder` gives the lease `name` up (nothing if it is not its)."""
+        ...
+
+
 class Store(
     RunStore,
     MessageStore,
@@ -321,6 +368,7 @@ class Store(
     ApprovalStore,
     EventStore,
     JobStore,
+    WorkerStore,
     Protocol,
 ):
     """All of Parley's durable state. Open one with `core.store.open_store`; close it with

@@ -1,7 +1,10 @@
-"""The rows a `Store` hands back: frozen values, the same for every backend."""
+"""The rows a `Store` hands back: frozen values, the same for every backend, and how each
+is built from the columns every backend selects."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -27,6 +30,7 @@ class RunRow:
     output_tokens: int
     resumable: bool
     error: str | None
+    worker: str | None = None  # the worker that claimed it (`claim_queued_run`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,3 +125,72 @@ class JobRunRecord(TypedDict):
 
 StoredEvent = tuple[float, str, int | None, dict[str, Any]]
 """One stored event: when, its name, the loop iteration (if any) and its data."""
+
+
+# --- from a database row to a value: every backend selects these columns in this order ---
+
+RUN_COLUMNS = (
+    "id, conv, state, trigger, created_at, started_at, ended_at, reason, text, iterations, "
+    "input_tokens, output_tokens, resumable, error, worker"
+)
+CHECKPOINT_COLUMNS = "run_id, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at"
+TOOL_CALL_COLUMNS = (
+    "call_id, name, arguments, idempotent, started_at, completed_at, result, is_error"
+)
+GOAL_COLUMNS = "conv, text, state, auto, max_turns, turns, note"
+APPROVAL_COLUMNS = (
+    "id, conv, run_id, call_id, tool, summary, reason, state, requested_at, deadline, prompt, "
+    "answer, answered_by"
+)
+JOB_RUN_COLUMNS = "id, fire_time, run_id, started_at, ended_at, state, result, delivered, error"
+
+Values = Sequence[Any]
+
+
+def run_row(row: Values) -> RunRow:
+    """A `RUN_COLUMNS` row (flags may be stored as 0/1)."""
+    values = list(row)
+    values[12] = bool(values[12])
+    return RunRow(*values)
+
+
+def checkpoint_row(row: Values) -> Checkpoint:
+    """A `CHECKPOINT_COLUMNS` row; `completed` is stored as a JSON list."""
+    run, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at = row
+    done = tuple(json.loads(completed))
+    return Checkpoint(run, seq, kind, iteration, cursor, persisted, prompt_hash, done, at)
+
+
+def tool_call_row(row: Values) -> ToolCallRow:
+    """A `TOOL_CALL_COLUMNS` row."""
+    r = row
+    return ToolCallRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], bool(r[7]))
+
+
+def goal_row(row: Values) -> GoalRow:
+    """A `GOAL_COLUMNS` row."""
+    return GoalRow(row[0], row[1], row[2], bool(row[3]), row[4], row[5], row[6])
+
+
+def approval_row(row: Values) -> ApprovalRow:
+    """An `APPROVAL_COLUMNS` row; `prompt` is stored as a JSON list."""
+    values = list(row)
+    if values[10] is not None:
+        values[10] = PromptRef(*json.loads(values[10]))
+    return ApprovalRow(*values)
+
+
+def job_run_record(row: Values) -> JobRunRecord:
+    """A `JOB_RUN_COLUMNS` row."""
+    id_, fire_time, run_id, started_at, ended_at, state, result, delivered, error = row
+    return JobRunRecord(
+        id=id_,
+        fire_time=fire_time,
+        run_id=run_id,
+        started_at=started_at,
+        ended_at=ended_at,
+        state=state,
+        result=result,
+        delivered=bool(delivered),
+        error=error,
+    )

@@ -1,8 +1,8 @@
 """Parley's durable state on SQLite (WAL): `SqliteStore`, the embedded `Store`.
 
 The methods are split by concern like the protocol: `sqlite_db.py` holds the connections
-and the group commit, `sqlite_runs.py` runs and jobs, this module the rest and `open`;
-`migrations.py` owns the whole schema.
+and the group commit, `sqlite_runs.py` runs and jobs, `sqlite_workers.py` what workers
+coordinate through, this module the rest and `open`; `migrations.py` owns the schema.
 """
 
 from __future__ import annotations
@@ -19,17 +19,21 @@ import aiosqlite
 from core.chat import PromptRef
 from core.messages import Message
 from core.store.migrations import migrate
-from core.store.rows import ApprovalRow, ConversationRow, GoalRow, StoredEvent
-from core.store.sqlite_db import writer_connection
-from core.store.sqlite_runs import SqliteRunTables
-
-_APPROVAL_COLUMNS = (
-    "id, conv, run_id, call_id, tool, summary, reason, state, requested_at, deadline, prompt, "
-    "answer, answered_by"
+from core.store.rows import (
+    APPROVAL_COLUMNS,
+    GOAL_COLUMNS,
+    ApprovalRow,
+    ConversationRow,
+    GoalRow,
+    StoredEvent,
+    approval_row,
+    goal_row,
 )
+from core.store.sqlite_db import writer_connection
+from core.store.sqlite_workers import SqliteWorkerTables
 
 
-class SqliteStore(SqliteRunTables):
+class SqliteStore(SqliteWorkerTables):
     """One SQLite database; open with `await SqliteStore.open(path)` (or
     `core.store.open_store`), close with `aclose()`."""
 
@@ -38,8 +42,8 @@ class SqliteStore(SqliteRunTables):
         """Open (creating and migrating) the database file at `path`."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
+        await conn.execute("PRAGMA busy_timeout=5000")  # first: another opener may hold a lock
         await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute("PRAGMA busy_timeout=5000")
         await migrate(conn)
         writer = await asyncio.to_thread(writer_connection, str(path))
         return cls(conn, writer)
@@ -124,13 +128,8 @@ class SqliteStore(SqliteRunTables):
         )
 
     async def goal(self, conv: str) -> GoalRow | None:
-        row = await self._one(
-            "SELECT conv, text, state, auto, max_turns, turns, note FROM goals WHERE conv = ?",
-            (conv,),
-        )
-        if row is None:
-            return None
-        return GoalRow(row[0], row[1], row[2], bool(row[3]), row[4], row[5], row[6])
+        row = await self._one(f"SELECT {GOAL_COLUMNS} FROM goals WHERE conv = ?", (conv,))
+        return goal_row(row) if row else None
 
     async def save_goal(self, goal: GoalRow | None, conv: str) -> None:
         if goal is None:
@@ -211,27 +210,27 @@ class SqliteStore(SqliteRunTables):
 
     async def approval(self, approval_id: str) -> ApprovalRow | None:
         row = await self._one(
-            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE id = ?", (approval_id,)
+            f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = ?", (approval_id,)
         )
-        return _approval_row(row) if row else None
+        return approval_row(row) if row else None
 
     async def pending_approval(self, run_id: str, call_id: str) -> ApprovalRow | None:
         """The request tool call `call_id` of run `run_id` is waiting on, if any."""
         row = await self._one(
-            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = ? AND call_id = ? "
+            f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE run_id = ? AND call_id = ? "
             "AND state = 'pending' ORDER BY requested_at DESC LIMIT 1",
             (run_id, call_id),
         )
-        return _approval_row(row) if row else None
+        return approval_row(row) if row else None
 
     async def pending_approvals(self, *, before: float) -> list[ApprovalRow]:
         """Requests asked before `before` (by an earlier process) and still pending."""
         rows = await self._all(
-            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE state = 'pending' "
+            f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE state = 'pending' "
             "AND requested_at < ? ORDER BY requested_at",
             (before,),
         )
-        return [_approval_row(r) for r in rows]
+        return [approval_row(r) for r in rows]
 
     def expire_approvals(self, approval_ids: Iterable[str]) -> None:
         """Requests whose runs will not go on: nothing waits for them any more."""
@@ -266,10 +265,3 @@ class SqliteStore(SqliteRunTables):
             "SELECT at, name, iteration, data FROM events WHERE run_id = ? ORDER BY id", (run_id,)
         )
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
-
-
-def _approval_row(row: aiosqlite.Row) -> ApprovalRow:
-    values = list(row)
-    if values[10] is not None:
-        values[10] = PromptRef(*json.loads(values[10]))
-    return ApprovalRow(*values)

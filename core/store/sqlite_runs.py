@@ -9,15 +9,21 @@ import time
 import uuid
 from collections.abc import Iterable
 
-import aiosqlite
-
-from core.store.rows import Checkpoint, JobRunRecord, RunRow, ToolCallRow
-from core.store.sqlite_db import SqliteDatabase
-
-_RUN_COLUMNS = (
-    "id, conv, state, trigger, created_at, started_at, ended_at, reason, text, iterations, "
-    "input_tokens, output_tokens, resumable, error"
+from core.store.rows import (
+    CHECKPOINT_COLUMNS,
+    JOB_RUN_COLUMNS,
+    RUN_COLUMNS,
+    TOOL_CALL_COLUMNS,
+    Checkpoint,
+    JobRunRecord,
+    RunRow,
+    ToolCallRow,
+    checkpoint_row,
+    job_run_record,
+    run_row,
+    tool_call_row,
 )
+from core.store.sqlite_db import SqliteDatabase
 
 
 class SqliteRunTables(SqliteDatabase):
@@ -92,15 +98,15 @@ class SqliteRunTables(SqliteDatabase):
         self.write_soon("UPDATE runs SET resumable = 0 WHERE conv = ? AND resumable = 1", (conv,))
 
     async def run(self, run_id: str) -> RunRow | None:
-        row = await self._one(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
-        return _run_row(row) if row else None
+        row = await self._one(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        return run_row(row) if row else None
 
     async def find_runs(self, prefix: str) -> list[RunRow]:
         rows = await self._all(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id LIKE ? ORDER BY created_at DESC",
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE id LIKE ? ORDER BY created_at DESC",
             (prefix + "%",),
         )
-        return [_run_row(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     async def runs(
         self, *, conv: str | None = None, states: Iterable[str] = (), limit: int = 20
@@ -115,10 +121,10 @@ class SqliteRunTables(SqliteDatabase):
             params.extend(states)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         rows = await self._all(
-            f"SELECT {_RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC LIMIT ?",
+            f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC LIMIT ?",
             (*params, limit),
         )
-        return [_run_row(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     def checkpoint(self, cp: Checkpoint) -> None:
         self.write_soon(
@@ -139,15 +145,11 @@ class SqliteRunTables(SqliteDatabase):
 
     async def last_checkpoint(self, run_id: str) -> Checkpoint | None:
         row = await self._one(
-            "SELECT run_id, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at "
-            "FROM checkpoints WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+            f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? "
+            "ORDER BY seq DESC LIMIT 1",
             (run_id,),
         )
-        if row is None:
-            return None
-        run, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at = row
-        done = tuple(json.loads(completed))
-        return Checkpoint(run, seq, kind, iteration, cursor, persisted, prompt_hash, done, at)
+        return checkpoint_row(row) if row else None
 
     # --- the idempotency envelope ---------------------------------------------------
 
@@ -170,14 +172,9 @@ class SqliteRunTables(SqliteDatabase):
 
     async def tool_calls(self, run_id: str) -> dict[str, ToolCallRow]:
         rows = await self._all(
-            "SELECT call_id, name, arguments, idempotent, started_at, completed_at, result, "
-            "is_error FROM tool_calls WHERE run_id = ?",
-            (run_id,),
+            f"SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE run_id = ?", (run_id,)
         )
-        return {
-            r[0]: ToolCallRow(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], bool(r[7]))
-            for r in rows
-        }
+        return {r[0]: tool_call_row(r) for r in rows}
 
     # --- the tool process-group ledger ------------------------------------------------
 
@@ -244,29 +241,7 @@ class SqliteRunTables(SqliteDatabase):
 
     async def job_runs(self, job: str, limit: int = 1) -> list[JobRunRecord]:
         rows = await self._all(
-            "SELECT id, fire_time, run_id, started_at, ended_at, state, result, delivered, error "
-            "FROM job_runs WHERE job = ? ORDER BY fire_time DESC LIMIT ?",
+            f"SELECT {JOB_RUN_COLUMNS} FROM job_runs WHERE job = ? ORDER BY fire_time DESC LIMIT ?",
             (job, limit),
         )
-        return [_job_run(r) for r in rows]
-
-
-def _run_row(row: aiosqlite.Row) -> RunRow:
-    values = list(row)
-    values[12] = bool(values[12])
-    return RunRow(*values)
-
-
-def _job_run(row: aiosqlite.Row) -> JobRunRecord:
-    id_, fire_time, run_id, started_at, ended_at, state, result, delivered, error = row
-    return JobRunRecord(
-        id=id_,
-        fire_time=fire_time,
-        run_id=run_id,
-        started_at=started_at,
-        ended_at=ended_at,
-        state=state,
-        result=result,
-        delivered=bool(delivered),
-        error=error,
-    )
+        return [job_run_record(r) for r in rows]

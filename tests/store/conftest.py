@@ -1,37 +1,102 @@
 """The `store` fixture: every test in tests/store runs once per backend.
 
-A backend is one factory in `BACKENDS`: given a test's temporary directory it opens that
-test's store, and opening it again (`reopen`) reaches the same data. PostgreSQL joins by
-adding its factory (one database or schema per test directory, skipped when no server is
-configured).
+A backend is one factory in `BACKENDS`: given a test's temporary directory it sets up a
+place for that test's data and yields `reopen`, which opens a new `Store` on that same
+data each call; leaving the factory's context removes the place.
+
+PostgreSQL gets a fresh schema per test on the server `PARLEY_TEST_POSTGRES_URL` names
+(default: `postgresql://postgres@127.0.0.1:5432/test`), dropped after the test. Where no
+server answers, its tests skip — unless `PARLEY_REQUIRE_POSTGRES=1` (CI), where they fail.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
 from core.store import Store, open_store
 
 Reopen = Callable[[], Awaitable[Store]]
+Backend = Callable[[Path], contextlib.AbstractAsyncContextManager[Reopen]]
+
+POSTGRES_URL = os.environ.get(
+    "PARLEY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
 
 
-async def _sqlite(tmp_path: Path) -> Store:
-    return await open_store(tmp_path / "parley.db")
+@contextlib.asynccontextmanager
+async def _sqlite(tmp_path: Path) -> AsyncIterator[Reopen]:
+    yield lambda: open_store(tmp_path / "parley.db")
 
 
-BACKENDS: dict[str, Callable[[Path], Awaitable[Store]]] = {
+@contextlib.asynccontextmanager
+async def postgres_schema() -> AsyncIterator[str]:
+    """A URL whose connections work in a new, empty schema (and are named after it in
+    `pg_stat_activity.application_name`), dropped on leaving."""
+    admin = await _postgres_admin()
+    schema = f"parley_test_{uuid.uuid4().hex[:12]}"
+    async with admin:
+        await admin.execute(f"CREATE SCHEMA {schema}")
+        try:
+            # the schema also names the connections, so a test can find its own
+            query = f"options=-csearch_path%3D{schema}&application_name={schema}"
+            yield f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}{query}"
+        finally:
+            await admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@contextlib.asynccontextmanager
+async def _postgres(tmp_path: Path) -> AsyncIterator[Reopen]:
+    async with postgres_schema() as url:
+        yield lambda: open_store(url)
+
+
+BACKENDS: dict[str, Backend] = {
     "sqlite": _sqlite,
+    "postgres": _postgres,
 }
 
 
+_unavailable: list[str] = []  # why the first try found no server: later tests skip at once
+
+
+async def _postgres_admin() -> Any:
+    """A connection to the test server, or the test skips (fails under
+    PARLEY_REQUIRE_POSTGRES=1) saying why there is none."""
+    if _unavailable:
+        unavailable(_unavailable[0])
+    try:
+        import psycopg
+    except ImportError as exc:
+        _unavailable.append(f"psycopg is not installed ({exc}): pip install -e '.[dev]'")
+        unavailable(_unavailable[0])
+    try:
+        return await psycopg.AsyncConnection.connect(
+            POSTGRES_URL, autocommit=True, connect_timeout=3
+        )
+    except psycopg.OperationalError as exc:
+        _unavailable.append(f"no PostgreSQL at {POSTGRES_URL} ({str(exc).strip()})")
+        unavailable(_unavailable[0])
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip this PostgreSQL test, or fail it where PostgreSQL is required."""
+    if os.environ.get("PARLEY_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"{reason}, and PARLEY_REQUIRE_POSTGRES=1")
+    pytest.skip(reason)
+
+
 @pytest.fixture(params=sorted(BACKENDS))
-def reopen(request: pytest.FixtureRequest, tmp_path: Path) -> Reopen:
+async def reopen(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Reopen]:
     """Opens this test's store (again): a new `Store` on the same data each call."""
-    factory = BACKENDS[request.param]
-    return lambda: factory(tmp_path)
+    async with BACKENDS[request.param](tmp_path) as opener:
+        yield opener
 
 
 @pytest.fixture

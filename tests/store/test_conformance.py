@@ -237,6 +237,21 @@ async def test_concurrent_claims_of_one_fire_have_one_winner(store: Store) -> No
     assert len([c for c in claims if c is not None]) == 1
 
 
+async def test_two_stores_on_the_same_data_claim_each_fire_once(reopen: Reopen) -> None:
+    first, second = await reopen(), await reopen()
+    try:
+        fires = [1000.0 + n for n in range(10)]
+        claims = await asyncio.gather(
+            *(s.claim_job_fire("report", f) for f in fires for s in (first, second, first))
+        )
+        for n in range(len(fires)):
+            assert len([c for c in claims[3 * n : 3 * n + 3] if c is not None]) == 1
+        assert len(await second.job_runs("report", limit=100)) == len(fires)
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
 async def test_the_last_fire_is_the_latest_claimed(store: Store) -> None:
     assert await store.job_last_fire("report") is None
     await store.claim_job_fire("report", 2000.0)
@@ -329,6 +344,33 @@ async def test_leaving_an_async_with_block_closes_the_store(reopen: Reopen) -> N
         store_everything_queued(first)
     async with await reopen() as again:
         assert await again.journal(CONV) == {"objective": "kept"}
+
+
+async def test_stores_opened_at_once_on_new_data_all_work(reopen: Reopen) -> None:
+    stores = await asyncio.gather(*(reopen() for _ in range(3)))
+    try:
+        await stores[0].set_provider_pref("slack", "C1", "fast")
+        for other in stores[1:]:
+            assert await other.provider_pref("slack", "C1") == "fast"
+    finally:
+        for opened in stores:
+            await opened.aclose()
+
+
+async def test_text_with_a_nul_character_is_stored(store: Store) -> None:
+    await store.create_run("r1", CONV, "user")
+    store.tool_started("r1", "call_0", "read_file", '{"path": "a.bin"}', True)
+    store.tool_completed("r1", "call_0", "ELF\x00\x01 binary", False)
+    store.finish_run(
+        "r1", state="completed", reason="", text="a\x00b", iterations=1, input_tokens=1,
+        output_tokens=1,
+    )  # fmt: skip
+    await store.flush()
+    result = (await store.tool_calls("r1"))["call_0"].result
+    assert result in ("ELF\x00\x01 binary", "ELF\ufffd\x01 binary")
+    run = await store.run("r1")
+    assert run is not None
+    assert run.text in ("a\x00b", "a\ufffdb")
 
 
 async def test_write_owners_do_not_change_what_is_written(store: Store) -> None:

@@ -1,4 +1,4 @@
-"""`open_store`: which backend a path or URL names (SPEC §14)."""
+"""`open_store`: which backend a path or URL names, and what a bad one says (SPEC §14)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from core.errors import ConfigError
 from core.store import open_store
+from tests.store.conftest import postgres_schema
 
 
 async def test_a_path_and_a_sqlite_url_open_the_same_database(tmp_path: Path) -> None:
@@ -28,16 +29,37 @@ async def test_a_sqlite_url_with_three_slashes_is_relative(
     assert (tmp_path / "state" / "parley.db").is_file()
 
 
-@pytest.mark.parametrize(
-    "url",
-    ["postgresql://parley@db.internal/parley", "postgres://db/p", "postgresql+asyncpg://db/p"],
-)
-async def test_a_postgresql_store_is_not_available_yet(url: str) -> None:
-    with pytest.raises(ConfigError, match="PostgreSQL store is not available yet"):
-        await open_store(url)
+async def test_postgresql_urls_in_each_spelling_open_the_same_schema() -> None:
+    async with postgres_schema() as url:
+        async with await open_store(url) as store:
+            await store.set_provider_pref("slack", "C1", "fast")
+        for spelling in ("postgres://", "postgresql+psycopg://", "PostgreSQL://"):
+            again = spelling + url.removeprefix("postgresql://")
+            async with await open_store(again) as store:
+                assert await store.provider_pref("slack", "C1") == "fast"
+
+
+async def test_an_unreachable_postgresql_server_is_a_config_error_naming_the_url() -> None:
+    with pytest.raises(ConfigError, match=r"store\.url.*cannot open the PostgreSQL store") as err:
+        await open_store("postgresql://parley@127.0.0.1:1/parley?connect_timeout=2")
+    assert "127.0.0.1:1/parley" in str(err.value)
+    assert "store.password_env" in err.value.fix
+
+
+async def test_a_password_in_the_url_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ConfigError, match="holds a password") as err:
+        await open_store("postgresql://parley:hunter2@127.0.0.1/parley")
+    assert "hunter2" not in str(err.value)
+    assert "store.password_env" in err.value.fix
+
+
+async def test_a_malformed_postgresql_url_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="not a PostgreSQL URL") as err:
+        await open_store("postgresql://127.0.0.1/parley?no_such_option=1")
+    assert err.value.key == "store.url"
 
 
 @pytest.mark.parametrize("url", ["mysql://db/parley", "sqlite:///", "sqlite://host/parley.db"])
 async def test_a_url_that_names_no_store_is_a_config_error(url: str, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="fix: give a file path"):
+    with pytest.raises(ConfigError, match="fix: give a SQLite file path or a PostgreSQL URL"):
         await open_store(url)

@@ -1,0 +1,234 @@
+"""The PostgreSQL tables of runs and jobs: runs, checkpoints, the tool-call idempotency
+envelope, the tool process-group ledger (`RunStore`) and fires of scheduled jobs
+(`JobStore`). The same statements as `sqlite_runs.py`, in PostgreSQL's dialect."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from core.store.postgres_db import PostgresDatabase, upsert
+from core.store.rows import (
+    CHECKPOINT_COLUMNS,
+    JOB_RUN_COLUMNS,
+    RUN_COLUMNS,
+    TOOL_CALL_COLUMNS,
+    Checkpoint,
+    JobRunRecord,
+    RunRow,
+    ToolCallRow,
+    checkpoint_row,
+    job_run_record,
+    run_row,
+    tool_call_row,
+)
+
+_CHECKPOINT = upsert("checkpoints", CHECKPOINT_COLUMNS, "run_id, seq")
+_TOOL_STARTED = upsert(
+    "tool_calls",
+    "run_id, call_id, name, arguments, idempotent, started_at",
+    "run_id, call_id",
+    reset="completed_at, result, is_error",
+)
+_TOOL_GROUP = upsert("tool_groups", "pgid, start_ticks, boot_id", "boot_id, pgid")
+
+
+class PostgresRunTables(PostgresDatabase):
+    """`RunStore` and `JobStore` on PostgreSQL (`PostgresStore` adds the rest)."""
+
+    # --- runs and checkpoints -------------------------------------------------------
+
+    async def create_run(
+        self, run_id: str, conv: str, trigger: str, *, state: str = "running", text: str = ""
+    ) -> None:
+        now = time.time()
+        await self.write(
+            "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (run_id, conv, state, trigger, now, None if state == "queued" else now, text),
+        )
+
+    def start_run(self, run_id: str) -> None:
+        self.write_soon(
+            "UPDATE runs SET state = 'running', started_at = %s WHERE id = %s",
+            (time.time(), run_id),
+        )
+
+    def resume_run(self, run_id: str) -> None:
+        self.write_soon(
+            "UPDATE runs SET state = 'running', resumable = FALSE, ended_at = NULL WHERE id = %s",
+            (run_id,),
+        )
+
+    def set_run_state(
+        self, run_id: str, state: str, reason: str, *, resumable: bool | None = None
+    ) -> None:
+        if resumable is None:
+            self.write_soon(
+                "UPDATE runs SET state = %s, reason = %s, ended_at = %s WHERE id = %s",
+                (state, reason, time.time(), run_id),
+            )
+        else:
+            self.write_soon(
+                "UPDATE runs SET state = %s, reason = %s, ended_at = %s, resumable = %s "
+                "WHERE id = %s",
+                (state, reason, time.time(), resumable, run_id),
+            )
+
+    def mark_resumable(self, run_id: str) -> None:
+        self.write_soon("UPDATE runs SET resumable = TRUE WHERE id = %s", (run_id,))
+
+    def finish_run(
+        self,
+        run_id: str,
+        *,
+        state: str,
+        reason: str,
+        text: str,
+        iterations: int,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None:
+        self.write_soon(
+            "UPDATE runs SET state = %s, ended_at = %s, reason = %s, text = %s, "
+            "iterations = %s, input_tokens = %s, output_tokens = %s WHERE id = %s",
+            (state, time.time(), reason, text, iterations, input_tokens, output_tokens, run_id),
+        )
+
+    def forget_resumable(self, conv: str) -> None:
+        self.write_soon("UPDATE runs SET resumable = FALSE WHERE conv = %s AND resumable", (conv,))
+
+    async def run(self, run_id: str) -> RunRow | None:
+        row = await self._one(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s", (run_id,))
+        return run_row(row) if row else None
+
+    async def find_runs(self, prefix: str) -> list[RunRow]:
+        # ILIKE: SQLite's LIKE ignores the case of ASCII letters too
+        rows = await self._all(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE id ILIKE %s ORDER BY created_at DESC",
+            (prefix + "%",),
+        )
+        return [run_row(r) for r in rows]
+
+    async def runs(
+        self, *, conv: str | None = None, states: Iterable[str] = (), limit: int = 20
+    ) -> list[RunRow]:
+        where: list[str] = []
+        params: list[Any] = []
+        if conv is not None:
+            where.append("conv = %s")
+            params.append(conv)
+        states = list(states)
+        if states:
+            where.append("state = ANY(%s)")
+            params.append(states)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = await self._all(
+            f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC LIMIT %s",
+            (*params, limit),
+        )
+        return [run_row(r) for r in rows]
+
+    def checkpoint(self, cp: Checkpoint) -> None:
+        where = (cp.run_id, cp.seq, cp.kind, cp.iteration, cp.cursor, cp.persisted)
+        completed = json.dumps(list(cp.completed))
+        self.write_soon(_CHECKPOINT, (*where, cp.prompt_hash, completed, cp.at))
+
+    async def last_checkpoint(self, run_id: str) -> Checkpoint | None:
+        row = await self._one(
+            f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %s "
+            "ORDER BY seq DESC LIMIT 1",
+            (run_id,),
+        )
+        return checkpoint_row(row) if row else None
+
+    # --- the idempotency envelope ---------------------------------------------------
+
+    def tool_started(
+        self, run_id: str, call_id: str, name: str, arguments: str, idempotent: bool
+    ) -> None:
+        self.write_soon(_TOOL_STARTED, (run_id, call_id, name, arguments, idempotent, time.time()))
+
+    def tool_completed(self, run_id: str, call_id: str, result: str, is_error: bool) -> None:
+        self.write_soon(
+            "UPDATE tool_calls SET completed_at = %s, result = %s, is_error = %s "
+            "WHERE run_id = %s AND call_id = %s",
+            (time.time(), result, is_error, run_id, call_id),
+        )
+
+    async def tool_calls(self, run_id: str) -> dict[str, ToolCallRow]:
+        rows = await self._all(
+            f"SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE run_id = %s", (run_id,)
+        )
+        return {r[0]: tool_call_row(r) for r in rows}
+
+    # --- the tool process-group ledger ------------------------------------------------
+
+    def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
+        self.write_soon(_TOOL_GROUP, (pgid, start_ticks, boot_id))
+
+    def tool_group_ended(self, pgid: int) -> None:
+        self.write_soon("DELETE FROM tool_groups WHERE pgid = %s", (pgid,))
+
+    async def take_tool_groups(self) -> list[tuple[int, int, str]]:
+        """The listed groups, removed from the ledger: only those read (a group listed
+        meanwhile stays)."""
+        rows = await self._all(
+            "SELECT pgid, start_ticks, boot_id FROM tool_groups ORDER BY boot_id, pgid"
+        )
+        if rows:
+            await self.write(
+                "DELETE FROM tool_groups WHERE (boot_id, pgid) IN "
+                "(SELECT * FROM unnest(%s::text[], %s::integer[]))",
+                ([r[2] for r in rows], [r[0] for r in rows]),
+            )
+        return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
+
+    # --- scheduled jobs -----------------------------------------------------------------
+
+    async def job_last_fire(self, job: str) -> float | None:
+        row = await self._one("SELECT MAX(fire_time) FROM job_runs WHERE job = %s", (job,))
+        return float(row[0]) if row and row[0] is not None else None
+
+    async def claim_job_fire(self, job: str, fire_time: float) -> int | None:
+        """Exactly once across workers: the unique (job, fire_time) row is inserted once
+        (`ON CONFLICT DO NOTHING`), and won by whoever's claim token it carries."""
+        token = f"claim:{uuid.uuid4().hex}"  # replaced by the agent's run id when it ends
+        await self.write(
+            "INSERT INTO job_runs (job, fire_time, run_id, started_at, state) "
+            "VALUES (%s, %s, %s, %s, 'running') ON CONFLICT (job, fire_time) DO NOTHING",
+            (job, fire_time, token, time.time()),
+        )
+        found = await self._one(
+            "SELECT id, run_id FROM job_runs WHERE job = %s AND fire_time = %s", (job, fire_time)
+        )
+        if found is None or found[1] != token:
+            return None
+        return int(found[0])
+
+    async def finish_job_run(
+        self,
+        job_run_id: int,
+        *,
+        state: str,
+        run_id: str | None,
+        result: str | None,
+        delivered: bool,
+        error: str | None,
+    ) -> None:
+        await self.write(
+            "UPDATE job_runs SET ended_at = %s, state = %s, run_id = %s, result = %s, "
+            "delivered = %s, error = %s WHERE id = %s",
+            (time.time(), state, run_id, result, delivered, error, job_run_id),
+        )
+
+    async def job_runs(self, job: str, limit: int = 1) -> list[JobRunRecord]:
+        rows = await self._all(
+            f"SELECT {JOB_RUN_COLUMNS} FROM job_runs WHERE job = %s "
+            "ORDER BY fire_time DESC LIMIT %s",
+            (job, limit),
+        )
+        return [job_run_record(r) for r in rows]

@@ -1,0 +1,136 @@
+"""The PostgreSQL schema and its migrations: the same tables, columns and versions as
+SQLite's (`migrations.py`), in PostgreSQL's own types (BOOLEAN flags, DOUBLE PRECISION
+times, BIGINT counters, identity ids).
+
+Every worker migrates at start-up; two starting at once must not both apply a version.
+The whole migration runs in one transaction under a transaction-level advisory lock keyed
+by the schema, so the second worker waits, then finds the schema current.
+"""
+
+from __future__ import annotations
+
+from psycopg import AsyncConnection
+
+from core.store.migrations import SCHEMA_VERSION
+
+# The advisory lock's first key: "parl" in ASCII; the second is the schema's hash.
+_LOCK_CLASS = 0x7061726C
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE conversations (
+        key TEXT PRIMARY KEY,
+        input_tokens BIGINT NOT NULL DEFAULT 0,
+        output_tokens BIGINT NOT NULL DEFAULT 0,
+        last_compaction TEXT,
+        updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE messages (
+        conv TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
+        PRIMARY KEY (conv, seq)
+    );
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY, conv TEXT NOT NULL, state TEXT NOT NULL, trigger TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL, started_at DOUBLE PRECISION,
+        ended_at DOUBLE PRECISION, reason TEXT, text TEXT,
+        iterations INTEGER NOT NULL DEFAULT 0,
+        input_tokens BIGINT NOT NULL DEFAULT 0, output_tokens BIGINT NOT NULL DEFAULT 0,
+        resumable BOOLEAN NOT NULL DEFAULT FALSE, error TEXT
+    );
+    CREATE INDEX runs_conv ON runs (conv, created_at);
+    CREATE INDEX runs_state ON runs (state);
+    CREATE TABLE checkpoints (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+        iteration INTEGER NOT NULL, cursor INTEGER NOT NULL, persisted INTEGER NOT NULL,
+        prompt_hash TEXT NOT NULL, completed TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE TABLE tool_calls (
+        run_id TEXT NOT NULL, call_id TEXT NOT NULL, name TEXT NOT NULL,
+        arguments TEXT NOT NULL, idempotent BOOLEAN NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL, completed_at DOUBLE PRECISION, result TEXT,
+        is_error BOOLEAN,
+        PRIMARY KEY (run_id, call_id)
+    );
+    CREATE TABLE journals (
+        conv TEXT PRIMARY KEY, body TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE provider_prefs (
+        channel TEXT NOT NULL, channel_id TEXT NOT NULL, provider TEXT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (channel, channel_id)
+    );
+    CREATE TABLE goals (
+        conv TEXT PRIMARY KEY, text TEXT NOT NULL, state TEXT NOT NULL,
+        auto BOOLEAN NOT NULL DEFAULT FALSE, max_turns INTEGER NOT NULL DEFAULT 0,
+        turns INTEGER NOT NULL DEFAULT 0, note TEXT, updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE seen_events (
+        channel TEXT NOT NULL, event_id TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (channel, event_id)
+    );
+    CREATE TABLE approvals (
+        id TEXT PRIMARY KEY, conv TEXT NOT NULL, run_id TEXT, tool TEXT NOT NULL,
+        summary TEXT NOT NULL, state TEXT NOT NULL, requested_at DOUBLE PRECISION NOT NULL,
+        resolved_at DOUBLE PRECISION
+    );
+    CREATE TABLE events (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at DOUBLE PRECISION NOT NULL,
+        run_id TEXT, conv TEXT, iteration INTEGER, name TEXT NOT NULL, data TEXT NOT NULL
+    );
+    CREATE INDEX events_run ON events (run_id);
+    CREATE TABLE job_runs (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, job TEXT NOT NULL,
+        fire_time DOUBLE PRECISION NOT NULL, run_id TEXT,
+        started_at DOUBLE PRECISION NOT NULL, ended_at DOUBLE PRECISION, state TEXT NOT NULL,
+        result TEXT, delivered BOOLEAN NOT NULL DEFAULT FALSE, error TEXT,
+        UNIQUE (job, fire_time)
+    );
+    """,
+    2: """
+    CREATE TABLE tool_groups (
+        pgid INTEGER NOT NULL, start_ticks BIGINT NOT NULL, boot_id TEXT NOT NULL,
+        PRIMARY KEY (boot_id, pgid)
+    );
+    """,
+    3: """
+    ALTER TABLE approvals ADD COLUMN call_id TEXT;
+    ALTER TABLE approvals ADD COLUMN reason TEXT NOT NULL DEFAULT '';
+    ALTER TABLE approvals ADD COLUMN deadline DOUBLE PRECISION;
+    ALTER TABLE approvals ADD COLUMN prompt TEXT;
+    ALTER TABLE approvals ADD COLUMN answer TEXT;
+    ALTER TABLE approvals ADD COLUMN answered_by TEXT;
+    CREATE INDEX approvals_state ON approvals (state);
+    """,
+    4: """
+    ALTER TABLE runs ADD COLUMN worker TEXT;
+    CREATE TABLE workers (
+        id TEXT PRIMARY KEY, beat_at DOUBLE PRECISION NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE leases (
+        name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL
+    );
+    """,
+}
+assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
+
+
+async def migrate(conn: AsyncConnection[tuple[object, ...]]) -> None:
+    """Bring the schema `conn` works in (its `search_path`) up to `SCHEMA_VERSION`, in one
+    transaction, while no other worker migrates it; refuse one from a newer Parley."""
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_LOCK_CLASS,)
+        )
+        await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        cursor = await conn.execute("SELECT MAX(version) FROM schema_version")
+        row = await cursor.fetchone()
+        current = int(str(row[0])) if row and row[0] is not None else 0
+        if current > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"the database is from a newer Parley (schema {current} > {SCHEMA_VERSION}); "
+                "upgrade Parley or point [store] url at another database or schema"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            await conn.execute(_MIGRATIONS[version].encode())  # no parameters: several statements
+            await conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))

@@ -1,0 +1,80 @@
+"""`WorkerStore` on PostgreSQL: queued runs handed out, heartbeats and leases, for several
+workers on several machines.
+
+A queued run is handed out with `FOR UPDATE SKIP LOCKED`, so workers claiming at once never
+wait on each other nor take the same run; a run is eligible only if it is its
+conversation's oldest queued run and nothing of that conversation is running, so a second
+worker that skips the first one's locked run cannot take the next run of the same
+conversation. Hand-outs, heartbeats and leases read the server's clock when they take
+effect: the workers' clocks may differ.
+"""
+
+from __future__ import annotations
+
+from core.store.postgres_runs import PostgresRunTables
+from core.store.rows import RUN_COLUMNS, RunRow, run_row
+
+_NOW = "extract(epoch FROM clock_timestamp())::double precision"
+
+_CLAIM_QUEUED_RUN = f"""
+UPDATE runs SET state = 'running', started_at = {_NOW}, worker = %s
+WHERE id = (
+    SELECT q.id FROM runs q
+    WHERE q.state = 'queued'
+      AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.conv = q.conv AND r.state = 'running')
+      AND NOT EXISTS (
+          SELECT 1 FROM runs e
+          WHERE e.conv = q.conv AND e.state = 'queued'
+            AND (e.created_at, e.id) < (q.created_at, q.id)
+      )
+    ORDER BY q.created_at, q.id
+    LIMIT 1
+    FOR UPDATE OF q SKIP LOCKED
+)
+RETURNING {RUN_COLUMNS}
+"""
+_TAKE_LEASE = f"""
+INSERT INTO leases (name, holder, expires_at) VALUES (%s, %s, {_NOW} + %s)
+ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE leases.expires_at <= {_NOW} OR leases.holder = EXCLUDED.holder
+RETURNING holder
+"""
+
+
+class PostgresWorkerTables(PostgresRunTables):
+    """`WorkerStore` on PostgreSQL (`PostgresStore` adds the rest)."""
+
+    async def claim_queued_run(self, worker_id: str) -> RunRow | None:
+        rows = await self._write_now(_CLAIM_QUEUED_RUN, (worker_id,))
+        return run_row(rows[0]) if rows else None
+
+    async def worker_heartbeat(self, worker_id: str) -> None:
+        await self.write(
+            f"INSERT INTO workers (id, beat_at, started_at) VALUES (%s, {_NOW}, {_NOW}) "
+            "ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at",
+            (worker_id,),
+        )
+
+    async def dead_workers(self, older_than: float) -> list[str]:
+        rows = await self._all(
+            f"SELECT id FROM workers WHERE beat_at < {_NOW} - %s ORDER BY beat_at, id",
+            (older_than,),
+        )
+        return [str(r[0]) for r in rows]
+
+    async def forget_worker(self, worker_id: str) -> None:
+        await self.write("DELETE FROM workers WHERE id = %s", (worker_id,))
+
+    async def take_lease(self, name: str, holder: str, ttl: float) -> bool:
+        return bool(await self._write_now(_TAKE_LEASE, (name, holder, ttl)))
+
+    async def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
+        rows = await self._write_now(
+            f"UPDATE leases SET expires_at = {_NOW} + %s WHERE name = %s AND holder = %s "
+            "RETURNING holder",
+            (ttl, name, holder),
+        )
+        return bool(rows)
+
+    async def release_lease(self, name: str, holder: str) -> None:
+        await self.write("DELETE FROM leases WHERE name = %s AND holder = %s", (name, holder))

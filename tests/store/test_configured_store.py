@@ -1,0 +1,106 @@
+"""`[store]` in config.toml (SPEC §12, §14): a SQLite path by default, or a URL; the
+PostgreSQL password from the variable `password_env` names; a bad URL says which key and
+how to fix it. And the durable agent and `parley runs` on the store the config names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.inspect import runs_command
+from core.config import ParleyConfig, parse_config
+from core.errors import ConfigError
+from core.store import open_store
+from tests.agentkit import RecordingResponder, inbound, running_agent
+from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+from tests.store.conftest import postgres_schema
+
+
+def config(**store: Any) -> ParleyConfig:
+    return parse_config(
+        {
+            "default_provider": "p",
+            "providers": {"p": {"kind": "openai_chat", "model": "m", "base_url": "http://x"}},
+            "store": store,
+        }
+    )
+
+
+def test_the_default_store_is_the_sqlite_file_in_the_home() -> None:
+    store = config().store
+    assert store.backend() == "sqlite"
+    assert store.resolved() == Path("~/.parley/parley.db").expanduser().resolve()
+    assert store.target() == store.resolved()
+
+
+def test_a_sqlite_url_names_the_file(tmp_path: Path) -> None:
+    store = config(url=f"sqlite:///{tmp_path}/state.db").store
+    assert (store.backend(), store.resolved(), store.target()) == (
+        "sqlite",
+        tmp_path / "state.db",
+        tmp_path / "state.db",
+    )
+
+
+def test_an_empty_url_is_unset() -> None:
+    assert config(url="").store.backend() == "sqlite"
+
+
+def test_a_postgresql_url_with_its_password_from_the_environment() -> None:
+    store = config(url="postgres://parley@db:5432/parley", password_env="PARLEY_DB_PASSWORD").store
+    assert store.backend() == "postgresql"
+    assert store.target() == "postgresql://parley@db:5432/parley"
+    assert store.password({"PARLEY_DB_PASSWORD": "s3cret"}) == "s3cret"
+    assert store.password({}) is None
+    assert config(url="postgresql://db/parley").store.password({"PGPASSWORD": "x"}) is None
+
+
+@pytest.mark.parametrize(
+    ("store", "problem", "fix"),
+    [
+        ({"url": "mysql://db/parley"}, "not a store Parley knows", "postgresql://USER@HOST"),
+        ({"url": "postgresql://parley:hunter2@db/parley"}, "holds a password", "password_env"),
+        ({"url": "postgresql://db/parley?password=hunter2"}, "holds a password", "password_env"),
+        ({"url": "sqlite:///"}, "names no database file", "sqlite:///<path>"),
+    ],
+)
+def test_a_bad_url_names_the_key_and_the_fix(store: dict[str, str], problem: str, fix: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config(**store)
+    assert err.value.key == "store.url"
+    assert problem in err.value.problem
+    assert fix in err.value.fix
+    assert "hunter2" not in str(err.value)
+
+
+def test_a_path_and_a_url_at_once_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="both `path` and `url`") as err:
+        config(path="/tmp/parley.db", url="postgresql://db/parley")
+    assert err.value.key == "store"
+
+
+async def test_a_turn_on_the_postgresql_store_is_kept_there(
+    fake_llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("write_file", {"path": "n.txt", "content": "hi"})]),
+        Reply(text="Written."),
+    )
+    async with postgres_schema() as url:
+        store = {"path": None, "url": url}
+        async with running_agent(fake_llm, tmp_path, store=store) as agent:
+            responder = RecordingResponder()
+            await agent.submit(inbound("write it"), responder)
+            await agent.wait_idle()
+            assert responder.finals == ["Written."]
+        assert not (tmp_path / "parley.db").exists()
+        async with await open_store(url) as stored:
+            [run] = await stored.runs()
+            assert (run.state, run.text) == ("completed", "Written.")
+            assert [c.name for c in (await stored.tool_calls(run.id)).values()] == ["write_file"]
+            assert (await stored.load_messages("test:c1:"))[-1].content == "Written."
+        configured = config(url=url)
+        assert await runs_command(configured, None, None, 10, {}) == 0
+        assert run.id in capsys.readouterr().out

@@ -1,0 +1,160 @@
+"""What every `Store` backend promises to several workers (SPEC §14; see
+test_conformance.py): queued runs handed out one at a time per conversation and in order,
+heartbeats, leases. Through the protocol only; several workers are several stores opened
+on the same data (`reopen`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from core.store import Store
+from tests.store.conftest import Reopen
+from tests.store.samples import CONV, OTHER
+
+# --- queued runs -------------------------------------------------------------------------
+
+
+async def test_no_queued_run_no_claim(store: Store) -> None:
+    assert await store.claim_queued_run("w1") is None
+    await store.create_run("r1", CONV, "user")  # running, not queued
+    assert await store.claim_queued_run("w1") is None
+
+
+async def test_the_oldest_queued_run_is_claimed_running_on_the_worker(store: Store) -> None:
+    await store.create_run("r1", CONV, "user", state="queued", text="first")
+    await store.create_run("r2", OTHER, "user", state="queued", text="second")
+    before = time.time()
+    claimed = await store.claim_queued_run("w1")
+    assert claimed is not None
+    assert (claimed.id, claimed.state, claimed.worker, claimed.text) == (
+        "r1",
+        "running",
+        "w1",
+        "first",
+    )
+    assert claimed.started_at is not None
+    assert before <= claimed.started_at <= time.time()
+    assert await store.run("r1") == claimed
+    other = await store.claim_queued_run("w2")
+    assert other is not None
+    assert (other.id, other.worker) == ("r2", "w2")
+    assert await store.claim_queued_run("w1") is None
+
+
+async def test_a_conversation_runs_one_claimed_run_at_a_time_in_order(store: Store) -> None:
+    for run_id in ("r1", "r2", "r3"):
+        await store.create_run(run_id, CONV, "user", state="queued")
+    first = await store.claim_queued_run("w1")
+    assert first is not None
+    assert first.id == "r1"
+    assert await store.claim_queued_run("w2") is None  # r1 runs
+    store.finish_run(
+        "r1", state="completed", reason="", text="ok", iterations=1, input_tokens=1,
+        output_tokens=1,
+    )  # fmt: skip
+    second = await store.claim_queued_run("w2")  # also commits the queued finish first
+    assert second is not None
+    assert second.id == "r2"
+
+
+async def test_a_conversation_with_a_running_run_is_passed_over(store: Store) -> None:
+    await store.create_run("busy", CONV, "user")
+    await store.create_run("waits", CONV, "user", state="queued")
+    await store.create_run("free", OTHER, "user", state="queued")
+    claimed = await store.claim_queued_run("w1")
+    assert claimed is not None
+    assert claimed.id == "free"
+    assert await store.claim_queued_run("w1") is None
+    store.set_run_state("busy", "cancelled", "dropped by /stop")
+    await store.flush()
+    claimed = await store.claim_queued_run("w1")
+    assert claimed is not None
+    assert claimed.id == "waits"
+
+
+async def test_workers_claiming_at_once_keep_each_conversation_to_one_run_in_order(
+    reopen: Reopen,
+) -> None:
+    workers = [await reopen() for _ in range(3)]
+    try:
+        created: dict[str, list[str]] = {}
+        for n in range(4):
+            for conv in ("a", "b", "c"):
+                run_id = f"{conv}{n}"
+                await workers[0].create_run(run_id, conv, "user", state="queued")
+                created.setdefault(conv, []).append(run_id)
+        handed: dict[str, list[str]] = {conv: [] for conv in created}
+        while any(len(handed[c]) < len(created[c]) for c in created):
+            claims = await asyncio.gather(
+                *(w.claim_queued_run(f"w{i}") for i, w in enumerate(workers) for _ in range(2))
+            )
+            runs = [run for run in claims if run is not None]
+            assert runs, "nothing was handed out while runs were queued"
+            convs = [run.conv for run in runs]
+            assert len(convs) == len(set(convs)), f"two runs of one conversation at once: {runs}"
+            for run in runs:
+                handed[run.conv].append(run.id)
+                workers[1].set_run_state(run.id, "completed", "done")
+            await workers[1].flush()
+        assert handed == created
+    finally:
+        for worker in workers:
+            await worker.aclose()
+
+
+# --- heartbeats ------------------------------------------------------------------------
+
+
+async def test_workers_not_heard_from_are_dead_longest_silent_first(store: Store) -> None:
+    assert await store.dead_workers(0) == []
+    await store.worker_heartbeat("w1")
+    await store.worker_heartbeat("w2")
+    assert await store.dead_workers(3600) == []
+    assert await store.dead_workers(0) == ["w1", "w2"]
+    await store.worker_heartbeat("w1")
+    assert await store.dead_workers(0) == ["w2", "w1"]
+    await store.forget_worker("w2")
+    assert await store.dead_workers(0) == ["w1"]
+
+
+# --- leases ----------------------------------------------------------------------------
+
+
+async def test_a_lease_is_held_by_one_holder_until_released(store: Store) -> None:
+    assert await store.take_lease("telegram", "w1", 60)
+    assert not await store.take_lease("telegram", "w2", 60)
+    assert await store.take_lease("telegram", "w1", 60)  # its own: taken again
+    assert await store.take_lease("scheduler", "w2", 60)  # another lease
+    await store.release_lease("telegram", "w2")  # not its: nothing happens
+    assert not await store.take_lease("telegram", "w2", 60)
+    await store.release_lease("telegram", "w1")
+    assert await store.take_lease("telegram", "w2", 60)
+
+
+async def test_an_expired_lease_goes_to_the_next_taker(store: Store) -> None:
+    assert await store.take_lease("telegram", "w1", 0.2)
+    await asyncio.sleep(0.4)
+    assert await store.take_lease("telegram", "w2", 60)
+    assert not await store.renew_lease("telegram", "w1", 60)
+
+
+async def test_a_renewed_lease_stays_with_its_holder(store: Store) -> None:
+    assert not await store.renew_lease("telegram", "w1", 60)  # nobody holds it
+    assert await store.take_lease("telegram", "w1", 0.2)
+    assert await store.renew_lease("telegram", "w1", 60)
+    await asyncio.sleep(0.4)  # past the first ttl, within the renewed one
+    assert not await store.take_lease("telegram", "w2", 60)
+    assert not await store.renew_lease("telegram", "w2", 60)
+
+
+async def test_holders_taking_one_lease_at_once_get_it_once(reopen: Reopen) -> None:
+    first, second = await reopen(), await reopen()
+    try:
+        taken = await asyncio.gather(
+            *(s.take_lease("scheduler", f"w{i}", 60) for i, s in enumerate([first, second] * 4))
+        )
+        assert taken.count(True) == 1
+    finally:
+        await first.aclose()
+        await second.aclose()
