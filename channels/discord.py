@@ -29,13 +29,12 @@ import yarl
 from channels.approvals import Approvals, approval_button_id, duration_text, parse_approval_button
 from channels.gate import Gate
 from channels.inbound import discord_markdown
-from channels.stream import EditBudget, RateLimited, ReplyStreamer, TransientError, Typing, deliver
+from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
 from channels.text import to_discord
 from core.chat import (
     AgentPort,
     ApprovalRequest,
     ConversationKey,
-    DeliveryError,
     Inbound,
     PromptRef,
     ReplyStream,
@@ -43,7 +42,14 @@ from core.chat import (
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE
 from core.config import DiscordConfig
-from core.errors import ChannelError, ConfigError
+from core.errors import (
+    ChannelError,
+    ChannelRateLimited,
+    ChannelRefused,
+    ChannelUnavailable,
+    ConfigError,
+    DeliveryFailed,
+)
 
 with warnings.catch_warnings():
     # discord.py imports `audioop` (voice support), deprecated since Python 3.11.
@@ -51,7 +57,7 @@ with warnings.catch_warnings():
     import discord
     from discord import app_commands
 
-__all__ = ["DiscordChannel", "DiscordRefused", "point_library_at"]
+__all__ = ["DiscordChannel", "discord_call", "point_library_at"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -63,19 +69,11 @@ CONNECT_TIMEOUT = 30.0
 STOP_GRACE = 5.0  # inbound events still being handed to the agent at stop()
 # on_ready waits this long after the last GUILD_CREATE; nothing here needs on_ready.
 GUILD_READY_TIMEOUT = 0.5
-# Longer 429 waits are raised (as RateLimited) instead of slept inside discord.py, so the
-# reply streamer waits them out on our clock. discord.py's minimum is 30 s.
+# Longer 429 waits are raised (as ChannelRateLimited) instead of slept inside discord.py,
+# so the reply streamer waits them out on our clock. discord.py's minimum is 30 s.
 MAX_RATELIMIT_WAIT = 30.0
 INTENTS = discord.Intents(guilds=True, guild_messages=True, dm_messages=True, message_content=True)
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
-
-
-class DiscordRefused(ChannelError):
-    """Discord answered a call with a client error (4xx other than 429)."""
-
-    def __init__(self, status: int, code: int, text: str) -> None:
-        super().__init__(f"Discord refused the call: HTTP {status} (code {code}): {text}")
-        self.status, self.code = status, code
 
 
 def point_library_at(config: DiscordConfig) -> None:
@@ -111,20 +109,24 @@ def _retry_after(exc: discord.HTTPException) -> float:
         return 5.0
 
 
-async def _call(awaitable: Awaitable[T]) -> T:
-    """Await one discord.py call, mapping its failures onto the stream error tree."""
+async def discord_call(awaitable: Awaitable[T]) -> T:
+    """Await one discord.py call; its failures become channel errors (`core.errors`): 429
+    → `ChannelRateLimited`, 5xx and network trouble → `ChannelUnavailable`, any other
+    HTTP error → `ChannelRefused` with Discord's JSON error code."""
     try:
         return await awaitable
     except discord.RateLimited as exc:  # a wait longer than MAX_RATELIMIT_WAIT
-        raise RateLimited(exc.retry_after) from exc
+        raise ChannelRateLimited(exc.retry_after) from exc
     except discord.HTTPException as exc:
         if exc.status == 429:  # no `Via` header: discord.py did not retry it
-            raise RateLimited(_retry_after(exc)) from exc
+            raise ChannelRateLimited(_retry_after(exc)) from exc
         if exc.status >= 500:
-            raise TransientError(f"Discord: HTTP {exc.status}") from exc
-        raise DiscordRefused(exc.status, exc.code, exc.text) from exc
+            raise ChannelUnavailable(f"Discord: HTTP {exc.status}") from exc
+        refusal = f"Discord refused the call: HTTP {exc.status} (code {exc.code}): {exc.text}"
+        code = str(exc.code) if exc.code else None
+        raise ChannelRefused(refusal, status=exc.status, code=code) from exc
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise TransientError(f"Discord unreachable: {exc!r}") from exc
+        raise ChannelUnavailable(f"Discord unreachable: {exc!r}") from exc
 
 
 class _Surface:
@@ -140,7 +142,7 @@ class _Surface:
         try:
             return self._resolve()
         except ChannelError as exc:  # stopped: a post now is simply not delivered
-            raise DeliveryError(str(exc)) from exc
+            raise DeliveryFailed(str(exc)) from exc
 
     def measure(self, text: str) -> int:
         return len(text)
@@ -148,27 +150,27 @@ class _Surface:
     async def post(self, text: str, *, final: bool) -> str:
         content = to_discord(text) if final else text
         try:
-            message = await _call(self._channel.send(content))
-        except DiscordRefused:
+            message = await discord_call(self._channel.send(content))
+        except ChannelRefused:
             if content == text:
                 raise
-            message = await _call(self._channel.send(text))  # plain fallback
+            message = await discord_call(self._channel.send(text))  # plain fallback
         return str(message.id)
 
     async def edit(self, message_id: str, text: str, *, final: bool) -> None:
         content = to_discord(text) if final else text
         partial = self._channel.get_partial_message(int(message_id))
         try:
-            await _call(partial.edit(content=content))
-        except DiscordRefused:
+            await discord_call(partial.edit(content=content))
+        except ChannelRefused:
             if content == text:
                 raise
-            await _call(partial.edit(content=text))
+            await discord_call(partial.edit(content=text))
 
     async def delete(self, message_id: str) -> None:
         try:
-            await _call(self._channel.get_partial_message(int(message_id)).delete())
-        except DiscordRefused as exc:
+            await discord_call(self._channel.get_partial_message(int(message_id)).delete())
+        except ChannelRefused as exc:
             if exc.status != 404:  # already gone is fine
                 raise
 
@@ -203,7 +205,7 @@ class _Responder:
         return Typing(self._send_typing, interval=TYPING_INTERVAL, clock=self._adapter.clock)
 
     async def _send_typing(self) -> None:
-        await _call(self._adapter.client().http.send_typing(self._target))
+        await discord_call(self._adapter.client().http.send_typing(self._target))
 
 
 class _Client(discord.Client):
@@ -447,8 +449,8 @@ class DiscordChannel:
         )
         note = f"➜ `{text[:1900]}`" if admitted else "You are not allowed to use this bot here."
         try:
-            await _call(interaction.response.send_message(note, ephemeral=True))
-        except (ChannelError, RateLimited, TransientError) as exc:
+            await discord_call(interaction.response.send_message(note, ephemeral=True))
+        except ChannelError as exc:
             log.warning("Discord: could not acknowledge /%s: %s", command.name, exc)
         if admitted:
             await self._agent.submit(inbound, _Responder(self, interaction.channel_id))
@@ -471,13 +473,13 @@ class DiscordChannel:
             settle=self._settle_prompt,
         )
         if outcome == "ok":
-            await _call(interaction.response.defer())  # the prompt is edited by settle
+            await discord_call(interaction.response.defer())  # the prompt is edited by settle
         elif outcome == "not_approver":
             refusal = "Only the configured approvers can answer this request."
-            await _call(interaction.response.send_message(refusal, ephemeral=True))
+            await discord_call(interaction.response.send_message(refusal, ephemeral=True))
         else:
             gone = "This request is no longer waiting for an answer."
-            await _call(interaction.response.send_message(gone, ephemeral=True))
+            await discord_call(interaction.response.send_message(gone, ephemeral=True))
 
     # ---------------------------------------------------------------- approvals
 
@@ -485,7 +487,7 @@ class DiscordChannel:
         async def show(req: ApprovalRequest) -> PromptRef:
             text = _prompt_text(req)
             channel = self.client().get_partial_messageable(target)
-            message = await _call(channel.send(text, view=_approval_view(req.id)))
+            message = await discord_call(channel.send(text, view=_approval_view(req.id)))
             return PromptRef(str(target), str(message.id), text)
 
         return await self._approvals.request(request, show, self._settle_prompt)
@@ -497,7 +499,7 @@ class DiscordChannel:
             return
         partial = self.client().get_partial_messageable(int(prompt.channel_id))
         message = partial.get_partial_message(int(prompt.message_id))
-        await _call(message.edit(content=f"{prompt.text}\n{outcome}", view=None))
+        await discord_call(message.edit(content=f"{prompt.text}\n{outcome}", view=None))
 
 
 def _log_gateway_end(task: asyncio.Task[None]) -> None:

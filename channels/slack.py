@@ -49,13 +49,12 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 from channels.approvals import Approvals, approval_button_id, parse_approval_button
 from channels.gate import Gate
 from channels.inbound import slack_markdown, slack_user_ids
-from channels.stream import RateLimited, ReplyStreamer, TransientError, deliver
+from channels.stream import ReplyStreamer, deliver
 from channels.text import split_message, to_slack_mrkdwn, utf8_len
 from core.chat import (
     AgentPort,
     ApprovalRequest,
     ConversationKey,
-    DeliveryError,
     Inbound,
     PromptRef,
     ReplyStream,
@@ -63,7 +62,14 @@ from core.chat import (
 from core.clock import Clock, SystemClock
 from core.command_table import CHANNEL_WIDE, COMMANDS, parse_command
 from core.config import SlackConfig
-from core.errors import ChannelError, ConfigError
+from core.errors import (
+    ChannelError,
+    ChannelRateLimited,
+    ChannelRefused,
+    ChannelUnavailable,
+    ConfigError,
+    DeliveryFailed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,19 +113,26 @@ def _error_code(exc: SlackApiError) -> str:
 
 
 async def slack_call(call: Callable[[], Awaitable[T]]) -> T:
-    """Run one Web API call, mapping 429 → RateLimited, 5xx / network → TransientError;
-    other `SlackApiError`s (the platform refused) pass through."""
+    """Run one Web API call; Slack's failures become channel errors (`core.errors`): 429
+    (or `ratelimited`) → `ChannelRateLimited`, 5xx and network trouble →
+    `ChannelUnavailable`, any other error answer → `ChannelRefused` with Slack's code."""
     try:
         return await call()
     except SlackApiError as exc:
-        status = exc.response.status_code
-        if status == 429 or _error_code(exc) == "ratelimited":
-            raise RateLimited(_retry_after(exc.response)) from exc
+        status, code = exc.response.status_code, _error_code(exc)
+        if status == 429 or code == "ratelimited":
+            raise ChannelRateLimited(_retry_after(exc.response)) from exc
         if status >= 500:
-            raise TransientError(f"slack answered {status}") from exc
-        raise
+            raise ChannelUnavailable(f"slack answered {status}") from exc
+        refusal = f"slack refused the call: {code or f'HTTP {status}'}"
+        raise ChannelRefused(refusal, status=status, code=code or None) from exc
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise TransientError(f"slack unreachable: {type(exc).__name__}") from exc
+        raise ChannelUnavailable(f"slack unreachable: {type(exc).__name__}") from exc
+
+
+def _why(exc: ChannelError) -> str:
+    """Slack's error code for a refusal (`invalid_auth`), else what went wrong."""
+    return exc.code if isinstance(exc, ChannelRefused) and exc.code else str(exc)
 
 
 async def patient_call(call: Callable[[], Awaitable[T]], clock: Clock, tries: int = 5) -> T:
@@ -128,11 +141,11 @@ async def patient_call(call: Callable[[], Awaitable[T]], clock: Clock, tries: in
     for attempt in range(tries):
         try:
             return await slack_call(call)
-        except RateLimited as exc:
+        except ChannelRateLimited as exc:
             if attempt == tries - 1:
                 raise
             await clock.sleep(exc.retry_after)
-        except TransientError:
+        except ChannelUnavailable:
             if attempt == tries - 1:
                 raise
             await clock.sleep(0.5 * 2**attempt)
@@ -181,8 +194,8 @@ class SlackSurface:
             await slack_call(
                 lambda: self._slack.client.chat_delete(channel=self._channel_id, ts=message_id)
             )
-        except SlackApiError as exc:
-            if _error_code(exc) != "message_not_found":
+        except ChannelRefused as exc:
+            if exc.code != "message_not_found":
                 raise
 
 
@@ -206,7 +219,7 @@ class SlackResponder:
     async def send(self, text: str) -> None:
         try:
             await deliver(self._surface(), text, clock=self._slack.clock)
-        except DeliveryError:
+        except DeliveryFailed:
             if self._response_url is None:
                 raise
             # A slash command from a channel the bot is not in: answer through response_url.
@@ -218,7 +231,7 @@ class SlackResponder:
         for piece in split_message(text, LIMIT_BYTES, slack_size):
             response = await webhook.send(text=to_slack_mrkdwn(piece), response_type="in_channel")
             if response.status_code != 200:
-                raise DeliveryError(f"response_url answered {response.status_code}")
+                raise DeliveryFailed(f"response_url answered {response.status_code}")
 
     def stream(self) -> ReplyStream:
         return ReplyStreamer(
@@ -404,9 +417,8 @@ class SlackChannel:
     async def _checked(self, what: str, token_env: str, call: Callable[[], Awaitable[T]]) -> T:
         try:
             return await patient_call(call, self.clock)
-        except (SlackApiError, RateLimited, TransientError) as exc:
-            detail = _error_code(exc) if isinstance(exc, SlackApiError) else str(exc)
-            raise ChannelError(f"slack {what} failed: {detail} (check {token_env})") from exc
+        except ChannelError as exc:
+            raise ChannelError(f"slack {what} failed: {_why(exc)} (check {token_env})") from exc
 
     async def stop(self) -> None:
         if self._socket is not None:
@@ -685,7 +697,7 @@ class SlackChannel:
 
     async def _learn_name(self, user_id: str) -> None:
         """Look up a user's display name, for their next message."""
-        with contextlib.suppress(SlackApiError, RateLimited, TransientError):
+        with contextlib.suppress(ChannelError):
             await self._fetch_name(user_id)
 
     async def _learn_names(self, user_ids: list[str]) -> None:
@@ -709,9 +721,10 @@ class SlackChannel:
     async def _try_fetch_name(self, user_id: str) -> None:
         try:
             await self._fetch_name(user_id)
-        except (SlackApiError, RateLimited, TransientError) as exc:
-            detail = _error_code(exc) if isinstance(exc, SlackApiError) else type(exc).__name__
-            log.warning("slack: users.info failed for %s (%s); naming them by id", user_id, detail)
+        except ChannelError as exc:
+            log.warning(
+                "slack: users.info failed for %s (%s); naming them by id", user_id, _why(exc)
+            )
 
     async def _fetch_name(self, user_id: str) -> str:
         info = await slack_call(lambda: self.client.users_info(user=user_id))
@@ -730,7 +743,7 @@ class SlackChannel:
                 self.clock,
                 tries=2,
             )
-        except (SlackApiError, RateLimited, TransientError) as exc:
+        except ChannelError as exc:
             log.debug("slack: no ack reaction (%s)", type(exc).__name__)
 
 

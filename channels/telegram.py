@@ -8,7 +8,7 @@ the final text is sent as Telegram HTML with a plain-text fallback. Approvals ar
 inline-keyboard buttons answered through callback queries.
 
 PTB's own retrying rate limiter is not used: the reply streamer handles 429 itself and
-must see it as `stream.RateLimited`.
+must see it as `ChannelRateLimited` (every Bot API error goes through `telegram_call`).
 
 Stored before confirmed: Telegram forgets an update once it is confirmed — by a later
 `getUpdates` offset past it, or by the webhook's 200 — so both wait until the update is
@@ -49,11 +49,13 @@ from telegram import (
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
+    ChatMigrated,
+    Conflict,
+    Forbidden,
     InvalidToken,
     NetworkError,
     RetryAfter,
     TelegramError,
-    TimedOut,
 )
 from telegram.ext import (
     ApplicationBuilder,
@@ -66,7 +68,7 @@ from telegram.ext import (
 from channels.approvals import Approvals, approval_button_id, parse_approval_button
 from channels.gate import Gate
 from channels.inbound import telegram_markdown
-from channels.stream import RateLimited, ReplyStreamer, TransientError, Typing, deliver
+from channels.stream import ReplyStreamer, Typing, deliver
 from channels.text import to_telegram_html
 from core.chat import (
     AgentPort,
@@ -82,7 +84,13 @@ from core.chat import (
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE, COMMANDS, parse_command
 from core.config import TelegramConfig
-from core.errors import ConfigError
+from core.errors import (
+    ChannelError,
+    ChannelRateLimited,
+    ChannelRefused,
+    ChannelUnavailable,
+    ConfigError,
+)
 
 # PTB ≥ 22.2 warns on every int-valued time period unless opted in to timedelta values.
 os.environ.setdefault("PTB_TIMEDELTA", "1")
@@ -108,21 +116,36 @@ def _seconds(value: float | timedelta) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
-async def _mapped(call: Awaitable[_T]) -> _T:
-    """Await a Bot API call, mapping PTB's errors onto the streamer's: 429 → RateLimited,
-    network trouble and 5xx → TransientError; 400/403 stay permanent."""
+# PTB's exceptions carry no HTTP status; each refusal class stands for one (InvalidToken
+# also for 404). BadRequest is a NetworkError subclass, so these are checked first.
+_REFUSALS: tuple[tuple[type[TelegramError], int], ...] = (
+    (BadRequest, 400),
+    (ChatMigrated, 400),
+    (InvalidToken, 401),
+    (Forbidden, 403),
+    (Conflict, 409),
+)
+
+
+async def telegram_call(call: Awaitable[_T]) -> _T:
+    """Await a Bot API call; PTB's errors become channel errors (`core.errors`): 429 →
+    `ChannelRateLimited`, 5xx and network trouble → `ChannelUnavailable`, any other
+    error answer → `ChannelRefused`, whose `code` is Telegram's error description
+    (Telegram has no error codes)."""
     try:
         return await call
     except RetryAfter as exc:
-        raise RateLimited(_seconds(exc.retry_after)) from exc
-    except BadRequest:
-        raise
-    except NetworkError as exc:  # TimedOut, 5xx, connection errors
-        raise TransientError(str(exc)) from exc
+        raise ChannelRateLimited(_seconds(exc.retry_after)) from exc
+    except TelegramError as exc:
+        status = next((status for kind, status in _REFUSALS if isinstance(exc, kind)), None)
+        if status is None and isinstance(exc, NetworkError):  # TimedOut, 5xx, connection
+            raise ChannelUnavailable(f"telegram: {exc.message}") from exc
+        refusal = f"telegram refused the call: {exc.message}"
+        raise ChannelRefused(refusal, status=status, code=exc.message) from exc
 
 
-def _says(exc: TelegramError, phrase: str) -> bool:
-    return phrase in exc.message.lower()
+def _says(exc: ChannelRefused, phrase: str) -> bool:
+    return phrase in (exc.code or "").lower()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -174,14 +197,14 @@ class _Surface:
 
         try:
             await self._formatted(edit, text, final=final)
-        except BadRequest as exc:
+        except ChannelRefused as exc:
             if not _says(exc, "message is not modified"):
                 raise
 
     async def delete(self, message_id: str) -> None:
         try:
-            await _mapped(self._bot.delete_message(self._place.chat_id, int(message_id)))
-        except BadRequest as exc:
+            await telegram_call(self._bot.delete_message(self._place.chat_id, int(message_id)))
+        except ChannelRefused as exc:
             if not _says(exc, "not found"):
                 raise
 
@@ -192,12 +215,12 @@ class _Surface:
         """Final text as HTML, falling back to plain text if Telegram cannot parse it."""
         if final:
             try:
-                return await _mapped(call(to_telegram_html(text), ParseMode.HTML))
-            except BadRequest as exc:
+                return await telegram_call(call(to_telegram_html(text), ParseMode.HTML))
+            except ChannelRefused as exc:
                 if not _says(exc, "can't parse entities"):
                     raise
-                log.info("telegram: HTML rejected (%s); sending plain text", exc.message)
-        return await _mapped(call(text, None))
+                log.info("telegram: HTML rejected (%s); sending plain text", exc.code)
+        return await telegram_call(call(text, None))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -245,8 +268,10 @@ class _Responder:
         return Typing(self._send_typing, clock=self._channel.clock)
 
     async def _send_typing(self) -> None:
-        await self._channel.app.bot.send_chat_action(
-            self._place.chat_id, ChatAction.TYPING, message_thread_id=self._place.thread_id
+        await telegram_call(
+            self._channel.app.bot.send_chat_action(
+                self._place.chat_id, ChatAction.TYPING, message_thread_id=self._place.thread_id
+            )
         )
 
 
@@ -376,8 +401,8 @@ class TelegramChannel:
     async def _register_commands(self) -> None:
         commands = [BotCommand(spec.name, spec.summary) for spec in COMMAND_TABLE]
         try:
-            await self.app.bot.set_my_commands(commands)
-        except TelegramError as exc:  # the bot still works; only the "/" menu is missing
+            await telegram_call(self.app.bot.set_my_commands(commands))
+        except ChannelError as exc:  # the bot still works; only the "/" menu is missing
             log.warning("telegram: setMyCommands failed: %s", exc)
 
     async def _start_webhook(self) -> None:
@@ -430,17 +455,17 @@ class TelegramChannel:
         backoff = 0.0
         while True:
             try:
-                updates = await self.app.bot.get_updates(
-                    offset=self._offset,
-                    timeout=timedelta(0) if handovers else POLL_TIMEOUT,
-                    allowed_updates=list(ALLOWED_UPDATES),
+                updates = await telegram_call(
+                    self.app.bot.get_updates(
+                        offset=self._offset,
+                        timeout=timedelta(0) if handovers else POLL_TIMEOUT,
+                        allowed_updates=list(ALLOWED_UPDATES),
+                    )
                 )
-            except RetryAfter as exc:
-                await self.clock.sleep(_seconds(exc.retry_after))
+            except ChannelRateLimited as exc:
+                await self.clock.sleep(exc.retry_after)
                 continue
-            except TimedOut:
-                continue
-            except TelegramError as exc:
+            except ChannelError as exc:
                 backoff = min(max(backoff * 2, 1.0), MAX_POLL_BACKOFF)
                 log.warning("telegram: getUpdates failed (%s); again in %.0f s", exc, backoff)
                 await self.clock.sleep(backoff)
@@ -473,9 +498,11 @@ class TelegramChannel:
         it again (it would be dropped as a redelivery anyway)."""
         if not self._offset:
             return
-        with contextlib.suppress(TelegramError):
-            await self.app.bot.get_updates(
-                offset=self._offset, timeout=timedelta(0), allowed_updates=list(ALLOWED_UPDATES)
+        with contextlib.suppress(ChannelError):
+            await telegram_call(
+                self.app.bot.get_updates(
+                    offset=self._offset, timeout=timedelta(0), allowed_updates=list(ALLOWED_UPDATES)
+                )
             )
 
     async def _dispatch(self, update: Update) -> asyncio.Future[None]:
@@ -658,21 +685,21 @@ class TelegramChannel:
                     message_id=int(prompt.message_id),
                 )
             )
-        except (TelegramError, TransientError) as exc:
+        except ChannelError as exc:
             log.warning("telegram: could not settle approval prompt %s: %s", request.id, exc)
 
     async def _retrying(self, call: Callable[[], Awaitable[_T]], attempts: int = 5) -> _T:
         """A Bot API call with the streamer's rules: wait out 429, retry transient errors."""
         for attempt in range(attempts):
             try:
-                return await _mapped(call())
-            except RateLimited as exc:
+                return await telegram_call(call())
+            except ChannelRateLimited as exc:
                 await self.clock.sleep(exc.retry_after)
-            except TransientError:
+            except ChannelUnavailable:
                 if attempt == attempts - 1:
                     raise
                 await self.clock.sleep(0.5 * 2**attempt)
-        return await _mapped(call())
+        return await telegram_call(call())
 
     async def _on_callback(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         query = update.callback_query
@@ -699,8 +726,8 @@ class TelegramChannel:
             }[verdict]
         text, alert = answer
         try:
-            await query.answer(text, show_alert=alert)
-        except TelegramError as exc:
+            await telegram_call(query.answer(text, show_alert=alert))
+        except ChannelError as exc:
             log.warning("telegram: answerCallbackQuery failed: %s", exc)
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
