@@ -29,6 +29,7 @@ import yarl
 from channels.approvals import Approvals, approval_button_id, duration_text, parse_approval_button
 from channels.gate import Gate
 from channels.inbound import discord_markdown
+from channels.retry import call_with_retry
 from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
 from channels.text import to_discord
 from core.chat import (
@@ -487,7 +488,11 @@ class DiscordChannel:
         async def show(req: ApprovalRequest) -> PromptRef:
             text = _prompt_text(req)
             channel = self.client().get_partial_messageable(target)
-            message = await discord_call(channel.send(text, view=_approval_view(req.id)))
+            message = await call_with_retry(
+                lambda: discord_call(channel.send(text, view=_approval_view(req.id))),
+                clock=self.clock,
+                what="Discord approval prompt",
+            )
             return PromptRef(str(target), str(message.id), text)
 
         return await self._approvals.request(request, show, self._settle_prompt)
@@ -499,7 +504,11 @@ class DiscordChannel:
             return
         partial = self.client().get_partial_messageable(int(prompt.channel_id))
         message = partial.get_partial_message(int(prompt.message_id))
-        await discord_call(message.edit(content=f"{prompt.text}\n{outcome}", view=None))
+        await call_with_retry(
+            lambda: discord_call(message.edit(content=f"{prompt.text}\n{outcome}", view=None)),
+            clock=self.clock,
+            what="Discord approval settle",
+        )
 
 
 def _log_gateway_end(task: asyncio.Task[None]) -> None:

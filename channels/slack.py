@@ -49,6 +49,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 from channels.approvals import Approvals, approval_button_id, parse_approval_button
 from channels.gate import Gate
 from channels.inbound import slack_markdown, slack_user_ids
+from channels.retry import call_with_retry
 from channels.stream import ReplyStreamer, deliver
 from channels.text import split_message, to_slack_mrkdwn, utf8_len
 from core.chat import (
@@ -112,12 +113,12 @@ def _error_code(exc: SlackApiError) -> str:
     return str(data.get("error", "")) if isinstance(data, dict) else ""
 
 
-async def slack_call(call: Callable[[], Awaitable[T]]) -> T:
+async def slack_call(call: Awaitable[T]) -> T:
     """Run one Web API call; Slack's failures become channel errors (`core.errors`): 429
     (or `ratelimited`) → `ChannelRateLimited`, 5xx and network trouble →
     `ChannelUnavailable`, any other error answer → `ChannelRefused` with Slack's code."""
     try:
-        return await call()
+        return await call
     except SlackApiError as exc:
         status, code = exc.response.status_code, _error_code(exc)
         if status == 429 or code == "ratelimited":
@@ -133,23 +134,6 @@ async def slack_call(call: Callable[[], Awaitable[T]]) -> T:
 def _why(exc: ChannelError) -> str:
     """Slack's error code for a refusal (`invalid_auth`), else what went wrong."""
     return exc.code if isinstance(exc, ChannelRefused) and exc.code else str(exc)
-
-
-async def patient_call(call: Callable[[], Awaitable[T]], clock: Clock, tries: int = 5) -> T:
-    """`slack_call` that waits out 429s and retries transient failures (approval prompts,
-    reactions, ephemeral notes — what the reply streamer does not carry)."""
-    for attempt in range(tries):
-        try:
-            return await slack_call(call)
-        except ChannelRateLimited as exc:
-            if attempt == tries - 1:
-                raise
-            await clock.sleep(exc.retry_after)
-        except ChannelUnavailable:
-            if attempt == tries - 1:
-                raise
-            await clock.sleep(0.5 * 2**attempt)
-    raise AssertionError("unreachable")
 
 
 class SlackSurface:
@@ -171,7 +155,7 @@ class SlackSurface:
     async def post(self, text: str, *, final: bool) -> str:
         client, body = self._slack.client, self._body(text, final)
         response = await slack_call(
-            lambda: client.chat_postMessage(
+            client.chat_postMessage(
                 channel=self._channel_id,
                 thread_ts=self._thread_ts,
                 text=body,
@@ -185,14 +169,12 @@ class SlackSurface:
 
     async def edit(self, message_id: str, text: str, *, final: bool) -> None:
         client, body = self._slack.client, self._body(text, final)
-        await slack_call(
-            lambda: client.chat_update(channel=self._channel_id, ts=message_id, text=body)
-        )
+        await slack_call(client.chat_update(channel=self._channel_id, ts=message_id, text=body))
 
     async def delete(self, message_id: str) -> None:
         try:
             await slack_call(
-                lambda: self._slack.client.chat_delete(channel=self._channel_id, ts=message_id)
+                self._slack.client.chat_delete(channel=self._channel_id, ts=message_id)
             )
         except ChannelRefused as exc:
             if exc.code != "message_not_found":
@@ -247,14 +229,17 @@ class SlackResponder:
         client, clock = self._slack.client, self._slack.clock
 
         async def show(req: ApprovalRequest) -> PromptRef:
-            response = await patient_call(
-                lambda: client.chat_postMessage(
-                    channel=self._channel_id,
-                    thread_ts=self._thread_ts,
-                    text=f"Approval needed: {escape(req.reason)}",
-                    blocks=approval_blocks(req),
+            response = await call_with_retry(
+                lambda: slack_call(
+                    client.chat_postMessage(
+                        channel=self._channel_id,
+                        thread_ts=self._thread_ts,
+                        text=f"Approval needed: {escape(req.reason)}",
+                        blocks=approval_blocks(req),
+                    )
                 ),
-                clock,
+                clock=clock,
+                what="slack approval prompt",
             )
             return PromptRef(self._channel_id, str(response["ts"]))
 
@@ -416,7 +401,9 @@ class SlackChannel:
 
     async def _checked(self, what: str, token_env: str, call: Callable[[], Awaitable[T]]) -> T:
         try:
-            return await patient_call(call, self.clock)
+            return await call_with_retry(
+                lambda: slack_call(call()), clock=self.clock, what=f"slack {what}"
+            )
         except ChannelError as exc:
             raise ChannelError(f"slack {what} failed: {_why(exc)} (check {token_env})") from exc
 
@@ -635,13 +622,16 @@ class SlackChannel:
         if not inbound.is_dm and command_name not in CHANNEL_WIDE:
             # In a channel every conversation is a thread: a slash command typed at channel
             # level cannot say which one it means.
-            await patient_call(
-                lambda: self.client.chat_postEphemeral(
-                    channel=channel_id,
-                    user=inbound.user_id,
-                    text=f"Type `!{command_name}` in the thread you mean.",
+            await call_with_retry(
+                lambda: slack_call(
+                    self.client.chat_postEphemeral(
+                        channel=channel_id,
+                        user=inbound.user_id,
+                        text=f"Type `!{command_name}` in the thread you mean.",
+                    )
                 ),
-                self.clock,
+                clock=self.clock,
+                what="slack chat.postEphemeral",
             )
             return
         responder = SlackResponder(
@@ -673,11 +663,14 @@ class SlackChannel:
             else "This request is no longer waiting for an answer."
         )
         thread_ts = (body.get("message") or {}).get("thread_ts")
-        await patient_call(
-            lambda: self.client.chat_postEphemeral(
-                channel=channel_id, user=user_id, text=note, thread_ts=thread_ts
+        await call_with_retry(
+            lambda: slack_call(
+                self.client.chat_postEphemeral(
+                    channel=channel_id, user=user_id, text=note, thread_ts=thread_ts
+                )
             ),
-            self.clock,
+            clock=self.clock,
+            what="slack chat.postEphemeral",
         )
 
     async def settle_prompt(self, request: ApprovalRequest, outcome: str) -> None:
@@ -685,14 +678,17 @@ class SlackChannel:
         prompt = request.prompt
         if prompt is None:
             return
-        await patient_call(
-            lambda: self.client.chat_update(
-                channel=prompt.channel_id,
-                ts=prompt.message_id,
-                text=escape(outcome),
-                blocks=approval_blocks(request, outcome=outcome),
+        await call_with_retry(
+            lambda: slack_call(
+                self.client.chat_update(
+                    channel=prompt.channel_id,
+                    ts=prompt.message_id,
+                    text=escape(outcome),
+                    blocks=approval_blocks(request, outcome=outcome),
+                )
             ),
-            self.clock,
+            clock=self.clock,
+            what="slack approval settle",
         )
 
     async def _learn_name(self, user_id: str) -> None:
@@ -727,7 +723,7 @@ class SlackChannel:
             )
 
     async def _fetch_name(self, user_id: str) -> str:
-        info = await slack_call(lambda: self.client.users_info(user=user_id))
+        info = await slack_call(self.client.users_info(user=user_id))
         user = info.get("user") or {}
         profile = user.get("profile") or {}
         name = str(
@@ -738,10 +734,14 @@ class SlackChannel:
 
     async def _react(self, channel_id: str, ts: str, name: str) -> None:
         try:
-            await patient_call(
-                lambda: self.client.reactions_add(channel=channel_id, timestamp=ts, name=name),
-                self.clock,
-                tries=2,
+            await call_with_retry(
+                lambda: slack_call(
+                    self.client.reactions_add(channel=channel_id, timestamp=ts, name=name)
+                ),
+                clock=self.clock,
+                attempts=2,  # a receipt, not worth holding on to
+                rate_limits=1,
+                what="slack reactions.add",
             )
         except ChannelError as exc:
             log.debug("slack: no ack reaction (%s)", type(exc).__name__)

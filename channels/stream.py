@@ -6,7 +6,10 @@ edit and delete messages; the adapter maps its platform's errors onto `core.erro
 trouble) and `ChannelRefused`. Anything else a surface raises counts as a refusal too.
 
 `ReplyStreamer` turns the agent's text deltas into that post-then-edit sequence and makes
-sure the final text arrives whatever happened to the intermediate edits.
+sure the final text arrives whatever happened to the intermediate edits: calls for the
+final text are retried by `channels.retry.call_with_retry`; an intermediate edit is tried
+once (a later one shows newer text), though a 429 still silences the stream for its
+`retry_after`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from functools import partial
 from types import TracebackType
 from typing import Protocol, TypeVar
 
+from channels.retry import call_with_retry
 from channels.text import split_message
 from core.chat import SILENT_REPLIES, is_silent
 from core.clock import Clock, SystemClock
@@ -34,11 +38,6 @@ from core.events import LoopEvent, StreamRestarted, TextDelta
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-BACKOFF = (0.5, 1.0, 2.0, 4.0)
-"""Waits between tries after a `ChannelUnavailable` (so five tries in all)."""
-MAX_RATE_LIMITS = 10
-"""Consecutive 429s after which a final post is given up."""
 
 
 class Surface(Protocol):
@@ -107,35 +106,27 @@ class EditBudget:
 async def _call(
     op: Callable[[], Awaitable[T]], clock: Clock, budget: EditBudget | None, what: str
 ) -> T:
-    """Run one platform call with the retry rules: a 429 waits `retry_after` and retries,
-    unavailability retries with backoff; raises `DeliveryFailed` when it cannot succeed,
-    `ChannelRefused` when the platform refused outright (whatever the surface raised)."""
-    tries = limited = 0
-    while True:
+    """Run one platform call under `call_with_retry` (each try within `budget`); raises
+    `DeliveryFailed` when the retries run out, `ChannelRefused` when the platform refused
+    outright (whatever the surface raised)."""
+
+    async def once() -> T:
         if budget is not None:
             await budget.acquire()
         try:
-            try:
-                return await op()
-            finally:
-                if budget is not None:
-                    budget.landed()
-        except ChannelRateLimited as exc:
-            limited += 1
-            if limited > MAX_RATE_LIMITS:
-                raise DeliveryFailed(f"{what}: still rate limited") from exc
-            log.info("%s rate limited; waiting %.1f s", what, exc.retry_after)
-            await clock.sleep(max(exc.retry_after, 0.0))
-        except ChannelUnavailable as exc:
-            if tries >= len(BACKOFF):
-                raise DeliveryFailed(f"{what} failed {tries + 1} times: {exc}") from exc
-            log.info("%s failed (%s); retrying", what, exc)
-            await clock.sleep(BACKOFF[tries])
-            tries += 1
-        except ChannelRefused:
+            return await op()
+        except ChannelError:
             raise
         except Exception as exc:
             raise ChannelRefused(f"{what} refused: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if budget is not None:
+                budget.landed()
+
+    try:
+        return await call_with_retry(once, clock=clock, what=what)
+    except (ChannelRateLimited, ChannelUnavailable) as exc:
+        raise DeliveryFailed(f"{what} failed: {exc}") from exc
 
 
 async def _post_final(surface: Surface, text: str, clock: Clock, budget: EditBudget | None) -> str:

@@ -68,6 +68,7 @@ from telegram.ext import (
 from channels.approvals import Approvals, approval_button_id, parse_approval_button
 from channels.gate import Gate
 from channels.inbound import telegram_markdown
+from channels.retry import call_with_retry
 from channels.stream import ReplyStreamer, Typing, deliver
 from channels.text import to_telegram_html
 from core.chat import (
@@ -104,7 +105,7 @@ _ALIASES = {"start": "help"}  # Telegram clients send /start when a user opens t
 _PROMPT_SUMMARY_LIMIT = 3000
 POLL_TIMEOUT = timedelta(seconds=10)  # long poll
 HANDOVER_WAIT = 1.0  # seconds to wait for unfinished hand-overs before polling again
-MAX_POLL_BACKOFF = 30.0
+POLL_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # waits while getUpdates fails; 30 s repeats
 _T = TypeVar("_T")
 
 
@@ -452,25 +453,15 @@ class TelegramChannel:
         hand-over in one chat holds back the confirmation, not the other chats.
         """
         handovers = self._handovers
-        backoff = 0.0
         while True:
-            try:
-                updates = await telegram_call(
-                    self.app.bot.get_updates(
-                        offset=self._offset,
-                        timeout=timedelta(0) if handovers else POLL_TIMEOUT,
-                        allowed_updates=list(ALLOWED_UPDATES),
-                    )
-                )
-            except ChannelRateLimited as exc:
-                await self.clock.sleep(exc.retry_after)
-                continue
-            except ChannelError as exc:
-                backoff = min(max(backoff * 2, 1.0), MAX_POLL_BACKOFF)
-                log.warning("telegram: getUpdates failed (%s); again in %.0f s", exc, backoff)
-                await self.clock.sleep(backoff)
-                continue
-            backoff = 0.0
+            updates = await call_with_retry(
+                self._fetch_updates,
+                clock=self.clock,
+                attempts=None,  # polling goes on until stopped, however long Telegram is away
+                backoff=POLL_BACKOFF,
+                rate_limits=None,
+                what="telegram getUpdates",
+            )
             for update in updates:
                 if update.update_id not in handovers:
                     handovers[update.update_id] = await self._dispatch(update)
@@ -479,6 +470,20 @@ class TelegramChannel:
                 await asyncio.wait(unfinished, timeout=HANDOVER_WAIT)
             if not self._advance(handovers):
                 await self.clock.sleep(HANDOVER_WAIT)  # a failed hand-over: retry it calmly
+
+    async def _fetch_updates(self) -> tuple[Update, ...]:
+        """One `getUpdates` from the offset. A refusal counts as an outage here: Telegram
+        answers 409 while a webhook or another poller holds the updates, which passes."""
+        try:
+            return await telegram_call(
+                self.app.bot.get_updates(
+                    offset=self._offset,
+                    timeout=timedelta(0) if self._handovers else POLL_TIMEOUT,
+                    allowed_updates=list(ALLOWED_UPDATES),
+                )
+            )
+        except ChannelRefused as exc:
+            raise ChannelUnavailable(str(exc)) from exc
 
     def _advance(self, handovers: dict[int, asyncio.Future[None]]) -> bool:
         """Move the offset past the updates taken in, up to the first that is not; False
@@ -664,8 +669,12 @@ class TelegramChannel:
                     ]
                 ]
             )
-            message = await self._retrying(
-                lambda: bot.send_message(text=text, reply_markup=buttons, **place.kwargs())
+            message = await call_with_retry(
+                lambda: telegram_call(
+                    bot.send_message(text=text, reply_markup=buttons, **place.kwargs())
+                ),
+                clock=self.clock,
+                what="telegram approval prompt",
             )
             return PromptRef(str(place.chat_id), str(message.message_id), text)
 
@@ -678,28 +687,19 @@ class TelegramChannel:
         if prompt is None:
             return
         try:
-            await self._retrying(
-                lambda: self.app.bot.edit_message_text(
-                    f"{prompt.text}\n\n{outcome}",
-                    chat_id=int(prompt.channel_id),
-                    message_id=int(prompt.message_id),
-                )
+            await call_with_retry(
+                lambda: telegram_call(
+                    self.app.bot.edit_message_text(
+                        f"{prompt.text}\n\n{outcome}",
+                        chat_id=int(prompt.channel_id),
+                        message_id=int(prompt.message_id),
+                    )
+                ),
+                clock=self.clock,
+                what="telegram approval settle",
             )
         except ChannelError as exc:
             log.warning("telegram: could not settle approval prompt %s: %s", request.id, exc)
-
-    async def _retrying(self, call: Callable[[], Awaitable[_T]], attempts: int = 5) -> _T:
-        """A Bot API call with the streamer's rules: wait out 429, retry transient errors."""
-        for attempt in range(attempts):
-            try:
-                return await telegram_call(call())
-            except ChannelRateLimited as exc:
-                await self.clock.sleep(exc.retry_after)
-            except ChannelUnavailable:
-                if attempt == attempts - 1:
-                    raise
-                await self.clock.sleep(0.5 * 2**attempt)
-        return await telegram_call(call())
 
     async def _on_callback(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         query = update.callback_query

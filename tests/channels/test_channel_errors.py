@@ -60,7 +60,7 @@ async def test_slack_429_is_rate_limited_with_its_retry_after(
     fake, channel = slack
     fake.fail_next("chat.postMessage", 429, retry_after=7)
     with pytest.raises(ChannelRateLimited) as caught:
-        await slack_call(lambda: channel.client.chat_postMessage(channel="C1", text="hi"))
+        await slack_call(channel.client.chat_postMessage(channel="C1", text="hi"))
     assert caught.value.retry_after == 7.0
 
 
@@ -68,7 +68,7 @@ async def test_slack_5xx_is_unavailable(slack: tuple[FakeSlack, SlackChannel]) -
     fake, channel = slack
     fake.fail_next("chat.update", 503)
     with pytest.raises(ChannelUnavailable):
-        await slack_call(lambda: channel.client.chat_update(channel="C1", ts="1.0", text="hi"))
+        await slack_call(channel.client.chat_update(channel="C1", ts="1.0", text="hi"))
 
 
 @pytest.mark.parametrize(("status", "code"), [(200, "channel_not_found"), (403, "not_allowed")])
@@ -78,7 +78,7 @@ async def test_slack_error_answers_are_refusals_with_slacks_code(
     fake, channel = slack
     fake.fail_next("chat.postMessage", status, error=code)
     with pytest.raises(ChannelRefused) as caught:
-        await slack_call(lambda: channel.client.chat_postMessage(channel="C1", text="hi"))
+        await slack_call(channel.client.chat_postMessage(channel="C1", text="hi"))
     assert (caught.value.status, caught.value.code) == (status, code)
 
 
