@@ -59,12 +59,14 @@ os.environ.setdefault("PTB_TIMEDELTA", "1")  # as tests/conftest.py: PTB's datet
 
 from channels import discord as discord_adapter  # noqa: E402
 from channels.discord import DiscordChannel  # noqa: E402
+from channels.discord_config import DiscordConfig  # noqa: E402
 from channels.slack import LIMIT_BYTES, SlackChannel, slack_size  # noqa: E402
+from channels.slack_config import SlackConfig  # noqa: E402
 from channels.telegram import MESSAGE_LIMIT as TELEGRAM_LIMIT  # noqa: E402
 from channels.telegram import TelegramChannel  # noqa: E402
+from channels.telegram_config import TelegramConfig  # noqa: E402
 from channels.text import split_message, to_discord, to_slack_mrkdwn, to_telegram_html  # noqa: E402
 from core.agent import Agent  # noqa: E402
-from core.config import DiscordConfig, SlackConfig, TelegramConfig  # noqa: E402
 from core.tokens import TokenCounter  # noqa: E402
 from tests.agentkit import running_agent  # noqa: E402
 from tests.fakes import discord as fake_discord  # noqa: E402

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from bot.config import ParleyConfig
 from core.agent import Agent
 from core.chat import ConversationKey, Responder
-from core.config import ParleyConfig
 from core.context import ContextManager, provider_summarizer
 from core.conversation import Conversation
 from core.errors import ConfigError
@@ -265,7 +265,7 @@ class App:
         if either file is invalid. Channels and jobs are set up at start: changing those
         needs a restart.
         """
-        from core.config import load_config
+        from bot.config import load_config
 
         if self.config.source is None:
             raise ConfigError("(file)", "the configuration was not read from a file", "restart")

@@ -94,7 +94,7 @@ def _fail(message: str, code: int = EXIT_CONFIG) -> int:
 
 def _build_app(config_path: Path) -> App:
     from bot.app import App, build_registry
-    from core.config import load_config
+    from bot.config import load_config
 
     config = load_config(config_path)
     environ = dict(os.environ)

@@ -6,8 +6,8 @@ import datetime as dt
 import json
 import sys
 
+from bot.config import ParleyConfig
 from core.agent import parse_conv
-from core.config import ParleyConfig
 from core.journal import RunJournal
 from core.store import RunRow, Store
 

@@ -27,8 +27,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
+from channels.gate import AccessConfig
 from core.chat import ApprovalRequest, DeliveryError, is_silent
-from core.config import AccessConfig, JobConfig
+from core.config import JobConfig
 from core.errors import ConfigError
 from core.events import LoopEvent
 from core.store import Store

@@ -27,6 +27,7 @@ import aiohttp
 import yarl
 
 from channels.approvals import Approvals, approval_button_id, duration_text, parse_approval_button
+from channels.discord_config import DiscordConfig
 from channels.gate import Gate
 from channels.inbound import discord_markdown
 from channels.retry import call_with_retry
@@ -42,7 +43,6 @@ from core.chat import (
 )
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE
-from core.config import DiscordConfig
 from core.errors import (
     ChannelError,
     ChannelRateLimited,

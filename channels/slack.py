@@ -50,6 +50,7 @@ from channels.approvals import Approvals, approval_button_id, parse_approval_but
 from channels.gate import Gate
 from channels.inbound import slack_markdown, slack_user_ids
 from channels.retry import call_with_retry
+from channels.slack_config import SlackConfig
 from channels.stream import ReplyStreamer, deliver
 from channels.text import split_message, to_slack_mrkdwn, utf8_len
 from core.chat import (
@@ -62,7 +63,6 @@ from core.chat import (
 )
 from core.clock import Clock, SystemClock
 from core.command_table import CHANNEL_WIDE, COMMANDS, parse_command
-from core.config import SlackConfig
 from core.errors import (
     ChannelError,
     ChannelRateLimited,

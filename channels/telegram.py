@@ -70,6 +70,7 @@ from channels.gate import Gate
 from channels.inbound import telegram_markdown
 from channels.retry import call_with_retry
 from channels.stream import ReplyStreamer, Typing, deliver
+from channels.telegram_config import TelegramConfig
 from channels.text import to_telegram_html
 from core.chat import (
     AgentPort,
@@ -84,7 +85,6 @@ from core.chat import (
 )
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE, COMMANDS, parse_command
-from core.config import TelegramConfig
 from core.errors import (
     ChannelError,
     ChannelRateLimited,

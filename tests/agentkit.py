@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.app import App, build_registry
+from bot.config import ParleyConfig, parse_config
 from core.agent import Agent
 from core.chat import ApprovalRequest, Inbound
-from core.config import ParleyConfig, parse_config
 from core.errors import DeliveryFailed
 from core.events import LoopEvent, TextDelta
 from tests.fakes.llm import FakeLLM

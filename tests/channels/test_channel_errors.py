@@ -12,9 +12,10 @@ from telegram import Bot
 
 from channels import discord as discord_adapter
 from channels.discord import discord_call, point_library_at
+from channels.discord_config import DiscordConfig
 from channels.slack import SlackChannel, slack_call
+from channels.slack_config import SlackConfig
 from channels.telegram import telegram_call
-from core.config import DiscordConfig, SlackConfig
 from core.errors import (
     ChannelError,
     ChannelRateLimited,

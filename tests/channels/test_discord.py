@@ -15,11 +15,11 @@ import pytest
 
 from channels import discord as adapter
 from channels.discord import DiscordChannel
+from channels.discord_config import DiscordConfig
 from channels.text import split_message, to_discord
 from core.chat import Inbound, Responder
 from core.clock import Clock, FakeClock
 from core.command_table import COMMANDS
-from core.config import DiscordConfig
 from core.errors import ChannelError, ConfigError
 from core.events import TextDelta
 from tests.agentkit import running_agent

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from channels.gate import Gate
+from channels.gate import AccessConfig, Gate
 from core.chat import Inbound
 from core.clock import FakeClock
-from core.config import AccessConfig
 
 
 def msg(

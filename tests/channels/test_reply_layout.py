@@ -15,10 +15,12 @@ import pytest
 
 from channels import discord as discord_adapter
 from channels.discord import DiscordChannel
+from channels.discord_config import DiscordConfig
 from channels.slack import SlackChannel
+from channels.slack_config import SlackConfig
 from channels.telegram import TelegramChannel
+from channels.telegram_config import TelegramConfig
 from core.chat import Inbound, Responder
-from core.config import DiscordConfig, SlackConfig, TelegramConfig
 from core.events import TextDelta
 from tests.fakes.discord import DM_CHANNEL_ID, TOKEN, USER, FakeDiscord
 from tests.fakes.slack import FakeSlack

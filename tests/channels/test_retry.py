@@ -12,9 +12,9 @@ from telegram import Bot
 
 from channels.retry import ATTEMPTS, BACKOFF, MAX_RATE_LIMITS, call_with_retry
 from channels.slack import SlackChannel, slack_call
+from channels.slack_config import SlackConfig
 from channels.telegram import telegram_call
 from core.clock import FakeClock
-from core.config import SlackConfig
 from core.errors import ChannelRateLimited, ChannelRefused, ChannelUnavailable
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram

@@ -18,10 +18,10 @@ from channels.slack import (
     SlackChannel,
     slack_size,
 )
+from channels.slack_config import SlackConfig
 from channels.text import split_message, to_slack_mrkdwn, utf8_len
 from core.chat import AgentPort, Inbound, Responder
 from core.clock import FakeClock
-from core.config import SlackConfig
 from core.errors import ChannelError, ConfigError, StoreError
 from tests.agentkit import running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from channels.telegram import MESSAGE_LIMIT, TelegramChannel
+from channels.telegram_config import TelegramConfig
 from channels.text import split_message, to_telegram_html
 from core.agent import Agent
 from core.chat import Inbound, Responder
 from core.clock import FakeClock, SystemClock
 from core.command_table import COMMAND_TABLE
-from core.config import TelegramConfig
 from core.errors import ConfigError, StoreError
 from core.events import TextDelta
 from tests.agentkit import running_agent
