@@ -73,8 +73,10 @@ def _setup_logging(args: argparse.Namespace) -> str | None:
         stream=sys.stderr,
     )
     if level != "debug":  # the libraries' info lines (every HTTP request) are noise here
-        for name in ("httpx", "httpcore", "discord", "telegram", "apscheduler", "slack_bolt",
-                     "slack_sdk", "aiohttp", "hpack"):  # fmt: skip
+        from channels import PLATFORMS
+
+        sdks = [name for platform in PLATFORMS.values() for name in platform.loggers]
+        for name in ("httpx", "httpcore", "apscheduler", "aiohttp", "hpack", *sdks):
             logging.getLogger(name).setLevel(logging.WARNING)
     return problem
 

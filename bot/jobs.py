@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
+from channels import PLATFORMS, target_examples
 from channels.gate import AccessConfig
 from core.chat import ApprovalRequest, DeliveryError, is_silent
 from core.config import JobConfig
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TARGET_TYPES = ("slack", "telegram", "discord")
+TARGET_TYPES = tuple(PLATFORMS)
 _TICK = timedelta(microseconds=1)
 _CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
@@ -288,7 +289,7 @@ class Scheduler:
             raise self._error(
                 key,
                 f"job `{job.name}`: `{job.channel}` is not a delivery target",
-                "write `slack:CHANNEL_ID`, `telegram:CHAT_ID` or `discord:CHANNEL_ID`",
+                f"write {target_examples()}",
             )
         kind, ident = target
         access: AccessConfig = getattr(self.app.config.channels, kind)

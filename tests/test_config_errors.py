@@ -3,16 +3,20 @@ their adapters: the same key, problem and fix. And core's configuration names no
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bot.config import ParleyConfig, parse_config
+from channels import PLATFORMS
 from channels.discord_config import DiscordConfig
 from channels.slack_config import SlackConfig
 from channels.telegram_config import TelegramConfig
 from core.errors import ConfigError
+from tests.process import REPO
 
 BASE: dict[str, Any] = {
     "default_provider": "p",
@@ -91,6 +95,26 @@ def test_each_platform_section_is_its_adapters_settings() -> None:
     assert isinstance(config.channels.telegram, TelegramConfig)
     assert not config.channels.telegram.enabled
     assert isinstance(config.channels.discord, DiscordConfig)
+
+
+def test_every_registered_platform_has_its_section_and_nothing_else_does() -> None:
+    config = parse_config(BASE | {"channels": {"discord": {"enabled": True}}})
+    assert list(config.model_dump()["channels"]) == list(PLATFORMS)
+    for name, platform in PLATFORMS.items():
+        assert type(config.channel(name)) is platform.settings
+        assert config.channel(name).enabled == (name == "discord")
+
+
+def test_reading_the_configuration_imports_no_platform_sdk() -> None:
+    code = (
+        "import sys\n"
+        "import bot.config, bot.run\n"
+        "print([m for m in ('discord', 'slack_bolt', 'slack_sdk', 'telegram') if m in sys.modules])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert result.stdout.strip() == "[]"
 
 
 def test_core_configuration_names_no_platform() -> None:
