@@ -125,6 +125,7 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         app.fallback_provider = provider_name
         agent = await app.open_agent(lambda key: responder if key[0] == "console" else None)
         try:
+            await agent.reconcile()  # (`parley run` reconciles once for every channel)
             return await run_interactive(agent, reader, responder)
         finally:
             await app.close_agent(agent)

@@ -488,6 +488,11 @@ class Agent:
         await asyncio.wait({task})  # never raises; our own cancellation still propagates
         return True
 
+    async def cancel_running(self, key: ConversationKey) -> bool:
+        """`AgentPort.cancel_running`: `stop` the run of conversation `key`, if any."""
+        lane = self.lanes.get(key)
+        return lane is not None and await self.stop(lane)
+
     # --- autonomous goals ---------------------------------------------------------------
 
     def start_goal(self, lane: Lane, responder: Responder) -> None:

@@ -157,6 +157,11 @@ class AgentPort(Protocol):
         a channel tells its platform "received" only after this returns; if it raises, the
         message is not stored and the platform should deliver it again."""
 
+    async def cancel_running(self, key: ConversationKey) -> bool:
+        """Stop the run going on in conversation `key` as `/stop` does, but leave what is
+        queued (the console's Ctrl-C). True if a run was going on; one that is already
+        delivering its answer is let finish. Returns once the run has ended."""
+
     async def answer_approval(
         self, request_id: str, allow: bool, user_name: str
     ) -> ApprovalRequest | None:
