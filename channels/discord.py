@@ -10,6 +10,10 @@ a click on a prompt posted before a restart is still answered.
 
 discord.py has no endpoint option: `start()` points two class attributes at the
 configured REST root and gateway (process-wide, like the library itself).
+
+This module is the adapter's lifecycle, its gateway client and its handlers; beside it are
+the library's edge and its error mapping (`discord_api`), where answers go
+(`discord_reply`) and the settings (`discord_config`).
 """
 
 from __future__ import annotations
@@ -19,38 +23,23 @@ import contextlib
 import logging
 import re
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar, cast
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, cast
 
 import aiohttp
-import yarl
 
 from channels.approvals import Approvals, approval_button_id, duration_text, parse_approval_button
+from channels.discord_api import MAX_RATELIMIT_WAIT, discord_call, point_library_at
 from channels.discord_config import DiscordConfig
+from channels.discord_reply import DiscordResponder
 from channels.gate import Gate
 from channels.inbound import discord_markdown
 from channels.retry import call_with_retry
-from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
-from channels.text import to_discord
-from core.chat import (
-    AgentPort,
-    ApprovalRequest,
-    ConversationKey,
-    Inbound,
-    PromptRef,
-    ReplyStream,
-)
+from channels.stream import EditBudget
+from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, PromptRef
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE
-from core.errors import (
-    ChannelError,
-    ChannelRateLimited,
-    ChannelRefused,
-    ChannelUnavailable,
-    ConfigError,
-    DeliveryFailed,
-)
+from core.errors import ChannelError, ConfigError
 
 with warnings.catch_warnings():
     # discord.py imports `audioop` (voice support), deprecated since Python 3.11.
@@ -58,155 +47,17 @@ with warnings.catch_warnings():
     import discord
     from discord import app_commands
 
-__all__ = ["DiscordChannel", "discord_call", "point_library_at"]
+__all__ = ["DiscordChannel"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-MESSAGE_LIMIT = 2000
 EDITS_PER_WINDOW, EDIT_WINDOW = 5, 5.0  # Discord: 5 message edits per 5 s per channel
-TYPING_INTERVAL = 8.0  # the indicator lasts 10 s
 CONNECT_TIMEOUT = 30.0
 STOP_GRACE = 5.0  # inbound events still being handed to the agent at stop()
 # on_ready waits this long after the last GUILD_CREATE; nothing here needs on_ready.
 GUILD_READY_TIMEOUT = 0.5
-# Longer 429 waits are raised (as ChannelRateLimited) instead of slept inside discord.py,
-# so the reply streamer waits them out on our clock. discord.py's minimum is 30 s.
-MAX_RATELIMIT_WAIT = 30.0
 INTENTS = discord.Intents(guilds=True, guild_messages=True, dm_messages=True, message_content=True)
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
-
-
-def point_library_at(config: DiscordConfig) -> None:
-    """Aim discord.py's REST root and gateway at `config` (class attributes; no options)."""
-    route, websocket = discord.http.Route, discord.gateway.DiscordWebSocket
-    if not hasattr(route, "BASE") or not hasattr(websocket, "DEFAULT_GATEWAY"):
-        raise RuntimeError(
-            "discord.py no longer has Route.BASE / DiscordWebSocket.DEFAULT_GATEWAY; "
-            "the Discord channel cannot be pointed at its endpoints"
-        )
-    route.BASE = config.api_base_url.rstrip("/")
-    if config.gateway_url:
-        websocket.DEFAULT_GATEWAY = yarl.URL(config.gateway_url)
-
-
-@contextlib.contextmanager
-def library_endpoints_restored() -> Iterator[None]:
-    """Puts back what `point_library_at` changed, on exit (tests and benchmarks that run
-    several adapters in one process)."""
-    route, websocket = discord.http.Route, discord.gateway.DiscordWebSocket
-    base, gateway = route.BASE, websocket.DEFAULT_GATEWAY
-    try:
-        yield
-    finally:
-        route.BASE, websocket.DEFAULT_GATEWAY = base, gateway
-
-
-def _retry_after(exc: discord.HTTPException) -> float:
-    header = exc.response.headers.get("Retry-After") if exc.response is not None else None
-    try:
-        return float(header) if header else 5.0
-    except ValueError:
-        return 5.0
-
-
-async def discord_call(awaitable: Awaitable[T]) -> T:
-    """Await one discord.py call; its failures become channel errors (`core.errors`): 429
-    → `ChannelRateLimited`, 5xx and network trouble → `ChannelUnavailable`, any other
-    HTTP error → `ChannelRefused` with Discord's JSON error code."""
-    try:
-        return await awaitable
-    except discord.RateLimited as exc:  # a wait longer than MAX_RATELIMIT_WAIT
-        raise ChannelRateLimited(exc.retry_after) from exc
-    except discord.HTTPException as exc:
-        if exc.status == 429:  # no `Via` header: discord.py did not retry it
-            raise ChannelRateLimited(_retry_after(exc)) from exc
-        if exc.status >= 500:
-            raise ChannelUnavailable(f"Discord: HTTP {exc.status}") from exc
-        refusal = f"Discord refused the call: HTTP {exc.status} (code {exc.code}): {exc.text}"
-        code = str(exc.code) if exc.code else None
-        raise ChannelRefused(refusal, status=exc.status, code=code) from exc
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise ChannelUnavailable(f"Discord unreachable: {exc!r}") from exc
-
-
-class _Surface:
-    """One Discord channel, thread or DM as a `channels.stream.Surface`."""
-
-    limit = MESSAGE_LIMIT
-
-    def __init__(self, channel: Callable[[], discord.PartialMessageable]) -> None:
-        self._resolve = channel
-
-    @property
-    def _channel(self) -> discord.PartialMessageable:
-        try:
-            return self._resolve()
-        except ChannelError as exc:  # stopped: a post now is simply not delivered
-            raise DeliveryFailed(str(exc)) from exc
-
-    def measure(self, text: str) -> int:
-        return len(text)
-
-    async def post(self, text: str, *, final: bool) -> str:
-        content = to_discord(text) if final else text
-        try:
-            message = await discord_call(self._channel.send(content))
-        except ChannelRefused:
-            if content == text:
-                raise
-            message = await discord_call(self._channel.send(text))  # plain fallback
-        return str(message.id)
-
-    async def edit(self, message_id: str, text: str, *, final: bool) -> None:
-        content = to_discord(text) if final else text
-        partial = self._channel.get_partial_message(int(message_id))
-        try:
-            await discord_call(partial.edit(content=content))
-        except ChannelRefused:
-            if content == text:
-                raise
-            await discord_call(partial.edit(content=text))
-
-    async def delete(self, message_id: str) -> None:
-        try:
-            await discord_call(self._channel.get_partial_message(int(message_id)).delete())
-        except ChannelRefused as exc:
-            if exc.status != 404:  # already gone is fine
-                raise
-
-
-class _Responder:
-    """Posts into one Discord channel, thread or DM (`core.chat.Responder`)."""
-
-    def __init__(self, adapter: DiscordChannel, target: int) -> None:
-        self._adapter, self._target = adapter, target
-
-    def _surface(self) -> _Surface:
-        adapter, target = self._adapter, self._target
-        return _Surface(lambda: adapter.client().get_partial_messageable(target))
-
-    async def send(self, text: str) -> None:
-        await deliver(self._surface(), text, clock=self._adapter.clock)
-
-    def stream(self) -> ReplyStream:
-        adapter = self._adapter
-        return ReplyStreamer(
-            self._surface(),
-            clock=adapter.clock,
-            min_interval=adapter.config.edit_interval_seconds,
-            budget=adapter.edit_budget(self._target),
-            typing=self._send_typing,
-        )
-
-    async def approve(self, request: ApprovalRequest) -> bool:
-        return await self._adapter.ask_approval(self._target, request)
-
-    def typing(self) -> AbstractAsyncContextManager[None]:
-        return Typing(self._send_typing, interval=TYPING_INTERVAL, clock=self._adapter.clock)
-
-    async def _send_typing(self) -> None:
-        await discord_call(self._adapter.client().http.send_typing(self._target))
 
 
 class _Client(discord.Client):
@@ -354,13 +205,13 @@ class DiscordChannel:
             with contextlib.suppress(Exception):
                 await gateway
 
-    def responder(self, key: ConversationKey) -> _Responder:
+    def responder(self, key: ConversationKey) -> DiscordResponder:
         _, channel_id, thread_id = key
         try:
             target = int(thread_id or channel_id)
         except ValueError:
             raise ChannelError(f"not a Discord channel id: {thread_id or channel_id!r}") from None
-        return _Responder(self, target)
+        return DiscordResponder(self, target)
 
     def access(self) -> str:
         return self.config.who()
@@ -407,7 +258,7 @@ class DiscordChannel:
             return
         if thread is not None:
             self._threads.add(thread.id)
-        await self._agent.submit(inbound, _Responder(self, channel.id))
+        await self._agent.submit(inbound, DiscordResponder(self, channel.id))
 
     def _markdown(self, message: discord.Message, bot_id: int) -> str:
         """The message as the agent reads it: without the bot's own mention, other mentions
@@ -454,7 +305,7 @@ class DiscordChannel:
         except ChannelError as exc:
             log.warning("Discord: could not acknowledge /%s: %s", command.name, exc)
         if admitted:
-            await self._agent.submit(inbound, _Responder(self, interaction.channel_id))
+            await self._agent.submit(inbound, DiscordResponder(self, interaction.channel_id))
 
     async def on_button(self, interaction: discord.Interaction[_Client]) -> None:
         """An approval button: only approvers resolve it; anyone else is told privately."""

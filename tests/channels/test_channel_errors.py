@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from telegram import Bot
 
-from channels import discord as discord_adapter
-from channels.discord import discord_call, point_library_at
+from channels import discord_api
+from channels.discord_api import discord_call, point_library_at
 from channels.discord_config import DiscordConfig
-from channels.slack import SlackChannel, slack_call
+from channels.slack import SlackChannel
+from channels.slack_api import slack_call
 from channels.slack_config import SlackConfig
-from channels.telegram import telegram_call
+from channels.telegram_api import telegram_call
 from core.errors import (
     ChannelError,
     ChannelRateLimited,
@@ -138,7 +139,7 @@ async def test_telegram_4xx_is_a_refusal_with_its_status_and_description(
 
 @pytest.fixture
 def _restore_discord_endpoints() -> Iterator[None]:
-    with discord_adapter.library_endpoints_restored():
+    with discord_api.library_endpoints_restored():
         yield
 
 
@@ -150,7 +151,7 @@ async def discord_client(
         point_library_at(DiscordConfig(api_base_url=fake.url, gateway_url=fake.gateway_url))
         client = discord.Client(
             intents=discord.Intents.none(),
-            max_ratelimit_timeout=discord_adapter.MAX_RATELIMIT_WAIT,  # as the adapter's client
+            max_ratelimit_timeout=discord_api.MAX_RATELIMIT_WAIT,  # as the adapter's client
         )
         await client.login(TOKEN)  # REST only: no gateway needed
         try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from channels import discord as adapter
+from channels import discord_api
 from channels.discord import DiscordChannel
 from channels.discord_config import DiscordConfig
 from channels.text import split_message, to_discord
@@ -43,7 +43,7 @@ POSTS = ("create_message", "edit_message")
 @pytest.fixture(autouse=True)
 def _restore_discord_endpoints() -> Any:
     """The adapter points discord.py's class attributes at the fake; put them back."""
-    with adapter.library_endpoints_restored():
+    with discord_api.library_endpoints_restored():
         yield
 
 

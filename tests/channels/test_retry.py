@@ -11,9 +11,10 @@ import pytest
 from telegram import Bot
 
 from channels.retry import ATTEMPTS, BACKOFF, MAX_RATE_LIMITS, call_with_retry
-from channels.slack import SlackChannel, slack_call
+from channels.slack import SlackChannel
+from channels.slack_api import slack_call
 from channels.slack_config import SlackConfig
-from channels.telegram import telegram_call
+from channels.telegram_api import telegram_call
 from core.clock import FakeClock
 from core.errors import ChannelRateLimited, ChannelRefused, ChannelUnavailable
 from tests.fakes.slack import FakeSlack

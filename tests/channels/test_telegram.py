@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from channels.telegram import MESSAGE_LIMIT, TelegramChannel
+from channels.telegram import TelegramChannel
 from channels.telegram_config import TelegramConfig
+from channels.telegram_reply import MESSAGE_LIMIT
 from channels.text import split_message, to_telegram_html
 from core.agent import Agent
 from core.chat import Inbound, Responder
