@@ -84,9 +84,9 @@ from benchmarks.loop_overhead import (  # noqa: E402
     raw_call,
 )
 from bot.app import App, build_registry  # noqa: E402
+from bot.config import parse_config  # noqa: E402
 from core.agent import Agent  # noqa: E402
 from core.chat import Inbound  # noqa: E402
-from core.config import parse_config  # noqa: E402
 from core.events import LoopEvent  # noqa: E402
 from core.providers import build_provider  # noqa: E402
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply  # noqa: E402

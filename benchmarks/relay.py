@@ -58,13 +58,17 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("PTB_TIMEDELTA", "1")  # as tests/conftest.py: PTB's datetime warning
 
 from channels import discord as discord_adapter  # noqa: E402
+from channels import discord_api, discord_reply  # noqa: E402
 from channels.discord import DiscordChannel  # noqa: E402
-from channels.slack import LIMIT_BYTES, SlackChannel, slack_size  # noqa: E402
-from channels.telegram import MESSAGE_LIMIT as TELEGRAM_LIMIT  # noqa: E402
+from channels.discord_config import DiscordConfig  # noqa: E402
+from channels.slack import SlackChannel  # noqa: E402
+from channels.slack_api import LIMIT_BYTES, slack_size  # noqa: E402
+from channels.slack_config import SlackConfig  # noqa: E402
 from channels.telegram import TelegramChannel  # noqa: E402
+from channels.telegram_config import TelegramConfig  # noqa: E402
+from channels.telegram_reply import MESSAGE_LIMIT as TELEGRAM_LIMIT  # noqa: E402
 from channels.text import split_message, to_discord, to_slack_mrkdwn, to_telegram_html  # noqa: E402
 from core.agent import Agent  # noqa: E402
-from core.config import DiscordConfig, SlackConfig, TelegramConfig  # noqa: E402
 from core.context.tokens import TokenCounter  # noqa: E402
 from tests.agentkit import running_agent  # noqa: E402
 from tests.fakes import discord as fake_discord  # noqa: E402
@@ -368,9 +372,9 @@ async def slack(answer: str, tmp: Path) -> Result:
 
 
 async def discord(answer: str, tmp: Path) -> Result:
-    expected = [to_discord(p) for p in split_message(answer, discord_adapter.MESSAGE_LIMIT)]
+    expected = [to_discord(p) for p in split_message(answer, discord_reply.MESSAGE_LIMIT)]
     dm = fake_discord.DM_CHANNEL_ID
-    with discord_adapter.library_endpoints_restored():
+    with discord_api.library_endpoints_restored():
         async with (
             fake_discord.FakeDiscord() as fake,
             agent_and_llm(answer, tmp) as (

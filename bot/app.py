@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from bot.config import ParleyConfig
 from core.agent import Agent
 from core.chat import ConversationKey, Responder
-from core.config import ParleyConfig, StoreConfig
+from core.config import StoreConfig
 from core.context.manager import ContextManager
 from core.context.summarize import provider_summarizer
 from core.context.tokens import TokenCounter
@@ -277,7 +278,7 @@ class App:
         if either file is invalid. Channels and jobs are set up at start: changing those
         needs a restart.
         """
-        from core.config import load_config
+        from bot.config import load_config
 
         if self.config.source is None:
             raise ConfigError("(file)", "the configuration was not read from a file", "restart")

@@ -73,8 +73,10 @@ def _setup_logging(args: argparse.Namespace) -> str | None:
         stream=sys.stderr,
     )
     if level != "debug":  # the libraries' info lines (every HTTP request) are noise here
-        for name in ("httpx", "httpcore", "discord", "telegram", "apscheduler", "slack_bolt",
-                     "slack_sdk", "aiohttp", "hpack"):  # fmt: skip
+        from channels import PLATFORMS
+
+        sdks = [name for platform in PLATFORMS.values() for name in platform.loggers]
+        for name in ("httpx", "httpcore", "apscheduler", "aiohttp", "hpack", *sdks):
             logging.getLogger(name).setLevel(logging.WARNING)
     return problem
 
@@ -94,7 +96,7 @@ def _fail(message: str, code: int = EXIT_CONFIG) -> int:
 
 def _build_app(config_path: Path) -> App:
     from bot.app import App, build_registry
-    from core.config import load_config
+    from bot.config import load_config
 
     config = load_config(config_path)
     environ = dict(os.environ)
@@ -123,6 +125,7 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         app.fallback_provider = provider_name
         agent = await app.open_agent(lambda key: responder if key[0] == "console" else None)
         try:
+            await agent.reconcile()  # (`parley run` reconciles once for every channel)
             return await run_interactive(agent, reader, responder)
         finally:
             await app.close_agent(agent)

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Mapping
 
 from bot.app import open_configured_store
+from bot.config import ParleyConfig
 from core.agent import parse_conv
-from core.config import ParleyConfig
 from core.journal import RunJournal
 from core.store import RunRow, Store
 

@@ -27,8 +27,10 @@ from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped
 
 from bot.app import open_configured_store
 from bot.schedules import TICK, build_trigger, job_zone, latest_fire, parse_target
+from channels import target_examples
+from channels.gate import AccessConfig
 from core.chat import DeliveryError, is_silent
-from core.config import AccessConfig, JobConfig
+from core.config import JobConfig
 from core.errors import ConfigError
 from core.lane import RunReport
 from core.store import Store
@@ -170,7 +172,7 @@ class Scheduler:
             raise self._error(
                 key,
                 f"job `{job.name}`: `{job.channel}` is not a delivery target",
-                "write `slack:CHANNEL_ID`, `telegram:CHAT_ID` or `discord:CHANNEL_ID`",
+                f"write {target_examples()}",
             )
         kind, ident = target
         access: AccessConfig = getattr(self.app.config.channels, kind)

@@ -6,35 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import signal
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from channels import PLATFORMS
 from core.chat import ConversationKey, Responder
 
 if TYPE_CHECKING:
     from bot.app import App
     from channels.base import Channel
 
-ADAPTERS = {
-    "telegram": ("channels.telegram", "TelegramChannel"),
-    "slack": ("channels.slack", "SlackChannel"),
-    "discord": ("channels.discord", "DiscordChannel"),
-}
 SHUTDOWN_GRACE = 20.0
 
 
 def build_channels(app: App) -> dict[str, Channel]:
-    """The enabled platform adapters (imported only when enabled)."""
+    """The enabled platform adapters (each SDK is imported only when its platform is)."""
     built: dict[str, Channel] = {}
-    for name, (module, cls) in ADAPTERS.items():
-        config = getattr(app.config.channels, name)
-        if not config.enabled:
-            continue
-        adapter: Any = getattr(importlib.import_module(module), cls)
-        built[name] = adapter(config, app.environ)
+    for name, platform in PLATFORMS.items():
+        settings = app.config.channel(name)
+        if settings.enabled:
+            built[name] = platform.build(settings, app.environ)
     return built
 
 

@@ -12,7 +12,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
-TARGET_TYPES = ("slack", "telegram", "discord")
+from channels import PLATFORMS
+
+TARGET_TYPES = tuple(PLATFORMS)
 TICK = timedelta(microseconds=1)
 _CRON_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 

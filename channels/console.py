@@ -15,10 +15,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator
-from typing import TextIO
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol, TextIO, runtime_checkable
 
-from core.agent import Agent, Lane
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, is_silent, valid_text
 from core.conversation import Conversation
 from core.errors import ContextLimitExceeded, ProviderError, StoreError
@@ -293,13 +292,40 @@ class ConsoleResponder:
         yield
 
 
-async def _settled(agent: Agent) -> Lane:
-    """The console's lane once nothing runs or waits in it."""
-    while True:
-        lane = await agent.lane(CONSOLE_KEY)
+class ConversationLane(Protocol):
+    """What the terminal reads of its conversation's lane in the agent: the tasks to wait
+    for before it shows the prompt."""
+
+    @property
+    def worker(self) -> asyncio.Task[None] | None:
+        """Takes the conversation's queued messages, one run after another."""
+
+    @property
+    def run_task(self) -> asyncio.Task[Any] | None:
+        """The run going on."""
+
+    @property
+    def idle(self) -> bool:
+        """Nothing runs, waits or is being taken in."""
+
+
+@runtime_checkable
+class ConsoleAgent(AgentPort, Protocol):
+    """The agent as the terminal needs it: what every channel needs (`AgentPort`, which
+    also stops a run on Ctrl-C), plus a look at its own conversation's lane, so that the
+    prompt shows only when the conversation is idle."""
+
+    @property
+    def lanes(self) -> Mapping[ConversationKey, ConversationLane]:
+        """The conversations in memory (an idle one may be missing)."""
+
+
+async def _settled(agent: ConsoleAgent) -> None:
+    """Until nothing runs or waits in the console's conversation."""
+    while (lane := agent.lanes.get(CONSOLE_KEY)) is not None:
         busy = [t for t in (lane.worker, lane.run_task) if t is not None and not t.done()]
         if not busy:
-            return lane
+            return
         await asyncio.wait(busy)
 
 
@@ -307,7 +333,7 @@ class _Prompt:
     """Shows `you> ` whenever the console's lane falls idle (never inside a streamed
     answer); input is read all the time regardless."""
 
-    def __init__(self, agent: Agent, renderer: ConsoleRenderer) -> None:
+    def __init__(self, agent: ConsoleAgent, renderer: ConsoleRenderer) -> None:
         self.agent, self.renderer = agent, renderer
         self._task: asyncio.Task[None] | None = None
 
@@ -334,24 +360,31 @@ def _log_failure(task: asyncio.Task[None]) -> None:
 
 
 async def run_interactive(
-    agent: Agent, reader: LineReader, responder: ConsoleResponder, *, handle_sigint: bool = True
+    agent: ConsoleAgent,
+    reader: LineReader,
+    responder: ConsoleResponder,
+    *,
+    handle_sigint: bool = True,
 ) -> int:
     """`parley chat`: a REPL over the durable agent. Input is read while a turn runs:
     messages queue, commands (`/stop`, `/status`, …) act at once; Ctrl-C stops the running
     turn, not the program. `/exit` or Ctrl-D quits once the queued messages are answered."""
     loop = asyncio.get_running_loop()
+    interrupts: set[asyncio.Task[None]] = set()
 
-    def on_sigint() -> None:
-        lane = agent.lanes.get(CONSOLE_KEY)
-        if lane is not None and lane.run_task is not None and not lane.run_task.done():
-            lane.run_task.cancel()  # a second Ctrl-C cancels again: force
-        else:
+    async def interrupt() -> None:
+        if not await agent.cancel_running(CONSOLE_KEY):
             sys.stderr.write(f"\n(type /exit or press Ctrl-D to quit)\n{PROMPT}")
             sys.stderr.flush()
 
+    def on_sigint() -> None:  # a second Ctrl-C while the run ends cancels it again: force
+        task = loop.create_task(interrupt(), name="console interrupt")
+        interrupts.add(task)
+        task.add_done_callback(interrupts.discard)
+        task.add_done_callback(_log_failure)
+
     if handle_sigint:
         loop.add_signal_handler(signal.SIGINT, on_sigint)
-        await agent.reconcile()  # `parley run` reconciles once for every channel
     sys.stderr.write(HELP + "\n")
     prompt = _Prompt(agent, responder.renderer)
     try:
@@ -379,6 +412,9 @@ async def run_interactive(
         await prompt.close()
         if handle_sigint:
             loop.remove_signal_handler(signal.SIGINT)
+        for task in list(interrupts):  # each only waits for the run it stopped to end
+            task.cancel()
+        await asyncio.gather(*interrupts, return_exceptions=True)
     return 0
 
 
@@ -409,7 +445,7 @@ class ConsoleChannel:
         responder = self._ensure_responder()
         reader = responder.approver.reader
         assert reader is not None
-        assert isinstance(agent, Agent)
+        assert isinstance(agent, ConsoleAgent), "the console needs its lane's state too"
 
         async def repl() -> int:
             try:

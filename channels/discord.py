@@ -10,6 +10,10 @@ a click on a prompt posted before a restart is still answered.
 
 discord.py has no endpoint option: `start()` points two class attributes at the
 configured REST root and gateway (process-wide, like the library itself).
+
+This module is the adapter's lifecycle, its gateway client and its handlers; beside it are
+the library's edge and its error mapping (`discord_api`), where answers go
+(`discord_reply`) and the settings (`discord_config`).
 """
 
 from __future__ import annotations
@@ -19,30 +23,22 @@ import contextlib
 import logging
 import re
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar, cast
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, cast
 
 import aiohttp
-import yarl
 
 from channels.approvals import Approvals, approval_button_id, duration_text, parse_approval_button
+from channels.discord_api import MAX_RATELIMIT_WAIT, discord_call, point_library_at
+from channels.discord_config import DiscordConfig
+from channels.discord_reply import DiscordResponder
 from channels.gate import Gate
 from channels.inbound import discord_markdown
-from channels.stream import EditBudget, RateLimited, ReplyStreamer, TransientError, Typing, deliver
-from channels.text import to_discord
-from core.chat import (
-    AgentPort,
-    ApprovalRequest,
-    ConversationKey,
-    DeliveryError,
-    Inbound,
-    PromptRef,
-    ReplyStream,
-)
+from channels.retry import call_with_retry
+from channels.stream import EditBudget
+from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, PromptRef
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE
-from core.config import DiscordConfig
 from core.errors import ChannelError, ConfigError
 
 with warnings.catch_warnings():
@@ -51,159 +47,17 @@ with warnings.catch_warnings():
     import discord
     from discord import app_commands
 
-__all__ = ["DiscordChannel", "DiscordRefused", "point_library_at"]
+__all__ = ["DiscordChannel"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-MESSAGE_LIMIT = 2000
 EDITS_PER_WINDOW, EDIT_WINDOW = 5, 5.0  # Discord: 5 message edits per 5 s per channel
-TYPING_INTERVAL = 8.0  # the indicator lasts 10 s
 CONNECT_TIMEOUT = 30.0
 STOP_GRACE = 5.0  # inbound events still being handed to the agent at stop()
 # on_ready waits this long after the last GUILD_CREATE; nothing here needs on_ready.
 GUILD_READY_TIMEOUT = 0.5
-# Longer 429 waits are raised (as RateLimited) instead of slept inside discord.py, so the
-# reply streamer waits them out on our clock. discord.py's minimum is 30 s.
-MAX_RATELIMIT_WAIT = 30.0
 INTENTS = discord.Intents(guilds=True, guild_messages=True, dm_messages=True, message_content=True)
 ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
-
-
-class DiscordRefused(ChannelError):
-    """Discord answered a call with a client error (4xx other than 429)."""
-
-    def __init__(self, status: int, code: int, text: str) -> None:
-        super().__init__(f"Discord refused the call: HTTP {status} (code {code}): {text}")
-        self.status, self.code = status, code
-
-
-def point_library_at(config: DiscordConfig) -> None:
-    """Aim discord.py's REST root and gateway at `config` (class attributes; no options)."""
-    route, websocket = discord.http.Route, discord.gateway.DiscordWebSocket
-    if not hasattr(route, "BASE") or not hasattr(websocket, "DEFAULT_GATEWAY"):
-        raise RuntimeError(
-            "discord.py no longer has Route.BASE / DiscordWebSocket.DEFAULT_GATEWAY; "
-            "the Discord channel cannot be pointed at its endpoints"
-        )
-    route.BASE = config.api_base_url.rstrip("/")
-    if config.gateway_url:
-        websocket.DEFAULT_GATEWAY = yarl.URL(config.gateway_url)
-
-
-@contextlib.contextmanager
-def library_endpoints_restored() -> Iterator[None]:
-    """Puts back what `point_library_at` changed, on exit (tests and benchmarks that run
-    several adapters in one process)."""
-    route, websocket = discord.http.Route, discord.gateway.DiscordWebSocket
-    base, gateway = route.BASE, websocket.DEFAULT_GATEWAY
-    try:
-        yield
-    finally:
-        route.BASE, websocket.DEFAULT_GATEWAY = base, gateway
-
-
-def _retry_after(exc: discord.HTTPException) -> float:
-    header = exc.response.headers.get("Retry-After") if exc.response is not None else None
-    try:
-        return float(header) if header else 5.0
-    except ValueError:
-        return 5.0
-
-
-async def _call(awaitable: Awaitable[T]) -> T:
-    """Await one discord.py call, mapping its failures onto the stream error tree."""
-    try:
-        return await awaitable
-    except discord.RateLimited as exc:  # a wait longer than MAX_RATELIMIT_WAIT
-        raise RateLimited(exc.retry_after) from exc
-    except discord.HTTPException as exc:
-        if exc.status == 429:  # no `Via` header: discord.py did not retry it
-            raise RateLimited(_retry_after(exc)) from exc
-        if exc.status >= 500:
-            raise TransientError(f"Discord: HTTP {exc.status}") from exc
-        raise DiscordRefused(exc.status, exc.code, exc.text) from exc
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise TransientError(f"Discord unreachable: {exc!r}") from exc
-
-
-class _Surface:
-    """One Discord channel, thread or DM as a `channels.stream.Surface`."""
-
-    limit = MESSAGE_LIMIT
-
-    def __init__(self, channel: Callable[[], discord.PartialMessageable]) -> None:
-        self._resolve = channel
-
-    @property
-    def _channel(self) -> discord.PartialMessageable:
-        try:
-            return self._resolve()
-        except ChannelError as exc:  # stopped: a post now is simply not delivered
-            raise DeliveryError(str(exc)) from exc
-
-    def measure(self, text: str) -> int:
-        return len(text)
-
-    async def post(self, text: str, *, final: bool) -> str:
-        content = to_discord(text) if final else text
-        try:
-            message = await _call(self._channel.send(content))
-        except DiscordRefused:
-            if content == text:
-                raise
-            message = await _call(self._channel.send(text))  # plain fallback
-        return str(message.id)
-
-    async def edit(self, message_id: str, text: str, *, final: bool) -> None:
-        content = to_discord(text) if final else text
-        partial = self._channel.get_partial_message(int(message_id))
-        try:
-            await _call(partial.edit(content=content))
-        except DiscordRefused:
-            if content == text:
-                raise
-            await _call(partial.edit(content=text))
-
-    async def delete(self, message_id: str) -> None:
-        try:
-            await _call(self._channel.get_partial_message(int(message_id)).delete())
-        except DiscordRefused as exc:
-            if exc.status != 404:  # already gone is fine
-                raise
-
-
-class _Responder:
-    """Posts into one Discord channel, thread or DM (`core.chat.Responder`)."""
-
-    def __init__(self, adapter: DiscordChannel, target: int) -> None:
-        self._adapter, self._target = adapter, target
-
-    def _surface(self) -> _Surface:
-        adapter, target = self._adapter, self._target
-        return _Surface(lambda: adapter.client().get_partial_messageable(target))
-
-    async def send(self, text: str) -> None:
-        await deliver(self._surface(), text, clock=self._adapter.clock)
-
-    def stream(self) -> ReplyStream:
-        adapter = self._adapter
-        return ReplyStreamer(
-            self._surface(),
-            clock=adapter.clock,
-            min_interval=adapter.config.edit_interval_seconds,
-            budget=adapter.edit_budget(self._target),
-            typing=self._send_typing,
-        )
-
-    async def approve(self, request: ApprovalRequest) -> bool:
-        return await self._adapter.ask_approval(self._target, request)
-
-    def typing(self) -> AbstractAsyncContextManager[None]:
-        return Typing(self._send_typing, interval=TYPING_INTERVAL, clock=self._adapter.clock)
-
-    async def _send_typing(self) -> None:
-        await _call(self._adapter.client().http.send_typing(self._target))
 
 
 class _Client(discord.Client):
@@ -351,13 +205,13 @@ class DiscordChannel:
             with contextlib.suppress(Exception):
                 await gateway
 
-    def responder(self, key: ConversationKey) -> _Responder:
+    def responder(self, key: ConversationKey) -> DiscordResponder:
         _, channel_id, thread_id = key
         try:
             target = int(thread_id or channel_id)
         except ValueError:
             raise ChannelError(f"not a Discord channel id: {thread_id or channel_id!r}") from None
-        return _Responder(self, target)
+        return DiscordResponder(self, target)
 
     def access(self) -> str:
         return self.config.who()
@@ -404,7 +258,7 @@ class DiscordChannel:
             return
         if thread is not None:
             self._threads.add(thread.id)
-        await self._agent.submit(inbound, _Responder(self, channel.id))
+        await self._agent.submit(inbound, DiscordResponder(self, channel.id))
 
     def _markdown(self, message: discord.Message, bot_id: int) -> str:
         """The message as the agent reads it: without the bot's own mention, other mentions
@@ -447,11 +301,11 @@ class DiscordChannel:
         )
         note = f"➜ `{text[:1900]}`" if admitted else "You are not allowed to use this bot here."
         try:
-            await _call(interaction.response.send_message(note, ephemeral=True))
-        except (ChannelError, RateLimited, TransientError) as exc:
+            await discord_call(interaction.response.send_message(note, ephemeral=True))
+        except ChannelError as exc:
             log.warning("Discord: could not acknowledge /%s: %s", command.name, exc)
         if admitted:
-            await self._agent.submit(inbound, _Responder(self, interaction.channel_id))
+            await self._agent.submit(inbound, DiscordResponder(self, interaction.channel_id))
 
     async def on_button(self, interaction: discord.Interaction[_Client]) -> None:
         """An approval button: only approvers resolve it; anyone else is told privately."""
@@ -471,13 +325,13 @@ class DiscordChannel:
             settle=self._settle_prompt,
         )
         if outcome == "ok":
-            await _call(interaction.response.defer())  # the prompt is edited by settle
+            await discord_call(interaction.response.defer())  # the prompt is edited by settle
         elif outcome == "not_approver":
             refusal = "Only the configured approvers can answer this request."
-            await _call(interaction.response.send_message(refusal, ephemeral=True))
+            await discord_call(interaction.response.send_message(refusal, ephemeral=True))
         else:
             gone = "This request is no longer waiting for an answer."
-            await _call(interaction.response.send_message(gone, ephemeral=True))
+            await discord_call(interaction.response.send_message(gone, ephemeral=True))
 
     # ---------------------------------------------------------------- approvals
 
@@ -485,7 +339,11 @@ class DiscordChannel:
         async def show(req: ApprovalRequest) -> PromptRef:
             text = _prompt_text(req)
             channel = self.client().get_partial_messageable(target)
-            message = await _call(channel.send(text, view=_approval_view(req.id)))
+            message = await call_with_retry(
+                lambda: discord_call(channel.send(text, view=_approval_view(req.id))),
+                clock=self.clock,
+                what="Discord approval prompt",
+            )
             return PromptRef(str(target), str(message.id), text)
 
         return await self._approvals.request(request, show, self._settle_prompt)
@@ -497,7 +355,11 @@ class DiscordChannel:
             return
         partial = self.client().get_partial_messageable(int(prompt.channel_id))
         message = partial.get_partial_message(int(prompt.message_id))
-        await _call(message.edit(content=f"{prompt.text}\n{outcome}", view=None))
+        await call_with_retry(
+            lambda: discord_call(message.edit(content=f"{prompt.text}\n{outcome}", view=None)),
+            clock=self.clock,
+            what="Discord approval settle",
+        )
 
 
 def _log_gateway_end(task: asyncio.Task[None]) -> None:

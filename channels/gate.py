@@ -11,14 +11,70 @@ from __future__ import annotations
 import logging
 from collections import deque
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from core.chat import Inbound
 from core.clock import Clock, SystemClock
-from core.config import AccessConfig
 
 log = logging.getLogger(__name__)
 
 BOT_PEER_WINDOW = 60.0
 """Seconds over which `bot_peer_budget` messages per bot are answered."""
+
+
+class AccessConfig(BaseModel):
+    """Who may talk to the bot on one platform (SPEC §13). An empty allowlist admits
+    nobody unless `open = true`; a message is admitted when its user is in
+    `allow_users` or its channel/chat is in `allow_channels`.
+
+    Each platform's settings (`[channels.<name>]`, in `channels/<name>_config.py`) extend it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    open: bool = Field(False, description="Admit everyone (allowlists ignored).")
+    allow_users: list[str] = Field(default_factory=list, description="Platform user ids.")
+    allow_channels: list[str] = Field(
+        default_factory=list, description="Channel/chat ids whose members may talk to the bot."
+    )
+    approvers: list[str] = Field(
+        default_factory=list, description="User ids who may approve admin tool calls."
+    )
+    require_mention: bool = Field(
+        True, description="In group channels answer only when mentioned or in the bot's thread."
+    )
+    ignore_bots: bool = Field(
+        True, description="Answer another bot only when it @mentions Parley (false: always)."
+    )
+    max_bot_chain: int = Field(
+        6,
+        ge=1,
+        description="After this many messages without a human author in a channel, answer "
+        "no bot there until a human speaks.",
+    )
+    bot_peer_budget: int = Field(
+        5, ge=0, description="Messages answered per allowed bot per minute (ping-pong guard)."
+    )
+    edit_interval_seconds: float = Field(
+        1.0, ge=0.0, description="Least time between edits of one streamed message."
+    )
+
+    def admits(self, user_id: str, channel_id: str) -> bool:
+        return self.open or user_id in self.allow_users or channel_id in self.allow_channels
+
+    def who(self) -> str:
+        """One line for start-up: who may talk to the bot here."""
+        if self.open:
+            return "everyone (open = true)"
+        if not self.allow_users and not self.allow_channels:
+            return "nobody (allow_users and allow_channels are empty)"
+        parts = []
+        if self.allow_users:
+            parts.append("users " + ", ".join(self.allow_users))
+        if self.allow_channels:
+            parts.append("channels " + ", ".join(self.allow_channels))
+        return "; ".join(parts)
 
 
 class Gate:

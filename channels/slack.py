@@ -22,298 +22,50 @@ they are acknowledged at once.
 
 Slack has no typing indicator for bots outside assistant threads; receipt is shown with
 `ack_reaction` instead, so `typing()` does nothing.
+
+This module is the adapter's lifecycle and its bolt listeners; beside it are the Web API
+edge and its error mapping (`slack_api`), where answers go (`slack_reply`), the approval
+prompt's blocks (`slack_blocks`), events on their way in and user names (`slack_events`)
+and the settings (`slack_config`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import re
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
-import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
-from slack_sdk.web.async_slack_response import AsyncSlackResponse
-from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from channels.approvals import Approvals, approval_button_id, parse_approval_button
+from channels.approvals import Approvals, parse_approval_button
 from channels.gate import Gate
 from channels.inbound import slack_markdown, slack_user_ids
-from channels.stream import RateLimited, ReplyStreamer, TransientError, deliver
-from channels.text import split_message, to_slack_mrkdwn, utf8_len
-from core.chat import (
-    AgentPort,
-    ApprovalRequest,
-    ConversationKey,
-    DeliveryError,
-    Inbound,
-    PromptRef,
-    ReplyStream,
-)
+from channels.retry import call_with_retry
+from channels.slack_api import escape, failure_detail, slack_call
+from channels.slack_blocks import APPROVE_ACTION, DENY_ACTION, approval_blocks
+from channels.slack_config import SlackConfig
+from channels.slack_events import HANDLED_SUBTYPES, Recent, Taken, UserNames, command_text
+from channels.slack_reply import SlackResponder
+from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound
 from core.clock import Clock, SystemClock
-from core.command_table import CHANNEL_WIDE, COMMANDS, parse_command
-from core.config import SlackConfig
+from core.command_table import CHANNEL_WIDE, parse_command
 from core.errors import ChannelError, ConfigError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-LIMIT_BYTES = 3900  # chat.update refuses text over about 4,000 UTF-8 bytes (msg_too_long)
-APPROVE_ACTION, DENY_ACTION = "parley_approve", "parley_deny"
 EVENTS_PATH = "/slack/events"
 STOP_GRACE = 2.0  # seconds stop() lets in-flight events reach the agent
 ACK_BUDGET = 2.5  # seconds a listener may hold the ack (Slack retries after 3 s)
-NAME_WAIT = 1.0  # seconds a message waits for the names of the users it mentions
-_HANDLED_SUBTYPES = frozenset({None, "bot_message", "thread_broadcast", "file_share", "me_message"})
-_BANG_COMMAND = re.compile(r"^!([a-z]+)\b", re.IGNORECASE)
-
-
-def escape(text: str) -> str:
-    """Slack reads `&`, `<`, `>` as markup in any text: send them escaped."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def unescape(text: str) -> str:
-    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-
-
-def slack_size(text: str) -> int:
-    """UTF-8 bytes of `text` as sent: the larger of its mrkdwn (final) and escaped plain
-    (streaming) forms, so a piece that fits never grows past the limit when formatted."""
-    return max(utf8_len(to_slack_mrkdwn(text)), utf8_len(escape(text)))
-
-
-def _retry_after(response: AsyncSlackResponse) -> float:
-    try:
-        return max(float(response.headers.get("Retry-After", "1")), 0.0)
-    except ValueError:
-        return 1.0
-
-
-def _error_code(exc: SlackApiError) -> str:
-    data = exc.response.data
-    return str(data.get("error", "")) if isinstance(data, dict) else ""
-
-
-async def slack_call(call: Callable[[], Awaitable[T]]) -> T:
-    """Run one Web API call, mapping 429 → RateLimited, 5xx / network → TransientError;
-    other `SlackApiError`s (the platform refused) pass through."""
-    try:
-        return await call()
-    except SlackApiError as exc:
-        status = exc.response.status_code
-        if status == 429 or _error_code(exc) == "ratelimited":
-            raise RateLimited(_retry_after(exc.response)) from exc
-        if status >= 500:
-            raise TransientError(f"slack answered {status}") from exc
-        raise
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise TransientError(f"slack unreachable: {type(exc).__name__}") from exc
-
-
-async def patient_call(call: Callable[[], Awaitable[T]], clock: Clock, tries: int = 5) -> T:
-    """`slack_call` that waits out 429s and retries transient failures (approval prompts,
-    reactions, ephemeral notes — what the reply streamer does not carry)."""
-    for attempt in range(tries):
-        try:
-            return await slack_call(call)
-        except RateLimited as exc:
-            if attempt == tries - 1:
-                raise
-            await clock.sleep(exc.retry_after)
-        except TransientError:
-            if attempt == tries - 1:
-                raise
-            await clock.sleep(0.5 * 2**attempt)
-    raise AssertionError("unreachable")
-
-
-class SlackSurface:
-    """One place to post: a channel's thread (or a DM / channel top level)."""
-
-    limit = LIMIT_BYTES
-
-    def __init__(self, slack: SlackChannel, channel_id: str, thread_ts: str | None) -> None:
-        self._slack, self._channel_id, self._thread_ts = slack, channel_id, thread_ts
-
-    def measure(self, text: str) -> int:
-        return slack_size(text)
-
-    @staticmethod
-    def _body(text: str, final: bool) -> str:
-        # A refused mrkdwn body propagates: the streamer then sends the text plain.
-        return to_slack_mrkdwn(text) if final else escape(text)
-
-    async def post(self, text: str, *, final: bool) -> str:
-        client, body = self._slack.client, self._body(text, final)
-        response = await slack_call(
-            lambda: client.chat_postMessage(
-                channel=self._channel_id,
-                thread_ts=self._thread_ts,
-                text=body,
-                unfurl_links=False,
-                unfurl_media=False,
-            )
-        )
-        ts = str(response["ts"])
-        self._slack.remember_thread(self._channel_id, self._thread_ts or ts)
-        return ts
-
-    async def edit(self, message_id: str, text: str, *, final: bool) -> None:
-        client, body = self._slack.client, self._body(text, final)
-        await slack_call(
-            lambda: client.chat_update(channel=self._channel_id, ts=message_id, text=body)
-        )
-
-    async def delete(self, message_id: str) -> None:
-        try:
-            await slack_call(
-                lambda: self._slack.client.chat_delete(channel=self._channel_id, ts=message_id)
-            )
-        except SlackApiError as exc:
-            if _error_code(exc) != "message_not_found":
-                raise
-
-
-class SlackResponder:
-    """Answers one conversation: in `thread_ts` of `channel_id` (top level when None)."""
-
-    def __init__(
-        self,
-        slack: SlackChannel,
-        channel_id: str,
-        thread_ts: str | None,
-        *,
-        response_url: str | None = None,
-    ) -> None:
-        self._slack, self._channel_id, self._thread_ts = slack, channel_id, thread_ts
-        self._response_url = response_url
-
-    def _surface(self) -> SlackSurface:
-        return SlackSurface(self._slack, self._channel_id, self._thread_ts)
-
-    async def send(self, text: str) -> None:
-        try:
-            await deliver(self._surface(), text, clock=self._slack.clock)
-        except DeliveryError:
-            if self._response_url is None:
-                raise
-            # A slash command from a channel the bot is not in: answer through response_url.
-            await self._respond(text)
-
-    async def _respond(self, text: str) -> None:
-        assert self._response_url is not None
-        webhook = AsyncWebhookClient(self._response_url)
-        for piece in split_message(text, LIMIT_BYTES, slack_size):
-            response = await webhook.send(text=to_slack_mrkdwn(piece), response_type="in_channel")
-            if response.status_code != 200:
-                raise DeliveryError(f"response_url answered {response.status_code}")
-
-    def stream(self) -> ReplyStream:
-        return ReplyStreamer(
-            self._surface(),
-            clock=self._slack.clock,
-            min_interval=self._slack.config.edit_interval_seconds,
-        )
-
-    def typing(self) -> contextlib.nullcontext[None]:
-        return contextlib.nullcontext()
-
-    async def approve(self, request: ApprovalRequest) -> bool:
-        client, clock = self._slack.client, self._slack.clock
-
-        async def show(req: ApprovalRequest) -> PromptRef:
-            response = await patient_call(
-                lambda: client.chat_postMessage(
-                    channel=self._channel_id,
-                    thread_ts=self._thread_ts,
-                    text=f"Approval needed: {escape(req.reason)}",
-                    blocks=approval_blocks(req),
-                ),
-                clock,
-            )
-            return PromptRef(self._channel_id, str(response["ts"]))
-
-        return await self._slack.approvals.request(request, show, self._slack.settle_prompt)
-
-
-def approval_blocks(
-    request: ApprovalRequest, *, outcome: str | None = None
-) -> list[dict[str, Any]]:
-    """The prompt: what is asked and why, then Approve / Deny buttons — or, once settled,
-    the outcome instead of the buttons."""
-    summary = escape(request.summary).replace("```", "'''")[:2500]
-    text = f"*Approval needed* for `{escape(request.tool)}`: {escape(request.reason)[:300]}"
-    section = {"type": "section", "text": {"type": "mrkdwn", "text": f"{text}\n```{summary}```"}}
-    if outcome is not None:
-        note = {"type": "mrkdwn", "text": escape(outcome)}
-        return [section, {"type": "context", "elements": [note]}]
-    buttons = [
-        (APPROVE_ACTION, "Approve", "primary", True),
-        (DENY_ACTION, "Deny", "danger", False),
-    ]
-    elements = [
-        {
-            "type": "button",
-            "action_id": action_id,
-            "text": {"type": "plain_text", "text": label},
-            "style": style,
-            "value": approval_button_id(request.id, allow),
-        }
-        for action_id, label, style, allow in buttons
-    ]
-    return [section, {"type": "actions", "block_id": "approval", "elements": elements}]
-
-
-def command_text(text: str) -> str:
-    """`!stop` (and `!compact …`) typed in a message is the command `/stop`."""
-    match = _BANG_COMMAND.match(text)
-    if match and match[1].lower() in COMMANDS:
-        return "/" + text[1:]
-    return text
-
-
-class _Recent:
-    """A bounded set: remembers the last `size` keys."""
-
-    def __init__(self, size: int) -> None:
-        self._keys: OrderedDict[object, None] = OrderedDict()
-        self._size = size
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys
-
-    def add(self, key: object) -> None:
-        self._keys[key] = None
-        self._keys.move_to_end(key)
-        while len(self._keys) > self._size:
-            self._keys.popitem(last=False)
-
-    def discard(self, key: object) -> None:
-        self._keys.pop(key, None)
-
-
-@dataclass(frozen=True, slots=True)
-class _Taken:
-    """A message event on its way to the agent."""
-
-    inbound: Inbound
-    responder: SlackResponder
-    raw: str  # the text as Slack sent it
-    unnamed: list[str]  # users it mentions whose names are not known yet
-    before: asyncio.Future[None] | None  # the conversation's previous message, until submitted
-    turn: asyncio.Future[None]  # done once this one is being submitted
 
 
 class SlackChannel:
@@ -345,11 +97,10 @@ class SlackChannel:
         self._socket: AsyncSocketModeHandler | None = None
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._seen = _Recent(4096)
-        self._threads = _Recent(10_000)
-        self._names: dict[str, str] = {}  # user id → display name (users.info)
+        self._seen = Recent(4096)
+        self._threads = Recent(10_000)
+        self._names = UserNames(self.client, self._spawn)
         self._turns: dict[ConversationKey, asyncio.Future[None]] = {}  # see _take
-        self._lookups: dict[str, asyncio.Task[None]] = {}  # users.info under way, by user
         self.bot_user_id = self.bot_id = ""
         self.http_url = ""  # HTTP mode: where Slack posts events, once started
 
@@ -403,9 +154,11 @@ class SlackChannel:
 
     async def _checked(self, what: str, token_env: str, call: Callable[[], Awaitable[T]]) -> T:
         try:
-            return await patient_call(call, self.clock)
-        except (SlackApiError, RateLimited, TransientError) as exc:
-            detail = _error_code(exc) if isinstance(exc, SlackApiError) else str(exc)
+            return await call_with_retry(
+                lambda: slack_call(call()), clock=self.clock, what=f"slack {what}"
+            )
+        except ChannelError as exc:
+            detail = failure_detail(exc)
             raise ChannelError(f"slack {what} failed: {detail} (check {token_env})") from exc
 
     async def stop(self) -> None:
@@ -495,7 +248,7 @@ class SlackChannel:
         """(inbound, from_bot, from_self, in_bot_thread) for a message event, or None for
         edits, joins, empty text and other events that are not someone writing to the bot."""
         channel_id, ts = str(event.get("channel", "")), str(event.get("ts", ""))
-        if event.get("subtype") not in _HANDLED_SUBTYPES or not channel_id or not ts:
+        if event.get("subtype") not in HANDLED_SUBTYPES or not channel_id or not ts:
             return None
         bot_id = event.get("bot_id")
         user_id = str(event.get("user") or bot_id or "")
@@ -533,7 +286,7 @@ class SlackChannel:
         body = self._bot_mention().sub("", raw)
         return command_text(slack_markdown(body, self._names.get).strip())
 
-    def _take(self, event: dict[str, Any]) -> _Taken | None:
+    def _take(self, event: dict[str, Any]) -> Taken | None:
         """A message event as what to hand to the agent, or None if it is not for it."""
         normalised = self._normalise(event)
         if normalised is None:
@@ -550,7 +303,7 @@ class SlackChannel:
         if not inbound.is_dm:
             self.remember_thread(inbound.channel_id, inbound.thread_id)
         # The author's display name is looked up after submit, for their next message.
-        inbound = replace(inbound, user_name=self._names.get(inbound.user_id, inbound.user_id))
+        inbound = replace(inbound, user_name=self._names.name_of(inbound.user_id))
         # Channels: always the thread of the triggering message (its root ts). DMs: at top
         # level, so the whole DM stays one conversation (unless the user used a thread).
         thread_ts = event.get("thread_ts")
@@ -568,13 +321,13 @@ class SlackChannel:
         self._turns[inbound.key] = turn
         turn.add_done_callback(functools.partial(self._turn_taken, inbound.key))
         responder = SlackResponder(self, inbound.channel_id, reply_in)
-        return _Taken(inbound, responder, raw, unnamed, before, turn)
+        return Taken(inbound, responder, raw, unnamed, before, turn)
 
     def _turn_taken(self, key: ConversationKey, turn: asyncio.Future[None]) -> None:
         if self._turns.get(key) is turn:
             del self._turns[key]
 
-    async def _hand_over(self, taken: _Taken) -> None:
+    async def _hand_over(self, taken: Taken) -> None:
         """Submit; returns once the agent has stored the message (or dropped a duplicate).
         Nothing is awaited before submit unless a mentioned user's name must be looked up
         or an earlier message of the conversation is still doing so."""
@@ -582,7 +335,7 @@ class SlackChannel:
         try:
             try:
                 if taken.unnamed:
-                    await self._learn_names(taken.unnamed)
+                    await self._names.learn_all(taken.unnamed)
                     inbound = replace(inbound, text=self._markdown(taken.raw))
                 if taken.before is not None and not taken.before.done():
                     await asyncio.wait({taken.before})
@@ -597,7 +350,7 @@ class SlackChannel:
             reaction = self.config.ack_reaction
             self._spawn(self._react(inbound.channel_id, inbound.message_id, reaction))
         if inbound.user_id not in self._names:
-            self._spawn(self._learn_name(inbound.user_id))
+            self._spawn(self._names.learn(inbound.user_id))
 
     async def _handle_command(self, command: dict[str, Any]) -> None:
         name, args = str(command.get("command", "")), str(command.get("text", "")).strip()
@@ -623,13 +376,16 @@ class SlackChannel:
         if not inbound.is_dm and command_name not in CHANNEL_WIDE:
             # In a channel every conversation is a thread: a slash command typed at channel
             # level cannot say which one it means.
-            await patient_call(
-                lambda: self.client.chat_postEphemeral(
-                    channel=channel_id,
-                    user=inbound.user_id,
-                    text=f"Type `!{command_name}` in the thread you mean.",
+            await call_with_retry(
+                lambda: slack_call(
+                    self.client.chat_postEphemeral(
+                        channel=channel_id,
+                        user=inbound.user_id,
+                        text=f"Type `!{command_name}` in the thread you mean.",
+                    )
                 ),
-                self.clock,
+                clock=self.clock,
+                what="slack chat.postEphemeral",
             )
             return
         responder = SlackResponder(
@@ -661,11 +417,14 @@ class SlackChannel:
             else "This request is no longer waiting for an answer."
         )
         thread_ts = (body.get("message") or {}).get("thread_ts")
-        await patient_call(
-            lambda: self.client.chat_postEphemeral(
-                channel=channel_id, user=user_id, text=note, thread_ts=thread_ts
+        await call_with_retry(
+            lambda: slack_call(
+                self.client.chat_postEphemeral(
+                    channel=channel_id, user=user_id, text=note, thread_ts=thread_ts
+                )
             ),
-            self.clock,
+            clock=self.clock,
+            what="slack chat.postEphemeral",
         )
 
     async def settle_prompt(self, request: ApprovalRequest, outcome: str) -> None:
@@ -673,64 +432,31 @@ class SlackChannel:
         prompt = request.prompt
         if prompt is None:
             return
-        await patient_call(
-            lambda: self.client.chat_update(
-                channel=prompt.channel_id,
-                ts=prompt.message_id,
-                text=escape(outcome),
-                blocks=approval_blocks(request, outcome=outcome),
+        await call_with_retry(
+            lambda: slack_call(
+                self.client.chat_update(
+                    channel=prompt.channel_id,
+                    ts=prompt.message_id,
+                    text=escape(outcome),
+                    blocks=approval_blocks(request, outcome=outcome),
+                )
             ),
-            self.clock,
+            clock=self.clock,
+            what="slack approval settle",
         )
-
-    async def _learn_name(self, user_id: str) -> None:
-        """Look up a user's display name, for their next message."""
-        with contextlib.suppress(SlackApiError, RateLimited, TransientError):
-            await self._fetch_name(user_id)
-
-    async def _learn_names(self, user_ids: list[str]) -> None:
-        """Look up the names of users a message mentions, into the adapter's cache (one
-        users.info per user however many messages wait for it); where that fails or takes
-        over NAME_WAIT, the message names them by id (a late answer still fills the cache)."""
-        lookups = []
-        for user_id in user_ids:
-            if (lookup := self._lookups.get(user_id)) is None:
-                lookup = self._lookups[user_id] = self._spawn(self._try_fetch_name(user_id))
-                lookup.add_done_callback(functools.partial(self._looked_up, user_id))
-            lookups.append(lookup)
-        _, late = await asyncio.wait(lookups, timeout=NAME_WAIT)
-        if late:
-            log.warning("slack: users.info took over %g s; naming users by id", NAME_WAIT)
-
-    def _looked_up(self, user_id: str, lookup: asyncio.Task[None]) -> None:
-        if self._lookups.get(user_id) is lookup:
-            del self._lookups[user_id]
-
-    async def _try_fetch_name(self, user_id: str) -> None:
-        try:
-            await self._fetch_name(user_id)
-        except (SlackApiError, RateLimited, TransientError) as exc:
-            detail = _error_code(exc) if isinstance(exc, SlackApiError) else type(exc).__name__
-            log.warning("slack: users.info failed for %s (%s); naming them by id", user_id, detail)
-
-    async def _fetch_name(self, user_id: str) -> str:
-        info = await slack_call(lambda: self.client.users_info(user=user_id))
-        user = info.get("user") or {}
-        profile = user.get("profile") or {}
-        name = str(
-            profile.get("display_name") or profile.get("real_name") or user.get("name") or user_id
-        )
-        self._names[user_id] = name
-        return name
 
     async def _react(self, channel_id: str, ts: str, name: str) -> None:
         try:
-            await patient_call(
-                lambda: self.client.reactions_add(channel=channel_id, timestamp=ts, name=name),
-                self.clock,
-                tries=2,
+            await call_with_retry(
+                lambda: slack_call(
+                    self.client.reactions_add(channel=channel_id, timestamp=ts, name=name)
+                ),
+                clock=self.clock,
+                attempts=2,  # a receipt, not worth holding on to
+                rate_limits=1,
+                what="slack reactions.add",
             )
-        except (SlackApiError, RateLimited, TransientError) as exc:
+        except ChannelError as exc:
             log.debug("slack: no ack reaction (%s)", type(exc).__name__)
 
 

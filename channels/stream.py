@@ -1,12 +1,15 @@
 """Streaming a reply into a chat: one post, throttled edits, then the final text (SPEC §9).
 
 A `Surface` is one place in one platform conversation (a chat, a thread) that can post,
-edit and delete messages; the adapter maps its platform's errors onto `RateLimited`
-(429 with `retry_after`) and `TransientError` (5xx, connection trouble). Everything else
-a surface raises is a refusal.
+edit and delete messages; the adapter maps its platform's errors onto `core.errors`:
+`ChannelRateLimited` (429 with `retry_after`), `ChannelUnavailable` (5xx, connection
+trouble) and `ChannelRefused`. Anything else a surface raises counts as a refusal too.
 
 `ReplyStreamer` turns the agent's text deltas into that post-then-edit sequence and makes
-sure the final text arrives whatever happened to the intermediate edits.
+sure the final text arrives whatever happened to the intermediate edits: calls for the
+final text are retried by `channels.retry.call_with_retry`; an intermediate edit is tried
+once (a later one shows newer text), though a 429 still silences the stream for its
+`retry_after`.
 """
 
 from __future__ import annotations
@@ -19,35 +22,22 @@ from functools import partial
 from types import TracebackType
 from typing import Protocol, TypeVar
 
+from channels.retry import call_with_retry
 from channels.text import split_message
-from core.chat import SILENT_REPLIES, DeliveryError, is_silent
+from core.chat import SILENT_REPLIES, is_silent
 from core.clock import Clock, SystemClock
+from core.errors import (
+    ChannelError,
+    ChannelRateLimited,
+    ChannelRefused,
+    ChannelUnavailable,
+    DeliveryFailed,
+)
 from core.events import LoopEvent, StreamRestarted, TextDelta
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-BACKOFF = (0.5, 1.0, 2.0, 4.0)
-"""Waits between tries after a `TransientError` (so five tries in all)."""
-MAX_RATE_LIMITS = 10
-"""Consecutive 429s after which a final post is given up."""
-
-
-class RateLimited(Exception):
-    """The platform said "too many requests": wait `retry_after` seconds, then retry."""
-
-    def __init__(self, retry_after: float) -> None:
-        super().__init__(f"rate limited; retry after {retry_after} s")
-        self.retry_after = retry_after
-
-
-class TransientError(Exception):
-    """A 5xx answer or connection trouble: worth retrying with backoff."""
-
-
-class _Refused(DeliveryError):
-    """The platform refused a call outright (not a rate limit, not transient)."""
 
 
 class Surface(Protocol):
@@ -116,47 +106,45 @@ class EditBudget:
 async def _call(
     op: Callable[[], Awaitable[T]], clock: Clock, budget: EditBudget | None, what: str
 ) -> T:
-    """Run one platform call with the retry rules: a 429 waits `retry_after` and retries,
-    transient errors retry with backoff; raises `DeliveryError` when it cannot succeed
-    (`_Refused` when the platform refused outright)."""
-    tries = limited = 0
-    while True:
+    """Run one platform call under `call_with_retry` (each try within `budget`); raises
+    `DeliveryFailed` when the retries run out, `ChannelRefused` when the platform refused
+    outright (whatever the surface raised)."""
+
+    async def once() -> T:
         if budget is not None:
             await budget.acquire()
         try:
-            try:
-                return await op()
-            finally:
-                if budget is not None:
-                    budget.landed()
-        except RateLimited as exc:
-            limited += 1
-            if limited > MAX_RATE_LIMITS:
-                raise DeliveryError(f"{what}: still rate limited") from exc
-            log.info("%s rate limited; waiting %.1f s", what, exc.retry_after)
-            await clock.sleep(max(exc.retry_after, 0.0))
-        except TransientError as exc:
-            if tries >= len(BACKOFF):
-                raise DeliveryError(f"{what} failed {tries + 1} times: {exc}") from exc
-            log.info("%s failed (%s); retrying", what, exc)
-            await clock.sleep(BACKOFF[tries])
-            tries += 1
+            return await op()
+        except ChannelError:
+            raise
         except Exception as exc:
-            raise _Refused(f"{what} refused: {type(exc).__name__}: {exc}") from exc
+            raise ChannelRefused(f"{what} refused: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if budget is not None:
+                budget.landed()
+
+    try:
+        return await call_with_retry(once, clock=clock, what=what)
+    except (ChannelRateLimited, ChannelUnavailable) as exc:
+        raise DeliveryFailed(f"{what} failed: {exc}") from exc
 
 
 async def _post_final(surface: Surface, text: str, clock: Clock, budget: EditBudget | None) -> str:
-    """Post finished text; if the platform refuses it, post it once more unformatted."""
+    """Post finished text; if the platform refuses it, post it once more unformatted.
+    Raises `DeliveryFailed` if that fails too."""
     try:
         return await _call(lambda: surface.post(text, final=True), clock, budget, "post")
-    except _Refused:
+    except ChannelRefused:
         log.warning("final post refused; posting it as plain text", exc_info=True)
-    return await _call(lambda: surface.post(text, final=False), clock, budget, "plain post")
+    try:
+        return await _call(lambda: surface.post(text, final=False), clock, budget, "plain post")
+    except ChannelRefused as exc:
+        raise DeliveryFailed(str(exc)) from exc
 
 
 async def deliver(surface: Surface, text: str, *, clock: Clock | None = None) -> list[str]:
     """Post a complete message (split over several if long); returns the message ids.
-    Silent or empty text posts nothing. Raises `DeliveryError` if the platform refused."""
+    Silent or empty text posts nothing. Raises `DeliveryFailed` if the platform refused."""
     if is_silent(text):
         return []
     clock = clock or SystemClock()
@@ -216,7 +204,7 @@ class ReplyStreamer:
             edit = partial(self._surface.edit, message_id, note, final=True)
             try:
                 await _call(edit, self._clock, self._budget, "retract")
-            except DeliveryError:
+            except ChannelError:
                 log.info("could not retract the stale preview %s", message_id)
 
     @property
@@ -290,7 +278,7 @@ class ReplyStreamer:
             await self._budget.acquire()
         try:
             return (await op(),)
-        except RateLimited as exc:
+        except ChannelRateLimited as exc:
             log.info("stream %s rate limited; waiting %.1f s", what, exc.retry_after)
             await self._clock.sleep(max(exc.retry_after, 0.0))
             self._wake.set()  # show the latest text once the wait is over
@@ -313,7 +301,7 @@ class ReplyStreamer:
 
     async def finish(self, text: str) -> None:
         """Make the reply read exactly `split_message(text)`; silent or empty text posts
-        nothing and deletes what was shown. Raises `DeliveryError` if the platform
+        nothing and deletes what was shown. Raises `DeliveryFailed` if the platform
         refused the final text."""
         try:
             await self._stop_background()
@@ -353,7 +341,7 @@ class ReplyStreamer:
             try:
                 edit = partial(self._surface.edit, message_id, piece, final=final)
                 await _call(edit, self._clock, self._budget, "final edit")
-            except _Refused:
+            except ChannelRefused:
                 log.warning("final edit refused (formatted=%s)", final, exc_info=True)
                 continue
             finally:
@@ -368,7 +356,7 @@ class ReplyStreamer:
             try:
                 delete = partial(self._surface.delete, message_id)
                 await _call(delete, self._clock, self._budget, "delete")
-            except DeliveryError:
+            except ChannelError:
                 log.warning("could not delete message %s", message_id, exc_info=True)
         del self._ids[index:], self._shown[index:]
 

@@ -8,7 +8,7 @@ the final text is sent as Telegram HTML with a plain-text fallback. Approvals ar
 inline-keyboard buttons answered through callback queries.
 
 PTB's own retrying rate limiter is not used: the reply streamer handles 429 itself and
-must see it as `stream.RateLimited`.
+must see it as `ChannelRateLimited` (every Bot API error goes through `telegram_call`).
 
 Stored before confirmed: Telegram forgets an update once it is confirmed — by a later
 `getUpdates` offset past it, or by the webhook's 200 — so both wait until the update is
@@ -17,44 +17,27 @@ command started (commands store nothing), anything else handled. PTB's `Updater`
 each batch as soon as it has fetched it, so polling is driven here (`_poll`) instead; the
 webhook answers once the update is taken in, 500 if that failed. An update whose hand-over
 failed is not confirmed, and Telegram delivers it again.
+
+This module is the adapter's lifecycle, its update loop and its handlers; beside it are the
+Bot API edge and its error mapping (`telegram_api`), where answers go and the approval
+prompt (`telegram_reply`), messages read as `Inbound` (`telegram_updates`) and the
+settings (`telegram_config`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hmac
 import logging
-import os
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from telegram import (
-    Bot,
-    BotCommand,
-    InlineKeyboardButton,
-    InlineKeyboardMarkup,
-    Message,
-    MessageEntity,
-    ReplyParameters,
-    Update,
-    User,
-)
-from telegram.constants import ChatAction, ChatType, ParseMode
-from telegram.error import (
-    BadRequest,
-    InvalidToken,
-    NetworkError,
-    RetryAfter,
-    TelegramError,
-    TimedOut,
-)
+from telegram import BotCommand, Message, Update
+from telegram.error import InvalidToken
 from telegram.ext import (
     ApplicationBuilder,
     CallbackQueryHandler,
@@ -63,191 +46,25 @@ from telegram.ext import (
     filters,
 )
 
-from channels.approvals import Approvals, approval_button_id, parse_approval_button
+from channels.approvals import Approvals, parse_approval_button
 from channels.gate import Gate
-from channels.inbound import telegram_markdown
-from channels.stream import RateLimited, ReplyStreamer, TransientError, Typing, deliver
-from channels.text import to_telegram_html
-from core.chat import (
-    AgentPort,
-    ApprovalRequest,
-    ConversationKey,
-    Inbound,
-    PromptRef,
-    ReplyStream,
-    Responder,
-    is_silent,
-    valid_text,
-)
+from channels.retry import call_with_retry
+from channels.telegram_api import telegram_call
+from channels.telegram_config import TelegramConfig
+from channels.telegram_reply import Place, TelegramResponder, approval_prompt
+from channels.telegram_updates import Handover, MessageReader
+from core.chat import AgentPort, ApprovalRequest, ConversationKey, PromptRef, Responder, valid_text
 from core.clock import Clock, SystemClock
-from core.command_table import COMMAND_TABLE, COMMANDS, parse_command
-from core.config import TelegramConfig
-from core.errors import ConfigError
-
-# PTB ≥ 22.2 warns on every int-valued time period unless opted in to timedelta values.
-os.environ.setdefault("PTB_TIMEDELTA", "1")
+from core.command_table import COMMAND_TABLE, parse_command
+from core.errors import ChannelError, ChannelRefused, ChannelUnavailable, ConfigError
 
 log = logging.getLogger(__name__)
 
-MESSAGE_LIMIT = 4096  # characters after entity parsing (counted in UTF-16 units here)
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ("message", "callback_query")
-_ALIASES = {"start": "help"}  # Telegram clients send /start when a user opens the bot
-_PROMPT_SUMMARY_LIMIT = 3000
 POLL_TIMEOUT = timedelta(seconds=10)  # long poll
 HANDOVER_WAIT = 1.0  # seconds to wait for unfinished hand-overs before polling again
-MAX_POLL_BACKOFF = 30.0
-_T = TypeVar("_T")
-
-
-def _utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
-def _seconds(value: float | timedelta) -> float:
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-async def _mapped(call: Awaitable[_T]) -> _T:
-    """Await a Bot API call, mapping PTB's errors onto the streamer's: 429 → RateLimited,
-    network trouble and 5xx → TransientError; 400/403 stay permanent."""
-    try:
-        return await call
-    except RetryAfter as exc:
-        raise RateLimited(_seconds(exc.retry_after)) from exc
-    except BadRequest:
-        raise
-    except NetworkError as exc:  # TimedOut, 5xx, connection errors
-        raise TransientError(str(exc)) from exc
-
-
-def _says(exc: TelegramError, phrase: str) -> bool:
-    return phrase in exc.message.lower()
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Place:
-    """Where one conversation's messages go."""
-
-    chat_id: int
-    thread_id: int | None = None  # forum topic
-    reply_to: int | None = None  # the triggering message, in groups
-
-    def kwargs(self) -> dict[str, Any]:
-        args: dict[str, Any] = {"chat_id": self.chat_id}
-        if self.thread_id is not None:
-            args["message_thread_id"] = self.thread_id
-        if self.reply_to is not None:
-            args["reply_parameters"] = ReplyParameters(
-                message_id=self.reply_to, allow_sending_without_reply=True
-            )
-        return args
-
-
-class _Surface:
-    """One Telegram chat (or topic) as a `stream.Surface`."""
-
-    limit = MESSAGE_LIMIT
-
-    def __init__(self, bot: Bot, place: _Place) -> None:
-        self._bot = bot
-        self._place = place
-
-    def measure(self, text: str) -> int:
-        # The Markdown source is never shorter than the visible text of its HTML.
-        return _utf16_len(text)
-
-    async def post(self, text: str, *, final: bool) -> str:
-        args = self._place.kwargs()
-
-        async def send(body: str, mode: str | None) -> Message:
-            return await self._bot.send_message(text=body, parse_mode=mode, **args)
-
-        message = await self._formatted(send, text, final=final)
-        return str(message.message_id)
-
-    async def edit(self, message_id: str, text: str, *, final: bool) -> None:
-        async def edit(body: str, mode: str | None) -> object:
-            return await self._bot.edit_message_text(
-                body, chat_id=self._place.chat_id, message_id=int(message_id), parse_mode=mode
-            )
-
-        try:
-            await self._formatted(edit, text, final=final)
-        except BadRequest as exc:
-            if not _says(exc, "message is not modified"):
-                raise
-
-    async def delete(self, message_id: str) -> None:
-        try:
-            await _mapped(self._bot.delete_message(self._place.chat_id, int(message_id)))
-        except BadRequest as exc:
-            if not _says(exc, "not found"):
-                raise
-
-    @staticmethod
-    async def _formatted(
-        call: Callable[[str, str | None], Awaitable[_T]], text: str, *, final: bool
-    ) -> _T:
-        """Final text as HTML, falling back to plain text if Telegram cannot parse it."""
-        if final:
-            try:
-                return await _mapped(call(to_telegram_html(text), ParseMode.HTML))
-            except BadRequest as exc:
-                if not _says(exc, "can't parse entities"):
-                    raise
-                log.info("telegram: HTML rejected (%s); sending plain text", exc.message)
-        return await _mapped(call(text, None))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Handover:
-    """A message on its way to the agent; `taken` (if any) is done once it was submitted,
-    which for a message means stored."""
-
-    inbound: Inbound
-    responder: Responder
-    taken: asyncio.Future[None] | None = None
-
-    def done(self) -> None:
-        if self.taken is not None and not self.taken.done():
-            self.taken.set_result(None)
-
-    def failed(self, exc: Exception) -> None:
-        if self.taken is not None and not self.taken.done():
-            self.taken.set_exception(exc)
-
-
-class _Responder:
-    """A `core.chat.Responder` for one place in Telegram."""
-
-    def __init__(self, channel: TelegramChannel, place: _Place) -> None:
-        self._channel = channel
-        self._place = place
-        self._surface = _Surface(channel.app.bot, place)
-
-    async def send(self, text: str) -> None:
-        if not is_silent(text):
-            await deliver(self._surface, text, clock=self._channel.clock)
-
-    def stream(self) -> ReplyStream:
-        return ReplyStreamer(
-            self._surface,
-            clock=self._channel.clock,
-            min_interval=self._channel.config.edit_interval_seconds,
-            typing=self._send_typing,
-        )
-
-    async def approve(self, request: ApprovalRequest) -> bool:
-        return await self._channel.ask_approval(self._place, request)
-
-    def typing(self) -> AbstractAsyncContextManager[None]:
-        return Typing(self._send_typing, clock=self._channel.clock)
-
-    async def _send_typing(self) -> None:
-        await self._channel.app.bot.send_chat_action(
-            self._place.chat_id, ChatAction.TYPING, message_thread_id=self._place.thread_id
-        )
+POLL_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # waits while getUpdates fails; 30 s repeats
 
 
 class TelegramChannel:
@@ -292,7 +109,7 @@ class TelegramChannel:
         self.app.add_handler(CallbackQueryHandler(self._on_callback, block=False))
         self.app.add_error_handler(self._on_error)
         self._agent: AgentPort | None = None
-        self._inboxes: dict[ConversationKey, asyncio.Queue[_Handover]] = {}
+        self._inboxes: dict[ConversationKey, asyncio.Queue[Handover]] = {}
         self._workers: set[asyncio.Task[None]] = set()
         self._taking: dict[int, asyncio.Future[None]] = {}  # id(update) → taken in
         self._poller: asyncio.Task[None] | None = None
@@ -300,8 +117,7 @@ class TelegramChannel:
         self._handovers: dict[int, asyncio.Future[None]] = {}  # polled, at or past the offset
         self._webhook: web.AppRunner | None = None
         self.webhook_port: int | None = None
-        self._bot_id = 0
-        self._bot_username = ""
+        self._reader = MessageReader()  # who the bot is: known once started
 
     @staticmethod
     def _webhook_secret(config: TelegramConfig, environ: Mapping[str, str]) -> str:
@@ -327,8 +143,7 @@ class TelegramChannel:
         self._agent = agent
         try:
             await self._initialize()
-            self._bot_id = self.app.bot.id
-            self._bot_username = self.app.bot.username
+            self._reader = MessageReader(self.app.bot.id, self.app.bot.username, self.name)
             await self._register_commands()
             await self.app.start()
             if self.config.mode == "webhook":
@@ -340,7 +155,7 @@ class TelegramChannel:
         except BaseException:
             await self.stop()
             raise
-        log.info("telegram: @%s started (%s)", self._bot_username, self.config.mode)
+        log.info("telegram: @%s started (%s)", self._reader.username, self.config.mode)
 
     async def stop(self) -> None:
         """Stop taking updates, hand over what was already received, close connections."""
@@ -376,8 +191,8 @@ class TelegramChannel:
     async def _register_commands(self) -> None:
         commands = [BotCommand(spec.name, spec.summary) for spec in COMMAND_TABLE]
         try:
-            await self.app.bot.set_my_commands(commands)
-        except TelegramError as exc:  # the bot still works; only the "/" menu is missing
+            await telegram_call(self.app.bot.set_my_commands(commands))
+        except ChannelError as exc:  # the bot still works; only the "/" menu is missing
             log.warning("telegram: setMyCommands failed: %s", exc)
 
     async def _start_webhook(self) -> None:
@@ -427,25 +242,15 @@ class TelegramChannel:
         hand-over in one chat holds back the confirmation, not the other chats.
         """
         handovers = self._handovers
-        backoff = 0.0
         while True:
-            try:
-                updates = await self.app.bot.get_updates(
-                    offset=self._offset,
-                    timeout=timedelta(0) if handovers else POLL_TIMEOUT,
-                    allowed_updates=list(ALLOWED_UPDATES),
-                )
-            except RetryAfter as exc:
-                await self.clock.sleep(_seconds(exc.retry_after))
-                continue
-            except TimedOut:
-                continue
-            except TelegramError as exc:
-                backoff = min(max(backoff * 2, 1.0), MAX_POLL_BACKOFF)
-                log.warning("telegram: getUpdates failed (%s); again in %.0f s", exc, backoff)
-                await self.clock.sleep(backoff)
-                continue
-            backoff = 0.0
+            updates = await call_with_retry(
+                self._fetch_updates,
+                clock=self.clock,
+                attempts=None,  # polling goes on until stopped, however long Telegram is away
+                backoff=POLL_BACKOFF,
+                rate_limits=None,
+                what="telegram getUpdates",
+            )
             for update in updates:
                 if update.update_id not in handovers:
                     handovers[update.update_id] = await self._dispatch(update)
@@ -454,6 +259,20 @@ class TelegramChannel:
                 await asyncio.wait(unfinished, timeout=HANDOVER_WAIT)
             if not self._advance(handovers):
                 await self.clock.sleep(HANDOVER_WAIT)  # a failed hand-over: retry it calmly
+
+    async def _fetch_updates(self) -> tuple[Update, ...]:
+        """One `getUpdates` from the offset. A refusal counts as an outage here: Telegram
+        answers 409 while a webhook or another poller holds the updates, which passes."""
+        try:
+            return await telegram_call(
+                self.app.bot.get_updates(
+                    offset=self._offset,
+                    timeout=timedelta(0) if self._handovers else POLL_TIMEOUT,
+                    allowed_updates=list(ALLOWED_UPDATES),
+                )
+            )
+        except ChannelRefused as exc:
+            raise ChannelUnavailable(str(exc)) from exc
 
     def _advance(self, handovers: dict[int, asyncio.Future[None]]) -> bool:
         """Move the offset past the updates taken in, up to the first that is not; False
@@ -473,9 +292,11 @@ class TelegramChannel:
         it again (it would be dropped as a redelivery anyway)."""
         if not self._offset:
             return
-        with contextlib.suppress(TelegramError):
-            await self.app.bot.get_updates(
-                offset=self._offset, timeout=timedelta(0), allowed_updates=list(ALLOWED_UPDATES)
+        with contextlib.suppress(ChannelError):
+            await telegram_call(
+                self.app.bot.get_updates(
+                    offset=self._offset, timeout=timedelta(0), allowed_updates=list(ALLOWED_UPDATES)
+                )
             )
 
     async def _dispatch(self, update: Update) -> asyncio.Future[None]:
@@ -496,7 +317,7 @@ class TelegramChannel:
 
     def responder(self, key: ConversationKey) -> Responder:
         _, chat_id, thread = key
-        return _Responder(self, _Place(int(chat_id), int(thread) if thread else None))
+        return TelegramResponder(self, Place(int(chat_id), int(thread) if thread else None))
 
     def access(self) -> str:
         return self.config.who()
@@ -512,19 +333,19 @@ class TelegramChannel:
             # A lone surrogate: PTB's entity parsing (UTF-16) would fail on it. U+FFFD is one
             # UTF-16 unit as well, so the entities' offsets still fit the valid copy.
             message = Message.de_json(message.to_dict() | {"text": text}, self.app.bot)
-        inbound = self._inbound(update.update_id, message, sender, text)
+        inbound = self._reader.inbound(update.update_id, message, sender, text)
         if inbound is None:
             return
-        reply = message.reply_to_message
-        in_bot_thread = bool(reply and reply.from_user and reply.from_user.id == self._bot_id)
+        reply, bot_id = message.reply_to_message, self._reader.bot_id
+        in_bot_thread = bool(reply and reply.from_user and reply.from_user.id == bot_id)
         if not self._gate.admit(
             inbound,
             from_bot=sender.is_bot,
-            from_self=sender.id == self._bot_id,
+            from_self=sender.id == bot_id,
             in_bot_thread=in_bot_thread,
         ):
             return
-        place = _Place(
+        place = Place(
             message.chat_id,
             int(inbound.thread_id) if inbound.thread_id else None,
             None if inbound.is_dm else message.message_id,
@@ -533,63 +354,9 @@ class TelegramChannel:
         if taken is not None and parse_command(inbound.text) is not None:
             taken.set_result(None)  # commands act at once and store nothing
             taken = None
-        self._enqueue(_Handover(inbound, _Responder(self, place), taken))
+        self._enqueue(Handover(inbound, TelegramResponder(self, place), taken))
 
-    def _inbound(self, update_id: int, message: Message, sender: User, text: str) -> Inbound | None:
-        """The message as an `Inbound`, or None if it is empty or a command for another bot.
-        The agent gets the text as Markdown (`channels.inbound`); `message.text` stays raw."""
-        markdown = telegram_markdown(text, message.entities)
-        commands = message.parse_entities([MessageEntity.BOT_COMMAND]).items()
-        command = next(((e, value) for e, value in commands if e.offset == 0), None)
-        if command is not None:
-            name, _, target = command[1][1:].partition("@")
-            if target and target.lower() != self._bot_username.lower():
-                return None
-            name = _ALIASES.get(name.lower(), name.lower())
-            # The command is ASCII (no UTF-16 shift) and begins the Markdown unless it was
-            # itself formatted (then the arguments are taken as typed).
-            rest = markdown if markdown.startswith(command[1]) else text
-            args = rest[len(command[1]) :].strip()
-            ours = bool(target) or name in COMMANDS
-            if not ours and message.chat.type != ChatType.PRIVATE:
-                return None  # another bot's command in a group (/roll, /shrug): not for us
-            text, mentioned = f"/{name} {args}".rstrip(), ours
-        else:
-            text, mentioned = self._strip_mentions(message, markdown)
-        if not text:
-            return None
-        topic = message.message_thread_id if message.is_topic_message else None
-        return Inbound(
-            channel=self.name,
-            channel_id=str(message.chat_id),
-            thread_id=str(topic) if topic else "",
-            user_id=str(sender.id),
-            user_name=sender.username or sender.full_name,
-            text=text,
-            is_dm=message.chat.type == ChatType.PRIVATE,
-            mentions_bot=mentioned,
-            event_id=str(update_id),
-            message_id=str(message.message_id),
-        )
-
-    def _strip_mentions(self, message: Message, text: str) -> tuple[str, bool]:
-        """`text` (the message as Markdown) without the bot's @mentions, and whether there
-        was one. A text mention of the bot reads `@botname` in Markdown, so it goes too."""
-        handle = f"@{self._bot_username}".lower()
-        mentioned = False
-        for entity, value in message.parse_entities(
-            [MessageEntity.MENTION, MessageEntity.TEXT_MENTION]
-        ).items():
-            if entity.type == MessageEntity.TEXT_MENTION:
-                mentioned |= entity.user is not None and entity.user.id == self._bot_id
-            elif value.lower() == handle:
-                mentioned = True
-        if mentioned and self._bot_username:
-            pattern = rf"@{re.escape(self._bot_username)}\b[ \t]?"
-            text = re.sub(pattern, "", text, flags=re.IGNORECASE)
-        return text.strip(), mentioned
-
-    def _enqueue(self, handover: _Handover) -> None:
+    def _enqueue(self, handover: Handover) -> None:
         """Submit in update order per conversation, off PTB's update processing: a slow
         submit (a command such as /compact runs inside it) never holds up other chats or
         the approval button clicks a running turn waits for."""
@@ -602,7 +369,7 @@ class TelegramChannel:
             worker.add_done_callback(self._workers.discard)
         inbox.put_nowait(handover)
 
-    async def _submit_all(self, key: ConversationKey, inbox: asyncio.Queue[_Handover]) -> None:
+    async def _submit_all(self, key: ConversationKey, inbox: asyncio.Queue[Handover]) -> None:
         try:
             while not inbox.empty():
                 handover = inbox.get_nowait()
@@ -619,26 +386,18 @@ class TelegramChannel:
 
     # ------------------------------------------------------------------ approvals
 
-    async def ask_approval(self, place: _Place, request: ApprovalRequest) -> bool:
+    async def ask_approval(self, place: Place, request: ApprovalRequest) -> bool:
         """Post the prompt with Approve/Deny buttons and wait for an approver."""
         bot = self.app.bot
 
         async def show(req: ApprovalRequest) -> PromptRef:
-            text = _prompt_text(req)
-            buttons = InlineKeyboardMarkup(
-                [
-                    [
-                        InlineKeyboardButton(
-                            "✅ Approve", callback_data=approval_button_id(req.id, True)
-                        ),
-                        InlineKeyboardButton(
-                            "❌ Deny", callback_data=approval_button_id(req.id, False)
-                        ),
-                    ]
-                ]
-            )
-            message = await self._retrying(
-                lambda: bot.send_message(text=text, reply_markup=buttons, **place.kwargs())
+            text, buttons = approval_prompt(req)
+            message = await call_with_retry(
+                lambda: telegram_call(
+                    bot.send_message(text=text, reply_markup=buttons, **place.kwargs())
+                ),
+                clock=self.clock,
+                what="telegram approval prompt",
             )
             return PromptRef(str(place.chat_id), str(message.message_id), text)
 
@@ -651,28 +410,19 @@ class TelegramChannel:
         if prompt is None:
             return
         try:
-            await self._retrying(
-                lambda: self.app.bot.edit_message_text(
-                    f"{prompt.text}\n\n{outcome}",
-                    chat_id=int(prompt.channel_id),
-                    message_id=int(prompt.message_id),
-                )
+            await call_with_retry(
+                lambda: telegram_call(
+                    self.app.bot.edit_message_text(
+                        f"{prompt.text}\n\n{outcome}",
+                        chat_id=int(prompt.channel_id),
+                        message_id=int(prompt.message_id),
+                    )
+                ),
+                clock=self.clock,
+                what="telegram approval settle",
             )
-        except (TelegramError, TransientError) as exc:
+        except ChannelError as exc:
             log.warning("telegram: could not settle approval prompt %s: %s", request.id, exc)
-
-    async def _retrying(self, call: Callable[[], Awaitable[_T]], attempts: int = 5) -> _T:
-        """A Bot API call with the streamer's rules: wait out 429, retry transient errors."""
-        for attempt in range(attempts):
-            try:
-                return await _mapped(call())
-            except RateLimited as exc:
-                await self.clock.sleep(exc.retry_after)
-            except TransientError:
-                if attempt == attempts - 1:
-                    raise
-                await self.clock.sleep(0.5 * 2**attempt)
-        return await _mapped(call())
 
     async def _on_callback(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         query = update.callback_query
@@ -699,8 +449,8 @@ class TelegramChannel:
             }[verdict]
         text, alert = answer
         try:
-            await query.answer(text, show_alert=alert)
-        except TelegramError as exc:
+            await telegram_call(query.answer(text, show_alert=alert))
+        except ChannelError as exc:
             log.warning("telegram: answerCallbackQuery failed: %s", exc)
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -710,16 +460,6 @@ class TelegramChannel:
 def _poller_ended(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.critical("telegram: polling stopped: %s", exc, exc_info=exc)
-
-
-def _prompt_text(request: ApprovalRequest) -> str:
-    summary = request.summary
-    if len(summary) > _PROMPT_SUMMARY_LIMIT:
-        summary = summary[:_PROMPT_SUMMARY_LIMIT] + "…"
-    lines = [f"🔐 Approval needed: {request.tool}", summary]
-    if request.reason:
-        lines.append(f"Reason: {request.reason}")
-    return "\n".join(lines)
 
 
 __all__ = ["TelegramChannel"]

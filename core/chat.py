@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
+from core.errors import DeliveryFailed
 from core.events import LoopEvent
 
 ConversationKey = tuple[str, str, str]
@@ -110,8 +111,9 @@ class ApprovalRequest:
     record: ApprovalRecord | None = field(default=None, compare=False, repr=False)
 
 
-class DeliveryError(Exception):
-    """The platform did not accept a post (after its retries)."""
+DeliveryError = DeliveryFailed
+"""The old name of `core.errors.DeliveryFailed`, kept while core/agent.py and bot/jobs.py
+(refactored in parallel) still import it from here."""
 
 
 class ReplyStream(Protocol):
@@ -123,7 +125,7 @@ class ReplyStream(Protocol):
     async def finish(self, text: str) -> None:
         """Make the reply read exactly `text` (split over several messages if long).
         A silent or empty `text` posts nothing and removes any placeholder. Raises
-        `DeliveryError` if the platform refused the final text."""
+        `DeliveryFailed` if the platform refused the final text."""
 
 
 class Responder(Protocol):
@@ -131,7 +133,7 @@ class Responder(Protocol):
 
     async def send(self, text: str) -> None:
         """Post a complete message (silent/empty text is skipped). Raises
-        `DeliveryError` when the platform does not accept it."""
+        `DeliveryFailed` when the platform does not accept it."""
 
     def stream(self) -> ReplyStream:
         """A new streamed reply for one run."""
@@ -154,6 +156,11 @@ class AgentPort(Protocol):
         Returns once a message is stored (its queued run committed, with the event id), so
         a channel tells its platform "received" only after this returns; if it raises, the
         message is not stored and the platform should deliver it again."""
+
+    async def cancel_running(self, key: ConversationKey) -> bool:
+        """Stop the run going on in conversation `key` as `/stop` does, but leave what is
+        queued (the console's Ctrl-C). True if a run was going on; one that is already
+        delivering its answer is let finish. Returns once the run has ended."""
 
     async def answer_approval(
         self, request_id: str, allow: bool, user_name: str

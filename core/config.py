@@ -1,7 +1,9 @@
-"""The configuration schema (config.toml) and its loader.
+"""The configuration schema (config.toml) and its loader, all but the chat platforms.
 
-Every problem is reported as a `ConfigError` that names the key, what is wrong and how
-to fix it. Secrets never live in the file: `*_env` keys name environment variables.
+Core names no platform: each adapter owns its `[channels.<name>]` settings next to its
+code, and `bot/config.py` composes the whole file (`ParleyConfig`) from `CoreConfig` and
+those. Every problem is reported as a `ConfigError` that names the key, what is wrong and
+how to fix it. Secrets never live in the file: `*_env` keys name environment variables.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -29,6 +31,7 @@ from core.store.backends import parse_target
 from core.tools.settings import SandboxSettings
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
+ConfigT = TypeVar("ConfigT", bound="CoreConfig")
 
 
 class _Section(BaseModel):
@@ -116,90 +119,6 @@ class ToolsConfig(SandboxSettings):
     )
 
 
-class AccessConfig(_Section):
-    """Who may talk to the bot on one platform (SPEC §13). An empty allowlist admits
-    nobody unless `open = true`; a message is admitted when its user is in
-    `allow_users` or its channel/chat is in `allow_channels`."""
-
-    enabled: bool = False
-    open: bool = Field(False, description="Admit everyone (allowlists ignored).")
-    allow_users: list[str] = Field(default_factory=list, description="Platform user ids.")
-    allow_channels: list[str] = Field(
-        default_factory=list, description="Channel/chat ids whose members may talk to the bot."
-    )
-    approvers: list[str] = Field(
-        default_factory=list, description="User ids who may approve admin tool calls."
-    )
-    require_mention: bool = Field(
-        True, description="In group channels answer only when mentioned or in the bot's thread."
-    )
-    ignore_bots: bool = Field(
-        True, description="Answer another bot only when it @mentions Parley (false: always)."
-    )
-    max_bot_chain: int = Field(
-        6,
-        ge=1,
-        description="After this many messages without a human author in a channel, answer "
-        "no bot there until a human speaks.",
-    )
-    bot_peer_budget: int = Field(
-        5, ge=0, description="Messages answered per allowed bot per minute (ping-pong guard)."
-    )
-    edit_interval_seconds: float = Field(
-        1.0, ge=0.0, description="Least time between edits of one streamed message."
-    )
-
-    def admits(self, user_id: str, channel_id: str) -> bool:
-        return self.open or user_id in self.allow_users or channel_id in self.allow_channels
-
-    def who(self) -> str:
-        """One line for start-up: who may talk to the bot here."""
-        if self.open:
-            return "everyone (open = true)"
-        if not self.allow_users and not self.allow_channels:
-            return "nobody (allow_users and allow_channels are empty)"
-        parts = []
-        if self.allow_users:
-            parts.append("users " + ", ".join(self.allow_users))
-        if self.allow_channels:
-            parts.append("channels " + ", ".join(self.allow_channels))
-        return "; ".join(parts)
-
-
-class TelegramConfig(AccessConfig):
-    token_env: str = "TELEGRAM_BOT_TOKEN"
-    base_url: str = Field("https://api.telegram.org", description="Bot API root (no /bot).")
-    mode: Literal["polling", "webhook"] = "polling"
-    webhook_url: str | None = Field(None, description="Public URL Telegram posts updates to.")
-    webhook_listen: str = "127.0.0.1"
-    webhook_port: int = Field(8443, ge=0, le=65535)
-    webhook_secret_env: str = "TELEGRAM_WEBHOOK_SECRET"
-
-
-class SlackConfig(AccessConfig):
-    bot_token_env: str = "SLACK_BOT_TOKEN"
-    app_token_env: str = Field("SLACK_APP_TOKEN", description="xapp- token for Socket Mode.")
-    signing_secret_env: str = Field("SLACK_SIGNING_SECRET", description="HTTP mode only.")
-    base_url: str = Field("https://slack.com/api/", description="Web API root.")
-    mode: Literal["socket", "http"] = "socket"
-    http_listen: str = "127.0.0.1"
-    http_port: int = Field(3000, ge=0, le=65535)
-    ack_reaction: str | None = Field("eyes", description="Reaction that acknowledges receipt.")
-
-
-class DiscordConfig(AccessConfig):
-    token_env: str = "DISCORD_BOT_TOKEN"
-    api_base_url: str = Field("https://discord.com/api/v10", description="REST root.")
-    gateway_url: str | None = Field(None, description="Gateway URL override (tests, proxies).")
-    sync_commands: bool = Field(True, description="Register the slash commands at start.")
-
-
-class ChannelsConfig(_Section):
-    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
-    slack: SlackConfig = Field(default_factory=SlackConfig)
-    discord: DiscordConfig = Field(default_factory=DiscordConfig)
-
-
 class StoreConfig(_Section):
     """Where conversations, runs and events are kept: one SQLite file (the default), or a
     PostgreSQL database that several workers share (SPEC §14)."""
@@ -278,7 +197,7 @@ class JobConfig(_Section):
     name: str
     schedule: str = Field(description="Cron expression: minute hour day month weekday.")
     timezone: str = "UTC"
-    channel: str = Field(description="Target: slack:C0123, telegram:12345, discord:ID.")
+    channel: str = Field(description="Target: `<channel type>:<channel or chat id>`.")
     prompt: str
     allow_tools: list[str] = Field(default_factory=list)
     provider: str | None = None
@@ -286,8 +205,9 @@ class JobConfig(_Section):
     misfire_grace_seconds: int = Field(3600, ge=1)
 
 
-class ParleyConfig(_Section):
-    """The whole of config.toml."""
+class CoreConfig(_Section):
+    """config.toml without its `[channels.*]` sections, which `bot.config.ParleyConfig`
+    adds from the platform adapters' own settings."""
 
     default_provider: str = Field(examples=["openai"])
     providers: dict[str, ProviderConfig]
@@ -295,14 +215,13 @@ class ParleyConfig(_Section):
     context: ContextSettings = Field(default_factory=ContextSettings)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
-    channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
     goals: GoalsConfig = Field(default_factory=GoalsConfig)
     jobs: list[JobConfig] = Field(default_factory=list)
 
     source: Path | None = Field(None, exclude=True)
 
     @model_validator(mode="after")
-    def _providers_exist(self) -> ParleyConfig:
+    def _providers_exist(self) -> CoreConfig:
         known = ", ".join(sorted(self.providers)) or "none"
         for key, name in (
             ("default_provider", self.default_provider),
@@ -324,8 +243,9 @@ class ParleyConfig(_Section):
         return (base / os.path.expanduser(self.tools.tools_file)).resolve()
 
 
-def load_config(path: Path) -> ParleyConfig:
-    """Read and validate `path`.
+def load_config(path: Path, schema: type[ConfigT]) -> ConfigT:
+    """Read `path` and validate it against `schema` (`bot.config.ParleyConfig` for the
+    whole file).
 
     Raises:
         ConfigError: missing file, bad TOML or a schema violation, phrased for a human.
@@ -343,12 +263,15 @@ def load_config(path: Path) -> ParleyConfig:
         raise ConfigError(
             "(syntax)", f"not valid TOML: {exc}", "fix the syntax at that line", source=str(path)
         ) from exc
-    return parse_config(raw, source=path)
+    return parse_config(raw, schema, source=path)
 
 
-def parse_config(raw: dict[str, Any], *, source: Path | None = None) -> ParleyConfig:
+def parse_config(
+    raw: dict[str, Any], schema: type[ConfigT], *, source: Path | None = None
+) -> ConfigT:
+    """Validate already parsed TOML against `schema`; a violation is a `ConfigError`."""
     try:
-        config = ParleyConfig.model_validate(raw)
+        config = schema.model_validate(raw)
     except ValidationError as exc:
         raise _config_error(exc, str(source or "config.toml")) from exc
     config.source = source

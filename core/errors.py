@@ -17,7 +17,14 @@ ParleyError
 │   └── ToolTransientError      timeout, refused connection, 429 or 5xx: a tool with HTTP
 │                               semantics raises it; idempotent tools are retried
 │                               (.retry_after, .status)
-├── ChannelError                a chat platform refused or failed a call
+├── ChannelError                a chat platform refused or failed a call (.retryable); each
+│   │                           adapter maps its SDK's errors here in one function
+│   ├── ChannelRateLimited      429 (.retry_after); waited out on the clock and retried
+│   ├── ChannelUnavailable      5xx, timeouts, connection trouble; retried with backoff
+│   ├── ChannelRefused          any other refusal, e.g. a 4xx (.status, .code: the platform's
+│   │                           error code or description); never retried
+│   └── DeliveryFailed          a message did not reach the chat: refused, or still failing
+│                               after the retries (what a `Responder` raises)
 └── StoreError                  a write to the store failed (its statement, not its batch)
 """
 
@@ -119,7 +126,43 @@ class ToolTransientError(ToolError):
 
 
 class ChannelError(ParleyError):
-    """A chat platform refused or failed a call."""
+    """A chat platform refused or failed a call. `retryable` says whether trying again can
+    help (`channels.retry.call_with_retry` does)."""
+
+    retryable: bool = False
+
+
+class ChannelRateLimited(ChannelError):
+    """429 Too Many Requests: wait `retry_after` seconds, then try again."""
+
+    retryable = True
+
+    def __init__(self, retry_after: float, message: str | None = None) -> None:
+        super().__init__(message or f"rate limited; retry after {retry_after:g} s")
+        self.retry_after = retry_after
+
+
+class ChannelUnavailable(ChannelError):
+    """A 5xx answer, a timeout or connection trouble: worth trying again after a while."""
+
+    retryable = True
+
+
+class ChannelRefused(ChannelError):
+    """The platform said no: a 4xx other than 429, or an error answer (`{"ok": false}`).
+    Asking again would get the same answer. `status` is the HTTP status, if known; `code`
+    is the platform's own error code (e.g. `message_not_found`) or, for a platform that
+    has none, its error description."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class DeliveryFailed(ChannelError):
+    """A message did not reach the chat: the platform refused it (even as plain text), or
+    it still failed after the retries. The cause is chained (`__cause__`)."""
 
 
 class StoreError(ParleyError):

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from bot.app import App, build_registry
+from bot.config import ParleyConfig, parse_config
 from core.agent import Agent
-from core.chat import ApprovalRequest, DeliveryError, Inbound
-from core.config import ParleyConfig, parse_config
+from core.chat import ApprovalRequest, Inbound
+from core.errors import DeliveryFailed
 from core.events import LoopEvent, TextDelta
 from tests.fakes.llm import FakeLLM
 
@@ -113,7 +114,7 @@ class RecordingResponder:
 
     async def send(self, text: str) -> None:
         if self.fail_sends:
-            raise DeliveryError("the fake channel refused the post")
+            raise DeliveryFailed("the fake channel refused the post")
         self.sent.append(text)
         self.changed.set()
 

@@ -357,6 +357,17 @@ async def test_jobs_list_shows_a_job_that_never_ran(fake_llm: FakeLLM, tmp_path:
 # --- validation ---------------------------------------------------------------------------
 
 
+async def test_a_target_on_no_platform_is_told_the_platforms_there_are(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    async with scheduler(fake_llm, tmp_path, [job(channel="irc:#ops")]) as (sched, _, _a):
+        with pytest.raises(ConfigError) as caught:
+            await sched.start()
+    assert caught.value.fix == (
+        "write `slack:CHANNEL_ID`, `telegram:CHAT_ID` or `discord:CHANNEL_ID`"
+    )
+
+
 @pytest.mark.parametrize(
     ("jobs", "channels", "key", "words"),
     [

@@ -1,4 +1,5 @@
-"""core/ is channel-agnostic: it imports no platform SDK and nothing from channels/ or bot/."""
+"""core/ is channel-agnostic: it imports no platform SDK and nothing from channels/ or bot/;
+channels/ reach the agent only through its port."""
 
 from __future__ import annotations
 
@@ -122,3 +123,18 @@ def test_each_module_imports_alone() -> None:
         [sys.executable, "-c", IMPORT_ALONE, *names], cwd=ROOT, capture_output=True, text=True
     )
     assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_channels_reach_the_agent_only_through_its_port() -> None:
+    """Every adapter, the console included, talks to `core.chat.AgentPort`, never to the
+    concrete agent or its lanes, commands or loop."""
+    inner = {"core.agent", "core.commands", "core.loop", "core.goals", "core.store"}
+    files = sorted((CORE.parent / "channels").glob("*.py"))
+    assert len(files) > 10
+    leaks = {}
+    for path in files:
+        tree = ast.parse(path.read_text(), str(path))
+        modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        leaks[path.name] = sorted(m for m in modules if m in inner)
+    assert {f: bad for f, bad in leaks.items() if bad} == {}

@@ -13,7 +13,7 @@ from tests.process import REPO, child_env
 SCRIPT = """
 import asyncio
 from bot.app import App, build_registry
-from core.config import parse_config
+from bot.config import parse_config
 from core.store import open_store
 
 async def main(state):

@@ -157,6 +157,26 @@ async def test_stop_drops_queued_messages_for_good(fake_llm: FakeLLM, tmp_path: 
         assert len(fake_llm.requests) == 1  # "second" was not re-queued
 
 
+async def test_cancel_running_stops_the_run_and_keeps_the_queue(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(
+        Reply(text="long " * 300, chunk_size=3, chunk_delay=0.05), Reply(text="second answer")
+    )
+    key = ("test", "c1", "")
+    async with running_agent(fake_llm, tmp_path) as agent:
+        assert not await agent.cancel_running(key)  # no lane yet: nothing to cancel
+        chat = RecordingResponder()
+        await agent.submit(inbound("first"), chat)
+        await agent.submit(inbound("second"), chat)
+        await fake_llm.wait_for_requests(1)
+        assert await agent.cancel_running(key)  # returns once the run has ended
+        assert chat.finals == ["Stopped."]
+        await agent.wait_idle()
+        assert chat.finals == ["Stopped.", "second answer"]  # unlike /stop, the queue stays
+        assert not await agent.cancel_running(key)
+
+
 async def test_a_full_queue_turns_a_message_away_and_says_so(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.app import App, build_registry
-from core.config import load_config
+from bot.config import load_config
 from core.errors import ConfigError
 from tests.agentkit import RecordingResponder, inbound
 from tests.fakes.llm import FakeLLM, Reply

@@ -19,9 +19,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from channels import discord as discord_adapter
+from channels import discord_api
 from channels.discord import DiscordChannel
-from channels.slack import APPROVE_ACTION, SlackChannel
+from channels.slack import SlackChannel
+from channels.slack_blocks import APPROVE_ACTION
 from core.agent import Agent
 from core.chat import Responder
 from core.turn import RESTARTING_APPROVAL_TEXT
@@ -323,7 +324,7 @@ async def test_discord_click_before_the_run_is_back_answers_it(
 ) -> None:
     junk = junk_in(tmp_path / "workspace")
     script_rm(fake_llm, DONE)
-    with discord_adapter.library_endpoints_restored():
+    with discord_api.library_endpoints_restored():
         await _discord_click_before_the_run_is_back(fake_llm, tmp_path)
     assert not junk.exists()
 

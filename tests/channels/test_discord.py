@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from channels import discord as adapter
+from channels import discord_api
 from channels.discord import DiscordChannel
+from channels.discord_config import DiscordConfig
 from channels.text import split_message, to_discord
 from core.chat import Inbound, Responder
 from core.clock import Clock
 from core.command_table import COMMANDS
-from core.config import DiscordConfig
 from core.errors import ChannelError, ConfigError
 from core.events import TextDelta
 from tests.agentkit import running_agent
@@ -44,7 +44,7 @@ POSTS = ("create_message", "edit_message")
 @pytest.fixture(autouse=True)
 def _restore_discord_endpoints() -> Any:
     """The adapter points discord.py's class attributes at the fake; put them back."""
-    with adapter.library_endpoints_restored():
+    with discord_api.library_endpoints_restored():
         yield
 
 

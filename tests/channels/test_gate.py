@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from channels.gate import Gate
+from channels.gate import AccessConfig, Gate
 from core.chat import Inbound
-from core.config import AccessConfig
 from tests.fakes.clock import FakeClock
 
 

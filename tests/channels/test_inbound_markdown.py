@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 from telegram import MessageEntity, User
 
-from channels import discord as discord_adapter
+from channels import discord_api
 from channels.inbound import (
     discord_markdown,
     markdown_link,
@@ -284,7 +284,7 @@ async def test_slack_messages_keep_their_order_while_names_are_looked_up(
 
 @pytest.fixture
 async def dc() -> AsyncIterator[FakeDiscord]:
-    with discord_adapter.library_endpoints_restored():
+    with discord_api.library_endpoints_restored():
         async with FakeDiscord() as server:
             yield server
 

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from channels import discord as discord_adapter
+from channels import discord_api
 from channels.discord import DiscordChannel
+from channels.discord_config import DiscordConfig
 from channels.slack import SlackChannel
+from channels.slack_config import SlackConfig
 from channels.telegram import TelegramChannel
+from channels.telegram_config import TelegramConfig
 from core.chat import Inbound, Responder
-from core.config import DiscordConfig, SlackConfig, TelegramConfig
 from core.events import TextDelta
 from tests.fakes.discord import DM_CHANNEL_ID, TOKEN, USER, FakeDiscord
 from tests.fakes.slack import FakeSlack
@@ -180,7 +182,7 @@ async def _discord() -> AsyncIterator[Platform]:
 
         @asynccontextmanager
         async def ask(agent: AnsweringAgent) -> AsyncIterator[None]:
-            with discord_adapter.library_endpoints_restored():
+            with discord_api.library_endpoints_restored():
                 channel = DiscordChannel(config, {"DISCORD_BOT_TOKEN": TOKEN})
                 await channel.start(agent)
                 try:

@@ -11,16 +11,12 @@ from typing import Any
 
 import pytest
 
-from channels.slack import (
-    APPROVE_ACTION,
-    DENY_ACTION,
-    LIMIT_BYTES,
-    SlackChannel,
-    slack_size,
-)
+from channels.slack import SlackChannel
+from channels.slack_api import LIMIT_BYTES, slack_size
+from channels.slack_blocks import APPROVE_ACTION, DENY_ACTION
+from channels.slack_config import SlackConfig
 from channels.text import split_message, to_slack_mrkdwn, utf8_len
 from core.chat import AgentPort, Inbound, Responder
-from core.config import SlackConfig
 from core.errors import ChannelError, ConfigError, StoreError
 from tests.agentkit import running_agent
 from tests.fakes.clock import FakeClock

@@ -10,16 +10,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from channels.stream import (
-    EditBudget,
-    RateLimited,
-    ReplyStreamer,
-    TransientError,
-    Typing,
-    deliver,
-)
+from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
 from channels.text import split_message
-from core.chat import DeliveryError
+from core.errors import ChannelRateLimited, ChannelUnavailable, DeliveryFailed
 from core.events import Notice, StreamRestarted, TextDelta
 from tests.fakes.clock import FakeClock
 
@@ -220,13 +213,13 @@ async def test_long_stream_continues_in_new_messages() -> None:
 async def test_rate_limit_is_waited_out_and_final_text_arrives() -> None:
     clock = FakeClock()
     surface = RecordingSurface(clock)
-    surface.fail("edit", lambda: RateLimited(7.0), final=False)
-    surface.fail("edit", lambda: RateLimited(3.0), final=True)
+    surface.fail("edit", lambda: ChannelRateLimited(7.0), final=False)
+    surface.fail("edit", lambda: ChannelRateLimited(3.0), final=True)
     streamer = ReplyStreamer(surface, clock=clock, min_interval=1.0)
     text = await stream_chunks(streamer, clock, [f"part {i}. " for i in range(12)])
     await streamer.finish(text + "end")
 
-    limited = [c for c in surface.attempts if c.error == "RateLimited"]
+    limited = [c for c in surface.attempts if c.error == "ChannelRateLimited"]
     assert [c.final for c in limited] == [False, True]
     for call, wait in zip(limited, (7.0, 3.0), strict=True):
         after = surface.attempts[surface.attempts.index(call) + 1 :]
@@ -241,24 +234,24 @@ async def test_rate_limit_is_waited_out_and_final_text_arrives() -> None:
 async def test_transient_errors_are_retried_with_backoff() -> None:
     clock = FakeClock()
     surface = RecordingSurface(clock)
-    surface.fail("edit", lambda: TransientError("502"), final=False)  # intermediate: dropped
-    surface.fail("edit", lambda: TransientError("503"), times=3, final=True)
+    surface.fail("edit", lambda: ChannelUnavailable("502"), final=False)  # intermediate: dropped
+    surface.fail("edit", lambda: ChannelUnavailable("503"), times=3, final=True)
     streamer = ReplyStreamer(surface, clock=clock, min_interval=1.0)
     text = await stream_chunks(streamer, clock, [f"part {i}. " for i in range(9)])
     clock.sleeps.clear()
     await streamer.finish(text)
     backoffs = [s for s in clock.sleeps if s in (0.5, 1.0, 2.0, 4.0)]
     assert backoffs[-3:] == [0.5, 1.0, 2.0]
-    assert [c.error for c in surface.attempts if c.final] == ["TransientError"] * 3 + [""]
+    assert [c.error for c in surface.attempts if c.final] == ["ChannelUnavailable"] * 3 + [""]
     assert surface.messages == {"m1": text}
 
 
-async def test_transient_errors_that_persist_raise_delivery_error() -> None:
+async def test_transient_errors_that_persist_raise_delivery_failed() -> None:
     clock = FakeClock()
     surface = RecordingSurface(clock)
-    surface.fail("post", lambda: TransientError("503"), times=99)
+    surface.fail("post", lambda: ChannelUnavailable("503"), times=99)
     streamer = ReplyStreamer(surface, clock=clock)
-    with pytest.raises(DeliveryError):
+    with pytest.raises(DeliveryFailed):
         await streamer.finish("The answer.")
     assert len(surface.attempts) == 5
     assert clock.sleeps == [0.5, 1.0, 2.0, 4.0]
@@ -271,7 +264,7 @@ async def test_permanent_failure_of_the_final_text_raises_delivery_error() -> No
     text = await stream_chunks(streamer, clock, ["Some ", "partial ", "text"])
     assert surface.messages
     surface.fail("any", lambda: Rejected("forbidden"), times=99)
-    with pytest.raises(DeliveryError):
+    with pytest.raises(DeliveryFailed):
         await streamer.finish(text + ", finished")
     # Formatted and plain edit, then a formatted and a plain new post: all refused.
     tried = [(c.op, c.final) for c in surface.attempts if c.error == "Rejected"]
@@ -469,11 +462,11 @@ async def test_deliver_posts_split_final_text() -> None:
     assert list(surface.messages.values()) == split_message(text, 40)
     assert all(c.op == "post" and c.final for c in surface.calls)
     assert await deliver(surface, "[SILENT]", clock=clock) == []
-    surface.fail("post", lambda: RateLimited(2.0))
+    surface.fail("post", lambda: ChannelRateLimited(2.0))
     assert len(await deliver(surface, "after a 429", clock=clock)) == 1
     assert 2.0 in clock.sleeps
     surface.fail("post", lambda: Rejected("channel not found"), times=2)
-    with pytest.raises(DeliveryError):
+    with pytest.raises(DeliveryFailed):
         await deliver(surface, "refused", clock=clock)
 
 
@@ -483,7 +476,7 @@ async def test_a_failed_delete_of_a_discarded_message_is_retried_at_finish() -> 
     streamer = ReplyStreamer(surface, clock=clock)
     await stream_chunks(streamer, clock, ["aaaa bbbb ", "cccc dddd ", "eeee ffff ", "gggg"])
     assert len(surface.messages) == 2  # the first attempt spilled into a second message
-    surface.fail("delete", lambda: TransientError("502"))
+    surface.fail("delete", lambda: ChannelUnavailable("502"))
     streamer(StreamRestarted(attempt=1, reason="503", delay=1.0, discard=True))
     text = await stream_chunks(streamer, clock, ["short"])
     await streamer.finish(text)

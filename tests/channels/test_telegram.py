@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from channels.telegram import MESSAGE_LIMIT, TelegramChannel
+from channels.telegram import TelegramChannel
+from channels.telegram_config import TelegramConfig
+from channels.telegram_reply import MESSAGE_LIMIT
 from channels.text import split_message, to_telegram_html
 from core.agent import Agent
 from core.chat import Inbound, Responder
 from core.clock import SystemClock
 from core.command_table import COMMAND_TABLE
-from core.config import TelegramConfig
 from core.errors import ConfigError, StoreError
 from core.events import TextDelta
 from tests.agentkit import running_agent
@@ -569,6 +570,20 @@ async def test_polling_confirms_an_update_only_once_it_is_stored(fake: FakeTeleg
     offsets = [int(call.params.get("offset") or 0) for call in polls]
     assert all(offset <= uid for offset in offsets[: fetches[-1] + 1])  # kept until stored
     assert offsets[-1] == uid + 1  # then confirmed (at the latest when the channel stops)
+
+
+async def test_polling_waits_out_429_and_backs_off_on_failures_on_its_clock(
+    fake: FakeTelegram,
+) -> None:
+    clock = FakeClock()
+    fake.fail_next("getUpdates", 429, retry_after=5)
+    fake.fail_next("getUpdates", 502, times=2)
+    fake.fail_next("getUpdates", 409, description="Conflict: terminated by other getUpdates")
+    async with telegram(fake, EchoAgent(), clock=clock):
+        fake.dm(ALICE, "still there?")
+        await wait_text(fake, ALICE.id, "echo: still there?")
+    assert [c.status for c in fake.calls_of("getUpdates")][:5] == [429, 502, 502, 409, 200]
+    assert clock.sleeps[:4] == [5.0, 1.0, 2.0, 4.0]  # a 409 passes too: it is waited out
 
 
 async def test_webhook_answers_500_for_an_update_it_could_not_store(fake: FakeTelegram) -> None:

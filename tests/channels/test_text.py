@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from channels import discord, slack, telegram
+from channels import discord_reply, slack_api, telegram_reply
 from channels.text import (
     _split,
     _tables_laid_out,
@@ -117,9 +117,9 @@ def test_cuts_at_paragraph_then_line_then_word_then_anywhere() -> None:
 PARAGRAPH = " ".join(f"Sentence number {i} says something about topic {i}." for i in range(158))
 
 PLATFORM_LIMITS = [
-    pytest.param(telegram.MESSAGE_LIMIT, telegram._utf16_len, id="telegram"),
-    pytest.param(discord.MESSAGE_LIMIT, len, id="discord"),
-    pytest.param(slack.LIMIT_BYTES, slack.slack_size, id="slack"),
+    pytest.param(telegram_reply.MESSAGE_LIMIT, telegram_reply._utf16_len, id="telegram"),
+    pytest.param(discord_reply.MESSAGE_LIMIT, len, id="discord"),
+    pytest.param(slack_api.LIMIT_BYTES, slack_api.slack_size, id="slack"),
 ]
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from bot.config import ParleyConfig, parse_config
 from bot.inspect import runs_command
-from core.config import ParleyConfig, parse_config
 from core.errors import ConfigError
 from core.store import open_store
 from tests.agentkit import RecordingResponder, inbound, running_agent

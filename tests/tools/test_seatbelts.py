@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.app import App, build_registry
-from core.config import parse_config
+from bot.config import parse_config
 from core.messages import ToolCall
 from core.run_context import RunContext
 from core.tools.base import ToolContext, ToolRegistry

@@ -121,7 +121,7 @@ async def test_the_rest_of_a_carved_root_stays_usable(settings: SandboxSettings)
 
 async def test_bash_cannot_read_parleys_store_events_or_other_artifacts(tmp_path: Path) -> None:
     from bot.app import build_jail
-    from core.config import parse_config
+    from bot.config import parse_config
 
     state = tmp_path / "state"
     (state / "artifacts").mkdir(parents=True)

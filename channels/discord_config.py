@@ -1,0 +1,16 @@
+"""`[channels.discord]`: the Discord adapter's settings, on top of its access rules."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from channels.gate import AccessConfig
+
+
+class DiscordConfig(AccessConfig):
+    """The bot token (by environment variable), endpoints and the slash commands."""
+
+    token_env: str = "DISCORD_BOT_TOKEN"
+    api_base_url: str = Field("https://discord.com/api/v10", description="REST root.")
+    gateway_url: str | None = Field(None, description="Gateway URL override (tests, proxies).")
+    sync_commands: bool = Field(True, description="Register the slash commands at start.")

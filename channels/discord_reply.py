@@ -1,0 +1,119 @@
+"""Where the bot's output goes in Discord: a channel, thread or DM as a `Surface` for the
+reply streamer (final text formatted for Discord, plain if refused) and the `Responder` of
+one conversation, sharing its channel's edit budget, with its typing indicator."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+from channels.discord_api import discord_call
+from channels.discord_config import DiscordConfig
+from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
+from channels.text import to_discord
+from core.chat import ApprovalRequest, ReplyStream
+from core.clock import Clock
+from core.errors import ChannelError, ChannelRefused, DeliveryFailed
+
+with warnings.catch_warnings():
+    # discord.py imports `audioop` (voice support), deprecated since Python 3.11.
+    warnings.filterwarnings("ignore", "'audioop' is deprecated", DeprecationWarning)
+    import discord
+
+
+class DiscordHost(Protocol):
+    """What a responder uses of its channel (`channels.discord.DiscordChannel`)."""
+
+    clock: Clock
+    config: DiscordConfig
+
+    def client(self) -> Any: ...  # the running discord.Client
+
+    def edit_budget(self, channel_id: int) -> EditBudget: ...
+
+    async def ask_approval(self, target: int, request: ApprovalRequest) -> bool: ...
+
+
+MESSAGE_LIMIT = 2000
+TYPING_INTERVAL = 8.0  # the indicator lasts 10 s
+
+
+class DiscordSurface:
+    """One Discord channel, thread or DM as a `channels.stream.Surface`."""
+
+    limit = MESSAGE_LIMIT
+
+    def __init__(self, channel: Callable[[], discord.PartialMessageable]) -> None:
+        self._resolve = channel
+
+    @property
+    def _channel(self) -> discord.PartialMessageable:
+        try:
+            return self._resolve()
+        except ChannelError as exc:  # stopped: a post now is simply not delivered
+            raise DeliveryFailed(str(exc)) from exc
+
+    def measure(self, text: str) -> int:
+        return len(text)
+
+    async def post(self, text: str, *, final: bool) -> str:
+        content = to_discord(text) if final else text
+        try:
+            message = await discord_call(self._channel.send(content))
+        except ChannelRefused:
+            if content == text:
+                raise
+            message = await discord_call(self._channel.send(text))  # plain fallback
+        return str(message.id)
+
+    async def edit(self, message_id: str, text: str, *, final: bool) -> None:
+        content = to_discord(text) if final else text
+        partial = self._channel.get_partial_message(int(message_id))
+        try:
+            await discord_call(partial.edit(content=content))
+        except ChannelRefused:
+            if content == text:
+                raise
+            await discord_call(partial.edit(content=text))
+
+    async def delete(self, message_id: str) -> None:
+        try:
+            await discord_call(self._channel.get_partial_message(int(message_id)).delete())
+        except ChannelRefused as exc:
+            if exc.status != 404:  # already gone is fine
+                raise
+
+
+class DiscordResponder:
+    """Posts into one Discord channel, thread or DM (`core.chat.Responder`)."""
+
+    def __init__(self, adapter: DiscordHost, target: int) -> None:
+        self._adapter, self._target = adapter, target
+
+    def _surface(self) -> DiscordSurface:
+        adapter, target = self._adapter, self._target
+        return DiscordSurface(lambda: adapter.client().get_partial_messageable(target))
+
+    async def send(self, text: str) -> None:
+        await deliver(self._surface(), text, clock=self._adapter.clock)
+
+    def stream(self) -> ReplyStream:
+        adapter = self._adapter
+        return ReplyStreamer(
+            self._surface(),
+            clock=adapter.clock,
+            min_interval=adapter.config.edit_interval_seconds,
+            budget=adapter.edit_budget(self._target),
+            typing=self._send_typing,
+        )
+
+    async def approve(self, request: ApprovalRequest) -> bool:
+        return await self._adapter.ask_approval(self._target, request)
+
+    def typing(self) -> AbstractAsyncContextManager[None]:
+        return Typing(self._send_typing, interval=TYPING_INTERVAL, clock=self._adapter.clock)
+
+    async def _send_typing(self) -> None:
+        await discord_call(self._adapter.client().http.send_typing(self._target))

@@ -1,0 +1,40 @@
+"""The approval prompt in Slack's Block Kit: what is asked and why, with Approve / Deny
+buttons whose action ids the adapter listens for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.approvals import approval_button_id
+from channels.slack_api import escape
+from core.chat import ApprovalRequest
+
+APPROVE_ACTION, DENY_ACTION = "parley_approve", "parley_deny"
+
+
+def approval_blocks(
+    request: ApprovalRequest, *, outcome: str | None = None
+) -> list[dict[str, Any]]:
+    """The prompt: what is asked and why, then Approve / Deny buttons — or, once settled,
+    the outcome instead of the buttons."""
+    summary = escape(request.summary).replace("```", "'''")[:2500]
+    text = f"*Approval needed* for `{escape(request.tool)}`: {escape(request.reason)[:300]}"
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": f"{text}\n```{summary}```"}}
+    if outcome is not None:
+        note = {"type": "mrkdwn", "text": escape(outcome)}
+        return [section, {"type": "context", "elements": [note]}]
+    buttons = [
+        (APPROVE_ACTION, "Approve", "primary", True),
+        (DENY_ACTION, "Deny", "danger", False),
+    ]
+    elements = [
+        {
+            "type": "button",
+            "action_id": action_id,
+            "text": {"type": "plain_text", "text": label},
+            "style": style,
+            "value": approval_button_id(request.id, allow),
+        }
+        for action_id, label, style, allow in buttons
+    ]
+    return [section, {"type": "actions", "block_id": "approval", "elements": elements}]

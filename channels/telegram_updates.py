@@ -1,0 +1,99 @@
+"""Telegram messages on their way to the agent: a message read as an `Inbound` (commands
+normalised, the bot's own @mentions taken out, the text as Markdown) and the hand-over
+that tells the update loop when it may confirm the update."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+
+from telegram import Message, MessageEntity, User
+from telegram.constants import ChatType
+
+from channels.inbound import telegram_markdown
+from core.chat import Inbound, Responder
+from core.command_table import COMMANDS
+
+_ALIASES = {"start": "help"}  # Telegram clients send /start when a user opens the bot
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Handover:
+    """A message on its way to the agent; `taken` (if any) is done once it was submitted,
+    which for a message means stored."""
+
+    inbound: Inbound
+    responder: Responder
+    taken: asyncio.Future[None] | None = None
+
+    def done(self) -> None:
+        if self.taken is not None and not self.taken.done():
+            self.taken.set_result(None)
+
+    def failed(self, exc: Exception) -> None:
+        if self.taken is not None and not self.taken.done():
+            self.taken.set_exception(exc)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MessageReader:
+    """Reads messages as the bot sees them: it is `bot_id`, @`username` on Telegram."""
+
+    bot_id: int = 0
+    username: str = ""
+    channel: str = "telegram"
+
+    def inbound(self, update_id: int, message: Message, sender: User, text: str) -> Inbound | None:
+        """The message as an `Inbound`, or None if it is empty or a command for another bot.
+        The agent gets the text as Markdown (`channels.inbound`); `message.text` stays raw."""
+        markdown = telegram_markdown(text, message.entities)
+        commands = message.parse_entities([MessageEntity.BOT_COMMAND]).items()
+        command = next(((e, value) for e, value in commands if e.offset == 0), None)
+        if command is not None:
+            name, _, target = command[1][1:].partition("@")
+            if target and target.lower() != self.username.lower():
+                return None
+            name = _ALIASES.get(name.lower(), name.lower())
+            # The command is ASCII (no UTF-16 shift) and begins the Markdown unless it was
+            # itself formatted (then the arguments are taken as typed).
+            rest = markdown if markdown.startswith(command[1]) else text
+            args = rest[len(command[1]) :].strip()
+            ours = bool(target) or name in COMMANDS
+            if not ours and message.chat.type != ChatType.PRIVATE:
+                return None  # another bot's command in a group (/roll, /shrug): not for us
+            text, mentioned = f"/{name} {args}".rstrip(), ours
+        else:
+            text, mentioned = self._strip_mentions(message, markdown)
+        if not text:
+            return None
+        topic = message.message_thread_id if message.is_topic_message else None
+        return Inbound(
+            channel=self.channel,
+            channel_id=str(message.chat_id),
+            thread_id=str(topic) if topic else "",
+            user_id=str(sender.id),
+            user_name=sender.username or sender.full_name,
+            text=text,
+            is_dm=message.chat.type == ChatType.PRIVATE,
+            mentions_bot=mentioned,
+            event_id=str(update_id),
+            message_id=str(message.message_id),
+        )
+
+    def _strip_mentions(self, message: Message, text: str) -> tuple[str, bool]:
+        """`text` (the message as Markdown) without the bot's @mentions, and whether there
+        was one. A text mention of the bot reads `@botname` in Markdown, so it goes too."""
+        handle = f"@{self.username}".lower()
+        mentioned = False
+        for entity, value in message.parse_entities(
+            [MessageEntity.MENTION, MessageEntity.TEXT_MENTION]
+        ).items():
+            if entity.type == MessageEntity.TEXT_MENTION:
+                mentioned |= entity.user is not None and entity.user.id == self.bot_id
+            elif value.lower() == handle:
+                mentioned = True
+        if mentioned and self.username:
+            pattern = rf"@{re.escape(self.username)}\b[ \t]?"
+            text = re.sub(pattern, "", text, flags=re.IGNORECASE)
+        return text.strip(), mentioned

@@ -1,0 +1,123 @@
+"""A broken `[channels.*]` section is reported as before the platform settings moved next to
+their adapters: the same key, problem and fix. And core's configuration names no platform."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import ParleyConfig, parse_config
+from channels import PLATFORMS
+from channels.discord_config import DiscordConfig
+from channels.slack_config import SlackConfig
+from channels.telegram_config import TelegramConfig
+from core.errors import ConfigError
+from tests.process import REPO
+
+BASE: dict[str, Any] = {
+    "default_provider": "p",
+    "providers": {"p": {"kind": "openai_chat", "model": "m", "base_url": "http://x"}},
+}
+SPELLING = "remove it, or check its spelling against the example config.toml"
+
+
+@pytest.mark.parametrize(
+    ("channels", "key", "problem", "fix"),
+    [
+        (
+            {"slack": {"mode": "bogus"}},
+            "channels.slack.mode",
+            "Input should be 'socket' or 'http'",
+            "use one of the values listed: 'socket' or 'http'",
+        ),
+        (
+            {"telegram": {"webhook_port": 70000}},
+            "channels.telegram.webhook_port",
+            "Input should be less than or equal to 65535",
+            "give a valid value (got 70000)",
+        ),
+        (
+            {"discord": {"enabled": "maybe"}},
+            "channels.discord.enabled",
+            "Input should be a valid boolean, unable to interpret input",
+            "give a valid value (got 'maybe')",
+        ),
+        (
+            {"matrix": {"enabled": True}},
+            "channels.matrix",
+            "Extra inputs are not permitted",
+            SPELLING,
+        ),
+        (
+            {"slack": {"allow_user": ["U1"]}},
+            "channels.slack.allow_user",
+            "Extra inputs are not permitted",
+            SPELLING,
+        ),
+        (
+            {"telegram": {"max_bot_chain": 0}},
+            "channels.telegram.max_bot_chain",
+            "Input should be greater than or equal to 1",
+            "give a valid value (got 0)",
+        ),
+        (
+            {"discord": {"token_env": 5}},
+            "channels.discord.token_env",
+            "Input should be a valid string",
+            "give a valid value (got 5)",
+        ),
+        (
+            "not a table",
+            "channels",
+            "Input should be a valid dictionary or instance of ChannelsConfig",
+            "give a valid value (got 'not a table')",
+        ),
+    ],
+)
+def test_a_broken_channel_section_names_the_key_and_the_fix(
+    channels: object, key: str, problem: str, fix: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(BASE | {"channels": channels}, source=Path("/etc/parley/config.toml"))
+    assert (caught.value.key, caught.value.problem, caught.value.fix) == (key, problem, fix)
+    assert str(caught.value) == f"/etc/parley/config.toml: `{key}`: {problem}\n  fix: {fix}"
+
+
+def test_each_platform_section_is_its_adapters_settings() -> None:
+    config = parse_config(BASE | {"channels": {"slack": {"enabled": True, "mode": "http"}}})
+    assert isinstance(config, ParleyConfig)
+    assert isinstance(config.channels.slack, SlackConfig)
+    assert (config.channels.slack.enabled, config.channels.slack.mode) == (True, "http")
+    assert isinstance(config.channels.telegram, TelegramConfig)
+    assert not config.channels.telegram.enabled
+    assert isinstance(config.channels.discord, DiscordConfig)
+
+
+def test_every_registered_platform_has_its_section_and_nothing_else_does() -> None:
+    config = parse_config(BASE | {"channels": {"discord": {"enabled": True}}})
+    assert list(config.model_dump()["channels"]) == list(PLATFORMS)
+    for name, platform in PLATFORMS.items():
+        assert type(config.channel(name)) is platform.settings
+        assert config.channel(name).enabled == (name == "discord")
+
+
+def test_reading_the_configuration_imports_no_platform_sdk() -> None:
+    code = (
+        "import sys\n"
+        "import bot.config, bot.run\n"
+        "print([m for m in ('discord', 'slack_bolt', 'slack_sdk', 'telegram') if m in sys.modules])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_core_configuration_names_no_platform() -> None:
+    core = Path(__file__).resolve().parents[1] / "core" / "config.py"
+    text = core.read_text().lower()
+    assert [name for name in ("slack", "telegram", "discord") if name in text] == []
