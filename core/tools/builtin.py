@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.errors import ToolDenied, ToolError
 from core.tools.base import Category, Tool, ToolContext, ToolResult
 from core.tools.blocklist import check_command
-from core.tools.sandbox import cap_output, mentions_denied_path, resolve_path, run_in_workspace
+from core.tools.outputcap import cap_output
+from core.tools.paths import mentions_denied_path, resolve_path
+from core.tools.sandbox import run_in_workspace
 from core.tools.settings import SandboxSettings
 
 DEFAULT_READ_LINES = 2000

@@ -140,7 +140,7 @@ async def test_write_file_refuses_a_hard_link_and_leaves_the_target_alone(
 
 
 async def test_path_rules_are_computed_once_per_configuration(settings: SandboxSettings) -> None:
-    from core.tools.sandbox import PathRules
+    from core.tools.paths import PathRules
 
     first = PathRules.of(settings)
     await _file_tool(settings, "list_directory", path=".")

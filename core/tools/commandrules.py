@@ -1,0 +1,250 @@
+"""What the `bash` blocklist objects to: verdicts, rule tables and fixed rules.
+
+`blocklist.py` finds every simple command in a command line and what it runs; this module
+says what is wrong with one program and its static words (`sudo`, `mkfs`, `rm -rf /`,
+`git push --force`, `dd of=/dev/sda`, editors and pagers that would wait for a human), which
+inline code is harmless, and which awk, sed and git spellings run other programs. Verdicts
+rank blocked > interactive > destructive > ok; the worst one wins.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from core.tools.programargs import options, ssh_has_command
+from core.tools.shellexpand import Word
+
+VerdictKind = Literal["ok", "destructive", "blocked", "interactive"]
+
+_RANK: dict[VerdictKind, int] = {"ok": 0, "destructive": 1, "interactive": 2, "blocked": 3}
+_UNREADABLE = "Parley cannot check it, so an approver must"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockVerdict:
+    """How `bash` must treat a command, and why (phrased for the model)."""
+
+    kind: VerdictKind
+    reason: str = ""
+
+
+OK = BlockVerdict("ok")
+
+
+def worst(verdicts: list[BlockVerdict]) -> BlockVerdict:
+    """The verdict that ranks highest (blocked > interactive > destructive > ok)."""
+    return max(verdicts, key=lambda v: _RANK[v.kind], default=OK)
+
+
+def unreadable(what: str) -> BlockVerdict:
+    """Parley cannot tell what `what` runs: fail closed, and let an approver decide."""
+    return BlockVerdict("destructive", f"{what}; {_UNREADABLE}")
+
+
+# --- tables ------------------------------------------------------------------------------
+
+BLOCKED_COMMANDS = frozenset(
+    {"sudo", "su", "doas", "pkexec", "shutdown", "reboot", "halt", "poweroff", "telinit"}
+)
+BLOCKED_PREFIXES = ("mkfs",)  # mkfs, mkfs.ext4, mkfs.vfat …
+DISK_TOOLS = frozenset({"mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "parted"})
+DESTRUCTIVE_COMMANDS = frozenset({"pkill", "killall", "truncate", "shred"})
+EDITORS = frozenset({"vi", "vim", "nvim", "nano", "emacs", "pico", "joe", "micro"})
+PAGERS = frozenset({"less", "more", "most"})
+MONITORS = frozenset({"top", "htop", "btop", "atop", "watch"})
+REPLS = frozenset({"python", "python3", "node", "irb", "ipython", "bpython", "deno", "ghci"})
+# Flags that leave a REPL interactive; anything else (a script, -c, -m, -e, -V) does not.
+REPL_PASSIVE_FLAGS = frozenset({"-i", "-q", "-u", "-B", "-E", "-I", "-s", "-S", "--interactive"})
+# Targets whose recursive deletion or chmod is never acceptable.
+CRITICAL_TARGETS = frozenset(
+    {"/", "~", "$HOME", "${HOME}", "/bin", "/boot", "/dev", "/etc", "/home", "/lib",
+     "/lib64", "/opt", "/proc", "/root", "/sbin", "/sys", "/usr", "/var"}
+)  # fmt: skip
+# Redirecting into these is a system change.
+SYSTEM_PREFIXES = ("/etc/", "/usr/", "/bin/", "/sbin/", "/boot/", "/lib/", "/sys/", "/proc/")
+BLOCK_DEVICE = re.compile(r"^/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|md|dm-|loop)")
+SAFE_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+# Inline code that only reports versions or paths, matched (whole) against the argv joined
+# with single spaces, program name without its directory. Keep this small: each entry is a
+# hole in "inline code needs an approver". (`import x` runs x's code, but so would
+# `python3 x.py`, which is ok anyway.)
+READ_ONLY_INLINE = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r"python[\d.]* -c import sys ?; ?print\(sys\.(version|version_info|executable|path)\);?",
+        r"python[\d.]* -c import [\w.]+( ?, ?[\w.]+)*( ?; ?print\([\w.]+\.__(version|file)__\))?;?",
+        r"node (-e|--eval) console\.log\(process\.versions?(\.\w+)?\);?",
+        r"node (-p|--print) process\.versions?(\.\w+)?",
+        r"ruby -e puts RUBY_VERSION",
+        r"php -r echo PHP_VERSION;?",
+    )
+)
+# Inline code or a program from stdin that forks in a loop is a fork bomb.
+LOOP = re.compile(r"\b(while|for|loop|until)\b")
+FORK = re.compile(r"\bfork\b")
+# awk programs that run commands: system(), `print | "cmd"`, `"cmd" | getline`, `|&`.
+AWK_RUNS = re.compile(
+    r"\bsystem\s*\(|\|&|(?<!\|)\|(?!\|)\s*(getline\b|\"|[A-Za-z_]\w*\s*($|[;}\n)]))"
+)
+# GNU sed's `e` command and the `e` flag of `s///` run shell commands.
+SED_EXEC = re.compile(
+    r"(^|[;\n{}])\s*(\d+|\$|/[^/\n]*/)?(\s*,\s*(\d+|\$|/[^/\n]*/))?\s*!?\s*e\b"
+    r"|(^|[;\n{}\s])s([^\w\s\\])(\\.|(?!\6).)*\6(\\.|(?!\6).)*\6[a-zA-Z0-9]*e"
+)
+# `git -c` settings that make git run a program (a sample, not a complete list).
+GIT_RUNNING_CONFIG = re.compile(
+    r"(?i)(alias\.[^=]*=\s*!|core\.(pager|editor|sshcommand|fsmonitor|hookspath)=|"
+    r"[^=]*\.(command|cmd|program|textconv|helper|clean|smudge|process)=)"
+)
+
+
+# --- fixed rules on static words ---------------------------------------------------------
+
+
+def fixed_rules(name: str, args: list[str], *, stdin_fed: bool) -> BlockVerdict:
+    """The verdict on running program `name` with the static words `args`."""
+    if name in BLOCKED_COMMANDS:
+        return BlockVerdict("blocked", f"`{name}` (privilege escalation or power control)")
+    if name.startswith(BLOCKED_PREFIXES) or name in DISK_TOOLS:
+        return BlockVerdict("blocked", f"`{name}` formats or repartitions disks")
+    verdicts = [_interactive(name, args, stdin_fed)]
+    if name in DESTRUCTIVE_COMMANDS:
+        verdicts.append(BlockVerdict("destructive", f"`{name}` destroys processes or data"))
+    elif name in _SIMPLE_RULES:
+        verdicts.append(_SIMPLE_RULES[name](args))
+    if name in {"tee", "cp", "mv"}:
+        verdicts += [write_target(a) for a in args if a[:1] == "/"]
+    return worst(verdicts)
+
+
+def write_target(target: str) -> BlockVerdict:
+    """The verdict on writing into `target` (a redirect, or `tee`/`cp`/`mv`)."""
+    if BLOCK_DEVICE.match(target):
+        return BlockVerdict("blocked", f"writing to the block device {target}")
+    if target.startswith(SYSTEM_PREFIXES):
+        return BlockVerdict("destructive", f"redirecting output into {target}")
+    return OK
+
+
+def fork_loop(code: str) -> BlockVerdict:
+    """Blocked when inline code or a program from stdin forks in a loop."""
+    if FORK.search(code) and LOOP.search(code):
+        return BlockVerdict("blocked", "a fork bomb (fork() in a loop)")
+    return OK
+
+
+def read_only_inline(argv: list[Word]) -> bool:
+    """Whether an interpreter's argv is one of the `READ_ONLY_INLINE` one-liners."""
+    if any(w.dynamic for w in argv):
+        return False
+    joined = " ".join([os.path.basename(argv[0].text), *(w.text for w in argv[1:])])
+    normalized = " ".join(joined.split())
+    return any(pattern.fullmatch(normalized) for pattern in READ_ONLY_INLINE)
+
+
+def _is_critical(target: str) -> bool:
+    if not target:
+        return False
+    stripped = re.sub(r"(/\.?|/\*)+$", "", target.replace("//", "/")) or "/"
+    home = os.path.expanduser("~")
+    return stripped in CRITICAL_TARGETS or stripped in {home, "~/", "$HOME/"}
+
+
+def _rm(args: list[str]) -> BlockVerdict:
+    opts, targets = options(args)
+    recursive = bool(opts & {"-r", "-R", "--recursive"})
+    forced = bool(opts & {"-f", "--force"})
+    if "--no-preserve-root" in opts or ((recursive or forced) and any(map(_is_critical, targets))):
+        return BlockVerdict("blocked", "`rm` of the root or home directory")
+    if recursive or forced:
+        return BlockVerdict("destructive", "a recursive or forced delete (`rm -r`/`rm -f`)")
+    return OK
+
+
+def _chmod_chown(name: str, args: list[str]) -> BlockVerdict:
+    opts, operands = options(args)
+    recursive = bool(opts & {"-R", "--recursive"})
+    world = name == "chmod" and any(re.fullmatch(r"0?777|a\+rwx", a) for a in operands)
+    if (recursive or world) and any(map(_is_critical, operands[1:])):
+        return BlockVerdict("blocked", f"`{name}` on the root or home directory")
+    if world:
+        return BlockVerdict("destructive", "`chmod 777` makes files writable by everyone")
+    if recursive and name != "chmod":
+        return BlockVerdict("destructive", f"a recursive `{name}`")
+    return OK
+
+
+def _git(args: list[str]) -> BlockVerdict:
+    while args and args[0].startswith("-"):  # global options: -C dir, -c k=v, --no-pager
+        if args[0] == "-c" and len(args) > 1 and GIT_RUNNING_CONFIG.match(args[1]):
+            return unreadable(f"`git -c {args[1]}` runs a program")
+        args = args[2:] if args[0] in {"-C", "-c"} else args[1:]
+    if not args:
+        return OK
+    sub, rest = args[0], args[1:]
+    opts, operands = options(rest)
+    if sub == "push" and (
+        opts & {"-f", "--force", "--force-with-lease", "--delete", "-d", "--mirror"}
+        or any(o.startswith("+") for o in operands)
+    ):
+        return BlockVerdict("destructive", "`git push` that rewrites or deletes remote history")
+    if sub == "reset" and "--hard" in opts:
+        return BlockVerdict("destructive", "`git reset --hard` discards local changes")
+    if sub == "clean" and opts & {"-f", "--force"}:
+        return BlockVerdict("destructive", "`git clean -f` deletes untracked files")
+    if sub == "branch" and "-D" in opts:
+        return BlockVerdict("destructive", "`git branch -D` deletes an unmerged branch")
+    return OK
+
+
+def _kill(args: list[str]) -> BlockVerdict:
+    joined = " ".join(args)
+    if re.search(r"(^|\s)-(9|KILL|SIGKILL)\b|-s\s+(9|KILL|SIGKILL)\b", joined):
+        return BlockVerdict("destructive", "`kill -9` cannot be caught or cleaned up after")
+    return OK
+
+
+def _dd(args: list[str]) -> BlockVerdict:
+    for arg in args:
+        device = arg[3:]
+        if arg.startswith("of=/dev/") and not (
+            device in SAFE_DEVICES or device.startswith("/dev/fd/")
+        ):
+            return BlockVerdict("blocked", "`dd` writing to a device")
+    return OK
+
+
+def _interactive(name: str, args: list[str], stdin_fed: bool) -> BlockVerdict:
+    if name in EDITORS and not {"--batch", "-batch", "--headless", "-es", "-Es"} & set(args):
+        hint = "write files with write_file, or edit with `sed -i`"
+        return BlockVerdict("interactive", f"`{name}` is an interactive editor; {hint}")
+    if name in PAGERS:
+        hint = "use `cat`, `head`, `tail` or read_file with offset/limit"
+        return BlockVerdict("interactive", f"`{name}` is a pager; {hint}")
+    if name in MONITORS and not (name == "top" and "-b" in options(args)[0]):
+        hint = "use a one-shot form such as `ps aux` or `top -b -n 1`"
+        return BlockVerdict("interactive", f"`{name}` runs until stopped; {hint}")
+    is_repl = name in REPLS or re.fullmatch(r"python3(\.\d+)?", name)
+    # A REPL fed through a pipe or `<<EOF` runs that script; only a bare one would sit idle.
+    if is_repl and not stdin_fed and all(a in REPL_PASSIVE_FLAGS for a in args):
+        hint = "pass a script file"
+        return BlockVerdict("interactive", f"bare `{name}` starts a REPL; {hint}")
+    if name == "ssh" and not stdin_fed and not ssh_has_command(args):
+        hint = "add the remote command, e.g. `ssh host 'uptime'`"
+        return BlockVerdict("interactive", f"`ssh` without a command opens a shell; {hint}")
+    return OK
+
+
+_SIMPLE_RULES: dict[str, Callable[[list[str]], BlockVerdict]] = {
+    "rm": _rm,
+    "git": _git,
+    "kill": _kill,
+    "dd": _dd,
+    "chmod": lambda a: _chmod_chown("chmod", a),
+    "chown": lambda a: _chmod_chown("chown", a),
+    "chgrp": lambda a: _chmod_chown("chgrp", a),
+}

@@ -1,0 +1,146 @@
+"""Path boundaries for the tools (SPEC §4): where file tools may read and write, and the
+denied paths a `bash` command line names.
+
+Roots and denied paths are resolved once per configuration (`PathRules.of`); each check is
+then a string-prefix test on the resolved path, with symlinks followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ToolDenied
+from core.tools.settings import SandboxSettings, default_temp_root
+
+
+def _expand(path: Path | str, base: Path) -> Path:
+    """`~`-expanded absolute path (relative paths hang off `base`), not yet resolved."""
+    expanded = Path(os.path.expanduser(path))
+    return expanded if expanded.is_absolute() else base / expanded
+
+
+def _is_under(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def _prefixes(roots: Iterable[Path]) -> tuple[str, ...]:
+    """Each root as a string ending in one "/": `p + "/"` starts with one of them exactly
+    when `p` is that root or inside it (one C call per check; pathlib's is ~40× slower)."""
+    return tuple(str(root).rstrip("/") + "/" for root in roots)
+
+
+@dataclass(frozen=True, slots=True)
+class PathRules:
+    """The file tools' boundaries, resolved once per configuration (SPEC §4)."""
+
+    workspace: Path
+    read_roots: tuple[Path, ...]
+    write_roots: tuple[Path, ...]
+    # Each denied path as configured, with the forms it is checked in: as written
+    # (normalised) and with symlinks resolved.
+    denied: tuple[tuple[Path, tuple[Path, ...]], ...]
+    # The same as "/"-terminated strings, for the per-call checks (see `_prefixes`).
+    _workspace: str = ""
+    _read: tuple[str, ...] = ()
+    _write: tuple[str, ...] = ()
+    _denied: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, sandbox: SandboxSettings) -> PathRules:
+        """The rules of `sandbox`, computed on first use and kept with the settings."""
+        rules = sandbox._cache.get("paths")
+        if rules is None:
+            rules = sandbox._cache["paths"] = cls._compute(sandbox)
+        assert isinstance(rules, PathRules)
+        return rules
+
+    @classmethod
+    def _compute(cls, sandbox: SandboxSettings) -> PathRules:
+        workspace = sandbox.resolved_workspace()
+        write = [workspace, default_temp_root(), *sandbox.allowed_paths]
+        write_roots = tuple(_expand(root, workspace).resolve() for root in write)
+        # Cut outputs point the model at artifacts; it must be able to page through them.
+        read_roots = (*write_roots, sandbox.resolved_artifacts())
+        denied = []
+        for path in sandbox.denied_paths:
+            written = Path(os.path.normpath(_expand(path, workspace)))
+            denied.append((path, (written, written.resolve())))
+        return cls(
+            workspace,
+            read_roots,
+            write_roots,
+            tuple(denied),
+            str(workspace),
+            _prefixes(read_roots),
+            _prefixes(write_roots),
+            _prefixes(form for _, forms in denied for form in forms),
+        )
+
+
+def allowed_roots(sandbox: SandboxSettings, *, for_write: bool) -> list[Path]:
+    """The resolved roots a file tool may use. Artifacts are readable, never writable."""
+    rules = PathRules.of(sandbox)
+    return list(rules.write_roots if for_write else rules.read_roots)
+
+
+def resolve_path(path: str, sandbox: SandboxSettings, *, for_write: bool) -> Path:
+    """Resolve `path` to an absolute, symlink-free path inside the sandbox.
+
+    Relative paths are relative to the workspace. Denied paths beat allowed roots and are
+    matched both as written and resolved, so a symlink cannot reach them either.
+
+    Raises:
+        ToolDenied: the path is outside every allowed root or inside a denied path.
+    """
+    rules = PathRules.of(sandbox)
+    lexical = os.path.normpath(os.path.join(rules._workspace, os.path.expanduser(path)))
+    try:
+        resolved = os.path.realpath(lexical, strict=True)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symlink loop
+            raise ToolDenied(f"permission denied: cannot resolve `{path}`: {exc}") from exc
+        # Non-strict realpath follows every existing symlink (dangling ones included) and
+        # keeps the not-yet-existing tail, so a file about to be written is checked too.
+        resolved = os.path.realpath(lexical)
+    probe, lexical_probe = resolved.rstrip("/") + "/", lexical.rstrip("/") + "/"
+    if probe.startswith(rules._denied) or lexical_probe.startswith(rules._denied):
+        denied = next(  # which one, for the message
+            name
+            for name, forms in rules.denied
+            if any(p.startswith(_prefixes(forms)) for p in (probe, lexical_probe))
+        )
+        raise ToolDenied(
+            f"permission denied: `{path}` resolves to {resolved}, which is inside "
+            f"the denied path {denied}"
+        )
+    roots = rules._write if for_write else rules._read
+    if not probe.startswith(roots):
+        names = ", ".join(root.rstrip("/") or "/" for root in roots)
+        raise ToolDenied(
+            f"permission denied: `{path}` resolves to {resolved}, which is outside the "
+            f"allowed roots ({names})"
+        )
+    return Path(resolved)
+
+
+# Path-looking substrings of a command line: absolute, home- or workspace-relative.
+_PATHISH = re.compile(r"(?:~|\$\{?HOME\}?|[\w.-]+)?/[^\s'\"`;|&()<>=]*|~(?=[\s'\"]|$)")
+
+
+def mentions_denied_path(command: str, sandbox: SandboxSettings) -> Path | None:
+    """The first denied path a shell command line names, if any: a seatbelt for `bash`
+    (the kernel sandbox is the wall; this only catches the obvious spelling early)."""
+    rules = PathRules.of(sandbox)
+    home = os.path.expanduser("~")
+    for match in _PATHISH.finditer(command):
+        text = re.sub(r"^(~|\$\{?HOME\}?)", lambda _: home, match.group())
+        candidate = Path(os.path.normpath(rules.workspace / text))  # absolute `text` wins
+        for _, forms in rules.denied:
+            if any(_is_under(candidate, form) for form in forms):
+                return forms[0]
+    return None
