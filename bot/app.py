@@ -10,15 +10,15 @@ from urllib.parse import urlsplit
 
 from bot.config import ParleyConfig
 from core.agent import Agent
+from core.agent.conversation import Conversation
+from core.agent.journal import JournalBox
 from core.chat import ConversationKey, Responder
 from core.config import StoreConfig
 from core.context.manager import ContextManager
 from core.context.summarize import provider_summarizer
 from core.context.tokens import TokenCounter
-from core.conversation import Conversation
 from core.errors import ConfigError
 from core.eventlog import EventLog
-from core.journal import JournalBox
 from core.loop import Guards, LoopConfig
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
@@ -92,7 +92,7 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal
 
 def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegistry:
     """Built-in tools plus the team's CLI tools from tools.yaml (if the file exists)."""
-    from core.journal import journal_tools
+    from core.agent.journal import journal_tools
     from core.tools.ask import AskHumanTool
     from core.tools.builtin import builtin_tools
     from core.tools.cli import load_cli_tools

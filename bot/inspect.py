@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from bot.app import open_configured_store
 from bot.config import ParleyConfig
 from core.agent import parse_conv
-from core.journal import RunJournal
+from core.agent.journal import RunJournal
 from core.store import RunRow, Store
 
 

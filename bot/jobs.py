@@ -29,10 +29,10 @@ from bot.app import open_configured_store
 from bot.schedules import TICK, build_trigger, job_zone, latest_fire, parse_target
 from channels import target_examples
 from channels.gate import AccessConfig
-from core.chat import DeliveryError, is_silent
+from core.agent.lane import RunReport
+from core.chat import is_silent
 from core.config import JobConfig
-from core.errors import ConfigError
-from core.lane import RunReport
+from core.errors import ConfigError, DeliveryFailed
 from core.store import Store
 from core.tools.policy import ToolPolicy
 
@@ -350,7 +350,7 @@ class Scheduler:
             return False, f"no running channel for `{job.channel}`"
         try:
             await channel.responder((target[0], target[1], "")).send(text)
-        except DeliveryError as exc:
+        except DeliveryFailed as exc:
             log.warning("job %s: the post was not delivered: %s", job.name, exc)
             return False, f"not delivered: {exc}"
         except Exception as exc:

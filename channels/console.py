@@ -18,8 +18,8 @@ import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, TextIO, runtime_checkable
 
+from core.agent.conversation import Conversation
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, is_silent, valid_text
-from core.conversation import Conversation
 from core.errors import ContextLimitExceeded, ProviderError, StoreError
 from core.events import (
     LLMCallStarted,

@@ -11,7 +11,6 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-from core.errors import DeliveryFailed
 from core.events import LoopEvent
 
 ConversationKey = tuple[str, str, str]
@@ -109,11 +108,6 @@ class ApprovalRequest:
     timeout: float
     prompt: PromptRef | None = None
     record: ApprovalRecord | None = field(default=None, compare=False, repr=False)
-
-
-DeliveryError = DeliveryFailed
-"""The old name of `core.errors.DeliveryFailed`, kept while core/agent.py and bot/jobs.py
-(refactored in parallel) still import it from here."""
 
 
 class ReplyStream(Protocol):

@@ -128,7 +128,7 @@ def test_each_module_imports_alone() -> None:
 def test_channels_reach_the_agent_only_through_its_port() -> None:
     """Every adapter, the console included, talks to `core.chat.AgentPort`, never to the
     concrete agent or its lanes, commands or loop."""
-    inner = {"core.agent", "core.commands", "core.loop", "core.goals", "core.store"}
+    inner = {"core.agent", "core.agent.commands", "core.loop", "core.agent.goals", "core.store"}
     files = sorted((CORE.parent / "channels").glob("*.py"))
     assert len(files) > 10
     leaks = {}

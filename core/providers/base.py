@@ -1,7 +1,7 @@
 """The provider seams: what the loop calls (`Provider`) and what a wire format is (`WireFormat`).
 
 ```
-Provider  (what core.loop, core.context, core.goals call)
+Provider  (what core.loop, core.context, core.agent.goals call)
 ├── HTTPProvider    core.providers.http: one Endpoint + one WireFormat + the ResponseBuilder
 └── ScriptedProvider core.providers.scripted: in-process, for agent-level tests
 WireFormat (pure: messages → body, one SSE event → wire events)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from channels.approvals import TIMED_OUT, Approvals, Resolution
 from core.agent import Agent
+from core.agent.turn import RESTARTING_APPROVAL_TEXT
 from core.chat import ApprovalRequest, PromptRef
 from core.messages import Message, ToolCall
 from core.store import ApprovalRow, Checkpoint
-from core.turn import RESTARTING_APPROVAL_TEXT
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from core.agent.turn import RESTARTING_TEXT
 from core.context.transcript import is_valid
 from core.messages import Message, ToolCall
 from core.store import Checkpoint
-from core.turn import RESTARTING_TEXT
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from core.agent.runs import RunRecorder
 from core.messages import ToolCall
-from core.runs import RunRecorder
 from core.store import open_store
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec

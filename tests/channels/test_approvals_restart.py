@@ -24,8 +24,8 @@ from channels.discord import DiscordChannel
 from channels.slack import SlackChannel
 from channels.slack_blocks import APPROVE_ACTION
 from core.agent import Agent
+from core.agent.turn import RESTARTING_APPROVAL_TEXT
 from core.chat import Responder
-from core.turn import RESTARTING_APPROVAL_TEXT
 from tests.agentkit import running_agent
 from tests.channels import test_discord as on_discord
 from tests.channels import test_slack as on_slack

@@ -8,7 +8,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from core.recovery import PREVIEW_RETRACTED
+from core.agent.recovery import PREVIEW_RETRACTED
 from tests.channels.test_stored_before_ack import ALICE, TELEGRAM_TOKEN, parley_run
 from tests.fakes.llm import FakeLLM, Reply
 from tests.fakes.telegram import FakeTelegram

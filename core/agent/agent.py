@@ -1,12 +1,12 @@
 """The durable conversation agent (SPEC §7, §8).
 
-`Agent` keeps one `Lane` per conversation key (its `core.conversation.Conversation` holds
+`Agent` keeps one `Lane` per conversation key (its `core.agent.conversation.Conversation` holds
 the history and what a turn needs): messages queue in order and run one at a time, commands act
 at once (`/stop` reaches the running run immediately), and different lanes run
 concurrently. Every run is recorded in the store with checkpoints at its safe boundaries
 and an idempotency envelope around each tool call, so a crash is resumable with `/resume`
 without repeating a side effect. A run that was waiting on an approver goes on by itself
-after a restart (`core.approvals`).
+after a restart (`core.agent.approvals`).
 """
 
 from __future__ import annotations
@@ -17,24 +17,24 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from core.approvals import ApprovalDesk
+from core.agent.approvals import ApprovalDesk
+from core.agent.commands import Commands
+from core.agent.conversation import Conversation, ConversationFactory
+from core.agent.goals import drive_goal
+from core.agent.journal import JournalBox
+from core.agent.lane import Lane, Queued, RunReport
+from core.agent.recovery import parse_conv, reconcile
+from core.agent.responders import QuietResponder, safe_send
+from core.agent.runs import resume_blocker
+from core.agent.turn import Turn, new_run_id
 from core.chat import ApprovalRequest, ConversationKey, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.command_table import parse_command
-from core.commands import Commands
 from core.config import GoalsConfig
-from core.conversation import Conversation, ConversationFactory
 from core.eventlog import EventLog
-from core.goals import drive_goal
-from core.journal import JournalBox
-from core.lane import Lane, Queued, RunReport
 from core.messages import Message, ToolCall
-from core.recovery import parse_conv, reconcile
-from core.responders import QuietResponder, safe_send
-from core.runs import resume_blocker
 from core.store import Store
 from core.tools.base import Approver
-from core.turn import Turn, new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -370,7 +370,7 @@ class Agent:
         await self._drain(lane)
 
     async def reconcile(self) -> list[str]:
-        """At start-up: what a crash or a restart left behind (see `core.recovery`)."""
+        """At start-up: what a crash or a restart left behind (see `core.agent.recovery`)."""
         return await reconcile(self)
 
     async def requeue(self, run_id: str, conv: str, text: str) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from core.agent.conversation import Conversation
+from core.agent.lane import Lane
+from core.agent.responders import safe_send
+from core.agent.runs import reconcile_runs, reopen_calls
 from core.chat import ConversationKey, Responder
-from core.conversation import Conversation
 from core.eventlog import EventLog
-from core.lane import Lane
-from core.responders import safe_send
-from core.runs import reconcile_runs, reopen_calls
 from core.store import ApprovalRow, Store
 from core.tools.reaper import kill_leftovers
 

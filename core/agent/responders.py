@@ -6,7 +6,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from core.chat import ApprovalRequest, DeliveryError, Responder
+from core.chat import ApprovalRequest, Responder
+from core.errors import DeliveryFailed
 from core.events import LoopEvent
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class QuietResponder:
 async def safe_send(responder: Responder, text: str) -> bool:
     try:
         await responder.send(text)
-    except DeliveryError:
+    except DeliveryFailed:
         log.warning("could not post to the conversation", exc_info=True)
         return False
     return True

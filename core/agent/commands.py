@@ -11,10 +11,10 @@ import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from core.agent.lane import Lane, LaneHost, RunReport
 from core.chat import Inbound, Responder
 from core.command_table import COMMANDS, help_text, parse_command
 from core.events import discard
-from core.lane import Lane, LaneHost, RunReport
 from core.store import GoalRow
 from core.tools.sandbox import jail_of
 

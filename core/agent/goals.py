@@ -16,8 +16,8 @@ import logging
 import re
 from dataclasses import replace
 
+from core.agent.lane import Lane, LaneHost
 from core.chat import Responder
-from core.lane import Lane, LaneHost
 from core.messages import Message
 from core.providers.base import Provider
 from core.store import GoalRow

@@ -14,12 +14,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from core.agent.conversation import Conversation, ConversationFactory
+from core.agent.journal import JournalBox, RunJournal
 from core.chat import ConversationKey, Inbound, Responder
 from core.clock import Clock
 from core.config import GoalsConfig
-from core.conversation import Conversation, ConversationFactory
 from core.eventlog import EventLog
-from core.journal import JournalBox, RunJournal
 from core.store import GoalRow, Store
 
 RunState = Literal[

@@ -18,17 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from core.approvals import ApprovalDesk
-from core.chat import DeliveryError, Responder
-from core.conversation import Conversation
-from core.errors import ParleyError, StoreError
+from core.agent.approvals import ApprovalDesk
+from core.agent.conversation import Conversation
+from core.agent.lane import Lane, RunReport, RunState
+from core.agent.runs import RunRecorder, close_unanswered
+from core.chat import Responder
+from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.events import EventName
-from core.lane import Lane, RunReport, RunState
 from core.loop import LoopOutcome, unanswered_calls
 from core.messages import Message
 from core.run_context import RunContext, RunKind
-from core.runs import RunRecorder, close_unanswered
 from core.store import Store
 from core.tools.base import Approver
 from core.tools.settings import default_temp_root
@@ -141,7 +141,7 @@ class Turn:
         lane.finished(ending.state)
         try:
             await stream.finish(ending.text)
-        except DeliveryError:
+        except DeliveryFailed:
             log.warning("reply of run %s was not delivered", self.run_id, exc_info=True)
             self.sink.emit("channel.delivery.failed", {})
         return self._report(ending)

@@ -17,7 +17,7 @@ from core.messages import Message, ToolCall
 from core.store import Checkpoint, RunRow, Store, ToolCallRow
 
 if TYPE_CHECKING:
-    from core.conversation import Conversation
+    from core.agent.conversation import Conversation
 
 INTERRUPTED_RESULT = (
     "interrupted by a restart: this call may or may not have taken effect; it was not run again"

@@ -8,8 +8,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from core.agent.journal import JournalBox
 from core.context.tokens import TokenCounter
-from core.journal import JournalBox
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
 from core.messages import Message
 from core.providers.base import Provider

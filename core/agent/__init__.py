@@ -1,0 +1,13 @@
+"""The durable agent (SPEC §7, §8): lanes, runs, commands, goals, approvals, recovery.
+
+`Agent` (agent.py) keeps one `Lane` (lane.py) per conversation; a `Turn` (turn.py) is one
+durable run of the tool loop; `recovery.py` picks up what a crash left; `commands.py`
+(with the one `command_table.py`) and `goals.py` see the agent only as a `LaneHost`.
+"""
+
+from core.agent.agent import MAX_LANES, Agent, conv_id
+from core.agent.lane import Lane, RunReport
+from core.agent.recovery import parse_conv
+from core.agent.responders import QuietResponder
+
+__all__ = ["MAX_LANES", "Agent", "Lane", "QuietResponder", "RunReport", "conv_id", "parse_conv"]
