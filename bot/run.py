@@ -59,20 +59,7 @@ def _reload(app: App, agent: Any, out: Any) -> None:
 async def run_all(app: App, *, console: bool, out: Any = None) -> int:
     """Start everything, wait for SIGTERM/SIGINT (or the console's /exit), stop cleanly."""
     out = out or sys.stderr
-    channels = build_channels(app)
-    if not channels and not console:
-        out.write(
-            "parley: no channel is enabled in config.toml ([channels.slack] enabled = true, …); "
-            "starting the terminal console instead\n"
-        )
-        console = True
-    all_channels: dict[str, Any] = dict(channels)
-    console_channel = None
-    if console:
-        from channels.console import ConsoleChannel
-
-        console_channel = ConsoleChannel(app.config.agent.approval_timeout_seconds)
-        all_channels["console"] = console_channel
+    all_channels, console_channel = _channels(app, console, out)
     agent = await app.open_agent(responders_of(all_channels))
     scheduler = None
     stop = asyncio.Event()
@@ -98,16 +85,7 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
             await scheduler.start()
             out.write(f"parley: {len(app.config.jobs)} scheduled job(s)\n")
         await agent.reconcile()
-        out.write("parley: ready\n")
-        out.flush()
-        waiters = [asyncio.create_task(stop.wait())]
-        if console_channel is not None:
-            waiters.append(asyncio.create_task(console_channel.closed.wait()))
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
-        out.write("parley: stopping (letting running turns reach a checkpoint)\n")
-        out.flush()
+        await _serve(stop, console_channel, out)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
@@ -120,3 +98,35 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
         out.write("parley: stopped\n")
         out.flush()
     return 0
+
+
+def _channels(app: App, console: bool, out: Any) -> tuple[dict[str, Any], Any]:
+    """The enabled channels, and the terminal console if asked for (or if none is)."""
+    channels: dict[str, Any] = dict(build_channels(app))
+    if not channels and not console:
+        out.write(
+            "parley: no channel is enabled in config.toml ([channels.slack] enabled = true, …); "
+            "starting the terminal console instead\n"
+        )
+        console = True
+    if not console:
+        return channels, None
+    from channels.console import ConsoleChannel
+
+    console_channel = ConsoleChannel(app.config.agent.approval_timeout_seconds)
+    channels["console"] = console_channel
+    return channels, console_channel
+
+
+async def _serve(stop: asyncio.Event, console_channel: Any, out: Any) -> None:
+    """Ready: wait for a stop signal, or for the console to close."""
+    out.write("parley: ready\n")
+    out.flush()
+    waiters = [asyncio.create_task(stop.wait())]
+    if console_channel is not None:
+        waiters.append(asyncio.create_task(console_channel.closed.wait()))
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in waiters:
+        waiter.cancel()
+    out.write("parley: stopping (letting running turns reach a checkpoint)\n")
+    out.flush()
