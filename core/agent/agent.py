@@ -413,6 +413,8 @@ class Agent:
             if lane.worker and not lane.worker.done():
                 lane.worker.cancel()
                 await asyncio.wait({lane.worker})
+            for queued in lane.queue:  # stored: they run after the restart, not here
+                queued.settle(_not_run(queued.run_id, "closing"))
         await self.store.flush()
 
 

@@ -90,6 +90,7 @@ class _Ending:
     text: str
     reason: str
     failure: str | None = None
+    iterations: int | None = None  # LLM calls the loop made, when it ended on its own
 
 
 @dataclass(slots=True)
@@ -163,7 +164,9 @@ class Turn:
             log.exception("run %s crashed", self.run_id)
             failure = f"something went wrong ({type(exc).__name__})"
             return _Ending("failed", f"Sorry, {failure}.", "failed", failure)
-        return _Ending(_state_of(outcome), outcome.text, outcome.reason)
+        return _Ending(
+            _state_of(outcome), outcome.text, outcome.reason, iterations=outcome.iterations
+        )
 
     async def _loop(self) -> LoopOutcome:
         lane = self.lane
@@ -255,7 +258,7 @@ class Turn:
             ending.text,
             self.sink.input_tokens,
             self.sink.output_tokens,
-            self.recorder.iteration if self.recorder else 0,
+            ending.iterations or (self.recorder.iteration if self.recorder else 0),
             ending.reason,
             ending.failure,
         )
