@@ -52,10 +52,18 @@ class Parsed:
     functions: frozenset[str]  # names given to shell functions anywhere in the text
 
 
+# Characters outside the Basic Multilingual Plane, and lone surrogates: tree-sitter-bash's
+# scanner can crash the whole process on some of them (`{` then U+E0000 did, found by
+# fuzzing). Bash gives them no meaning of their own (every shell metacharacter is ASCII), so
+# the parser reads each as as many ASCII letters as it has bytes: offsets stay the same.
+_CRASHY = re.compile(rb"[\xf0-\xf7][\x80-\xbf]{3}|\xed[\xa0-\xbf][\x80-\xbf]")
+
+
 def parse(source: str) -> Parsed:
     data = source.encode("utf-8", "surrogatepass")
+    readable = _CRASHY.sub(lambda m: b"x" * len(m.group()), data)
     with _PARSER_LOCK:
-        root = _PARSER.parse(data).root_node
+        root = _PARSER.parse(readable).root_node
     spans: list[tuple[int, int]] = []
     functions: set[str] = set()
     stack = [root]
