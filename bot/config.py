@@ -42,6 +42,9 @@ class ParleyConfig(CoreConfig):
         return section
 
 
+core_config.register_whole_file(ParleyConfig)
+
+
 def load_config(path: Path) -> ParleyConfig:
     """Read and validate config.toml at `path`.
 

@@ -12,7 +12,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import (
     BaseModel,
@@ -243,9 +243,27 @@ class CoreConfig(_Section):
         return (base / os.path.expanduser(self.tools.tools_file)).resolve()
 
 
-def load_config(path: Path, schema: type[ConfigT]) -> ConfigT:
-    """Read `path` and validate it against `schema` (`bot.config.ParleyConfig` for the
-    whole file).
+_whole_file: list[type[CoreConfig]] = [CoreConfig]
+
+
+def register_whole_file(schema: type[CoreConfig]) -> None:
+    """Make `schema` what `load_config(path)` validates against when no schema is given:
+    the application's composition of the whole file (`bot.config.ParleyConfig` registers
+    itself on import), since core cannot import it."""
+    _whole_file[0] = schema
+
+
+@overload
+def load_config(path: Path) -> CoreConfig: ...
+
+
+@overload
+def load_config(path: Path, schema: type[ConfigT]) -> ConfigT: ...
+
+
+def load_config(path: Path, schema: type[CoreConfig] | None = None) -> CoreConfig:
+    """Read `path` and validate it against `schema` (by default the registered
+    composition of the whole file, see `register_whole_file`).
 
     Raises:
         ConfigError: missing file, bad TOML or a schema violation, phrased for a human.
@@ -263,7 +281,7 @@ def load_config(path: Path, schema: type[ConfigT]) -> ConfigT:
         raise ConfigError(
             "(syntax)", f"not valid TOML: {exc}", "fix the syntax at that line", source=str(path)
         ) from exc
-    return parse_config(raw, schema, source=path)
+    return parse_config(raw, schema or _whole_file[0], source=path)
 
 
 def parse_config(

@@ -121,3 +121,20 @@ def test_core_configuration_names_no_platform() -> None:
     core = Path(__file__).resolve().parents[1] / "core" / "config.py"
     text = core.read_text().lower()
     assert [name for name in ("slack", "telegram", "discord") if name in text] == []
+
+
+def test_core_loader_without_a_schema_validates_the_whole_file() -> None:
+    """`core.config.load_config(path)` (what the shared bench driver calls) validates the
+    whole file once the application is imported, channels included."""
+    code = (
+        "from pathlib import Path\n"
+        "import bot.app\n"
+        "from core.config import load_config\n"
+        "config = load_config(Path('config.toml'))\n"
+        "print(type(config).__name__, config.channel('slack').enabled in (True, False))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["ParleyConfig", "True"]
