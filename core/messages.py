@@ -7,7 +7,8 @@ so the pre-flight context check costs O(new messages), not O(history).
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
@@ -49,7 +50,18 @@ class Message(BaseModel):
     is_error: bool = False
     artifacts: tuple[str, ...] = ()  # tool results: files holding the full, uncut output
 
+    # Caches of what is derived from the (frozen) fields: the token count, the JSON per
+    # wire format (`core.providers.jsonbody`). `model_copy(update=…)` drops them.
     _tokens: int | None = PrivateAttr(default=None)
+    _json: dict[str, str] | None = PrivateAttr(default=None)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with `update`, the caches derived from the old fields are dropped."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy._tokens = None
+            copy._json = None
+        return copy
 
     @classmethod
     def system(cls, text: str) -> Message:

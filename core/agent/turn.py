@@ -55,9 +55,16 @@ RUN_ENDED: dict[RunState, EventName] = {
 _KINDS: dict[str, RunKind] = {"cron": "cron", "goal": "goal", "child": "child"}
 
 
+_last_run_ms = 0
+
+
 def new_run_id() -> str:
-    """Sortable by time, unique: 8 hex digits of seconds + 8 random."""
-    return f"{int(time.time()):08x}{uuid.uuid4().hex[:8]}"
+    """Sortable by when it was made, unique: 11 hex digits of milliseconds (strictly
+    increasing within the process, so runs made in the same millisecond keep their order)
+    and 5 random ones (against another process's run of the same millisecond)."""
+    global _last_run_ms
+    _last_run_ms = max(time.time_ns() // 1_000_000, _last_run_ms + 1)
+    return f"{_last_run_ms:011x}{uuid.uuid4().hex[:5]}"
 
 
 def run_scratch(run_id: str) -> Path:

@@ -127,9 +127,7 @@ class _Watermark:
 
 
 def _with_content(message: Message, text: str) -> Message:
-    copy = message.model_copy(update={"content": text})
-    copy._tokens = None  # model_copy copies the cached count of the old content
-    return copy
+    return message.model_copy(update={"content": text})  # with no cached count or JSON
 
 
 class ContextManager:

@@ -9,6 +9,7 @@ from typing import Any
 from core.events import ReasoningDelta, TextDelta
 from core.messages import Message
 from core.providers.base import ProviderSettings
+from core.providers.jsonbody import Raw, RawList, ToolListCache, message_json
 from core.providers.wire import (
     InputUsage,
     Malformed,
@@ -37,45 +38,56 @@ def _tool_input(arguments: str) -> Any:
     return value if isinstance(value, dict) else {}
 
 
-def anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
-    """Our history as (system, messages); tool results become `tool_result` blocks in a
-    user turn, and consecutive same-role turns are merged as the API requires."""
+def anthropic_blocks(m: Message) -> list[dict[str, Any]]:
+    """The content blocks of one non-system message: tool results are `tool_result`
+    blocks (of a user turn)."""
+    if m.role == "tool":
+        result: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": m.tool_call_id,
+            "content": m.content or "(no output)",
+        }
+        if m.is_error:
+            result["is_error"] = True
+        return [result]
+    if m.role == "assistant":
+        blocks = [dict(b) for b in m.reasoning_blocks]
+        if m.content:
+            blocks.append({"type": "text", "text": m.content})
+        blocks.extend(
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)}
+            for c in m.tool_calls
+        )
+        return blocks or [{"type": "text", "text": "(empty)"}]
+    return [{"type": "text", "text": m.content or "(empty)"}]
+
+
+def anthropic_messages(messages: Sequence[Message]) -> tuple[str, RawList]:
+    """Our history as (system, messages); consecutive same-role turns (a tool result is
+    the user's) are merged into one, as the API requires."""
     system: list[str] = []
-    out: list[dict[str, Any]] = []
+    turns: list[tuple[str, list[str]]] = []
     for m in messages:
         if m.role == "system":
             system.append(m.content)
             continue
-        blocks: list[dict[str, Any]]
-        if m.role == "tool":
-            role = "user"
-            result: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": m.tool_call_id,
-                "content": m.content or "(no output)",
-            }
-            if m.is_error:
-                result["is_error"] = True
-            blocks = [result]
-        elif m.role == "assistant":
-            role = "assistant"
-            blocks = [dict(b) for b in m.reasoning_blocks]
-            if m.content:
-                blocks.append({"type": "text", "text": m.content})
-            blocks.extend(
-                {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)}
-                for c in m.tool_calls
-            )
-            if not blocks:
-                blocks = [{"type": "text", "text": "(empty)"}]
+        role = "assistant" if m.role == "assistant" else "user"
+        blocks = message_json("anthropic", m, anthropic_blocks)
+        if turns and turns[-1][0] == role:
+            turns[-1][1].append(blocks)
         else:
-            role = "user"
-            blocks = [{"type": "text", "text": m.content or "(empty)"}]
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
-    return "\n\n".join(system), out
+            turns.append((role, [blocks]))
+    wire = RawList(
+        Raw(f'{{"role":"{role}","content":[{",".join(blocks)}]}}') for role, blocks in turns
+    )
+    return "\n\n".join(system), wire
+
+
+def anthropic_tool(tool: ToolSpec) -> dict[str, Any]:
+    return {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
+
+
+_tools_json = ToolListCache(anthropic_tool)
 
 
 def build_body(
@@ -93,10 +105,7 @@ def build_body(
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
     if tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": t.parameters}
-            for t in tools
-        ]
+        body["tools"] = _tools_json(tools)
     return body
 
 

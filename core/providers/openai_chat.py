@@ -10,6 +10,7 @@ from typing import Any
 from core.events import ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from core.messages import Message
 from core.providers.base import ProviderSettings, bearer_headers
+from core.providers.jsonbody import RawList, ToolListCache, message_json
 from core.providers.wire import (
     Malformed,
     Refusal,
@@ -50,12 +51,26 @@ def chat_message(message: Message) -> dict[str, Any]:
             return {"role": message.role, "content": message.content}
 
 
+def chat_tool(tool: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+_tools_json = ToolListCache(chat_tool)
+
+
 def build_body(
     messages: Sequence[Message], tools: Sequence[ToolSpec], settings: ProviderSettings
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": settings.model,
-        "messages": [chat_message(m) for m in messages],
+        "messages": RawList(message_json("chat", m, chat_message) for m in messages),
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": settings.max_output_tokens,
@@ -63,17 +78,7 @@ def build_body(
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
     if tools:  # some servers reject an empty list
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                },
-            }
-            for t in tools
-        ]
+        body["tools"] = _tools_json(tools)
     return body
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from core.events import ReasoningDelta, TextDelta, Usage
 from core.messages import Message
 from core.providers.base import ProviderSettings, bearer_headers
+from core.providers.jsonbody import RawList, ToolListCache, message_json
 from core.providers.wire import (
     Malformed,
     Refusal,
@@ -25,33 +26,45 @@ from core.tools.base import ToolSpec
 FAILURES = frozenset({"response.failed", "response.incomplete", "error"})
 
 
-def responses_input(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+def responses_items(m: Message) -> list[dict[str, Any]]:
+    """The `input` items of one non-system message (an assistant's text and each call)."""
+    match m.role:
+        case "tool":
+            return [
+                {"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content}
+            ]
+        case "assistant":
+            items: list[dict[str, Any]] = []
+            if m.content:
+                items.append({"role": "assistant", "content": m.content})
+            items.extend(
+                {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}
+                for c in m.tool_calls
+            )
+            return items
+        case _:
+            return [{"role": "user", "content": m.content}]
+
+
+def responses_input(messages: Sequence[Message]) -> tuple[str, RawList]:
     """Split our history into `instructions` (system text) and `input` items."""
-    instructions: list[str] = []
-    items: list[dict[str, Any]] = []
-    for m in messages:
-        match m.role:
-            case "system":
-                instructions.append(m.content)
-            case "tool":
-                items.append(
-                    {"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content}
-                )
-            case "assistant":
-                if m.content:
-                    items.append({"role": "assistant", "content": m.content})
-                items.extend(
-                    {
-                        "type": "function_call",
-                        "call_id": c.id,
-                        "name": c.name,
-                        "arguments": c.arguments,
-                    }
-                    for c in m.tool_calls
-                )
-            case _:
-                items.append({"role": "user", "content": m.content})
+    instructions = [m.content for m in messages if m.role == "system"]
+    items = RawList(
+        message_json("responses", m, responses_items) for m in messages if m.role != "system"
+    )
     return "\n\n".join(instructions), items
+
+
+def responses_tool(tool: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+    }
+
+
+_tools_json = ToolListCache(responses_tool)
 
 
 def build_body(
@@ -70,15 +83,7 @@ def build_body(
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
     if tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "name": t.name,
-                "description": t.description,
-                "parameters": t.parameters,
-            }
-            for t in tools
-        ]
+        body["tools"] = _tools_json(tools)
     return body
 
 

@@ -22,6 +22,7 @@ from core.errors import ProviderError
 from core.events import ReasoningDelta, StreamEvent, StreamRestarted, TextDelta, ToolCallDelta
 from core.providers.base import ProviderSettings
 from core.providers.errors import error_from_response, map_transport_errors
+from core.providers.jsonbody import encode_body
 
 DRAIN_SECONDS = 1.0
 CONNECT_TIMEOUT = 10.0
@@ -55,7 +56,11 @@ class Endpoint:
         clock: Clock | None = None,
     ) -> None:
         self.settings = settings
-        self.headers = {"Accept": "text/event-stream", **headers}
+        self.headers = {
+            "Accept": "text/event-stream",
+            "Content-Type": "application/json",
+            **headers,
+        }
         self.clock: Clock = clock or SystemClock()
         self._client = client
         self._owns_client = client is None
@@ -93,7 +98,10 @@ class Endpoint:
         """
         name, pool = self.settings.name, self.settings.max_connections
         with map_transport_errors(name, pool):
-            request = self.client.stream("POST", self.url(path), json=body, headers=self.headers)
+            content = encode_body(body)
+            request = self.client.stream(
+                "POST", self.url(path), content=content, headers=self.headers
+            )
             async with request as resp:
                 if resp.status_code >= 400:
                     raw = (await resp.aread()).decode("utf-8", "replace")

@@ -25,6 +25,7 @@ class SqliteDatabase(GroupCommit):
         self._conn = conn
         self._write_conn = writer
         self._own_transaction = asyncio.Lock()  # one `_write_now` at a time on `_conn`
+        self._since_checkpoint = 0  # statements committed since the log was checkpointed
         super().__init__()
 
     async def aclose(self) -> None:
@@ -43,8 +44,28 @@ class SqliteDatabase(GroupCommit):
         await self.aclose()
 
     async def _commit(self, statements: list[Statement]) -> dict[int, Exception]:
-        """One thread hop per batch; the writer loop never runs two at once."""
-        return await asyncio.to_thread(_commit_batch, self._write_conn, statements)
+        """Commit a batch (the writer loop never runs two at once).
+
+        A step's batch (a few rows) is committed on the event loop: in WAL mode with
+        `synchronous=NORMAL` a commit is a write to the log and no fsync, tens of µs,
+        while a hop to a worker thread cost more than the work, in GIL hand-offs and
+        wake-ups (10 % of a tool iteration's CPU). The thread still takes what may wait
+        or take long: a batch that finds the write lock held (by another process, or
+        `_write_now`), a large batch, and the log's checkpoint into the database (with
+        its fsync), which the writer connection never runs on its own."""
+        conn = self._write_conn
+        if len(statements) <= INLINE_STATEMENTS:
+            try:
+                errors = _commit_batch(conn, statements)
+            except _LockBusy:
+                errors = await asyncio.to_thread(_commit_waiting, conn, statements)
+        else:
+            errors = await asyncio.to_thread(_commit_waiting, conn, statements)
+        self._since_checkpoint += len(statements)
+        if self._since_checkpoint >= CHECKPOINT_STATEMENTS:
+            self._since_checkpoint = 0
+            await asyncio.to_thread(conn.execute, "PRAGMA wal_checkpoint(PASSIVE)")
+        return errors
 
     async def _write_now(
         self, sql: str, params: Callable[[], Sequence[Any]]
@@ -93,19 +114,54 @@ class SqliteDatabase(GroupCommit):
             return await cursor.fetchone()
 
 
+INLINE_STATEMENTS = 64  # a larger batch is committed in the worker thread
+CHECKPOINT_STATEMENTS = 2000  # about SQLite's own 1,000 log pages for a step's small rows
+BUSY_TIMEOUT_MS = 5000
+
+
+class _LockBusy(Exception):
+    """The write lock is held elsewhere: the batch must wait for it, off the loop."""
+
+
 def writer_connection(path: str) -> sqlite3.Connection:
-    """The writer's own connection (used from the worker thread only)."""
+    """The writer's own connection: it never waits for the lock (`_commit` hands a batch
+    that would to the worker thread) and never checkpoints by itself."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints, never corrupt
-    conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute("PRAGMA busy_timeout=0")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
     return conn
 
 
+def _commit_waiting(conn: sqlite3.Connection, statements: list[Statement]) -> dict[int, Exception]:
+    """`_commit_batch` in the worker thread, waiting up to `BUSY_TIMEOUT_MS` for the lock."""
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    try:
+        return _commit_batch(conn, statements)
+    finally:
+        conn.execute("PRAGMA busy_timeout=0")
+
+
+def _begin(conn: sqlite3.Connection) -> None:
+    """Take the write lock (IMMEDIATE: before the first statement reads)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+            raise _LockBusy from exc
+        raise
+
+
 def _commit_batch(conn: sqlite3.Connection, statements: list[Statement]) -> dict[int, Exception]:
-    """Run `statements` as one transaction (in the writer's thread). If one fails, the
-    batch is run again statement by statement, each under a savepoint, so the bad one
-    alone is left out. Returns the failed statements' errors by index."""
-    conn.execute("BEGIN IMMEDIATE")
+    """Run `statements` as one transaction. If one fails, the batch is run again
+    statement by statement, each under a savepoint, so the bad one alone is left out.
+    Returns the failed statements' errors by index.
+
+    Raises:
+        _LockBusy: the write lock was held and the connection does not wait for it (no
+            statement of the batch is left committed).
+    """
+    _begin(conn)
     try:
         for sql, group in grouped(statements):
             if len(group) == 1:
@@ -120,7 +176,7 @@ def _commit_batch(conn: sqlite3.Connection, statements: list[Statement]) -> dict
         conn.execute("ROLLBACK")
         raise
     errors: dict[int, Exception] = {}
-    conn.execute("BEGIN IMMEDIATE")
+    _begin(conn)
     try:
         for index, (sql, params) in enumerate(statements):
             conn.execute("SAVEPOINT one")

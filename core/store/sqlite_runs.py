@@ -204,24 +204,20 @@ class SqliteRunTables(SqliteDatabase):
     async def claim_job_fire(self, job: str, fire_time: float) -> int | None:
         """Record a fire before it runs; None if this fire was already claimed (a restart
         must never run the same fire twice). Atomic across tasks and processes: the unique
-        (job, fire_time) row is won by whoever's claim token it carries."""
-        row = await self._one(
+        (job, fire_time) row is inserted once, and only its inserter gets its id back (a
+        read after the write could see the shared reader connection's older snapshot)."""
+        if await self._one(  # taken already: no need for the write lock
             "SELECT 1 FROM job_runs WHERE job = ? AND fire_time = ?", (job, fire_time)
-        )
-        if row is not None:
+        ):
             return None
         token = f"claim:{uuid.uuid4().hex}"  # replaced by the agent's run id when it ends
-        await self.write(
-            "INSERT OR IGNORE INTO job_runs (job, fire_time, run_id, started_at, state) "
-            "VALUES (?, ?, ?, ?, 'running')",
-            (job, fire_time, token, time.time()),
+        rows = await self._write_now(
+            "INSERT INTO job_runs (job, fire_time, run_id, started_at, state) "
+            "VALUES (?, ?, ?, ?, 'running') ON CONFLICT (job, fire_time) DO NOTHING "
+            "RETURNING id",
+            lambda: (job, fire_time, token, time.time()),
         )
-        found = await self._one(
-            "SELECT id, run_id FROM job_runs WHERE job = ? AND fire_time = ?", (job, fire_time)
-        )
-        if found is None or found[1] != token:
-            return None
-        return int(found[0])
+        return int(rows[0][0]) if rows else None
 
     async def finish_job_run(
         self,
