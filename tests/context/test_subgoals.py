@@ -216,7 +216,7 @@ async def test_extraction_only_between_steps_and_one_at_a_time() -> None:
     assert await cm.preflight(messages, Sink()) == "ok"  # returns with the call pending
     await asyncio.sleep(0)
     assert len(calls) == 1
-    messages += tool_turn("t9", "search", 10, tag="late")
+    messages += tool_turn("t9", "search", 10, tag="zzlate")
     await cm.preflight(messages, Sink())
     await asyncio.sleep(0)
     assert len(calls) == 1  # the first is still in flight
@@ -225,8 +225,8 @@ async def test_extraction_only_between_steps_and_one_at_a_time() -> None:
     await cm.preflight(messages, Sink())  # new messages since the snapshot: a new call
     await tracked(cm).settle()
     assert len(calls) == 2
-    assert "late" not in calls[0]
-    assert "late late" in calls[1]
+    assert "zzlate" not in calls[0]
+    assert "zzlate zzlate" in calls[1]
 
 
 # ---- the reply protocol, tiers, failures ---------------------------------------------------
