@@ -323,10 +323,12 @@ class ContextManager:
             if deep and active is not None:  # R2: the active span's older outputs shrink
                 stop = len(messages) - self.settings.deep_keep
                 placeholder = self.settings.mask_placeholder
-                if self._mask_range(messages, active, stop, placeholder):
+                if masked := self._mask_range(messages, active, stop, placeholder):
                     self._forget_counts()
+                    data = {"kind": "mask", "before": report.after, "masked": masked}
                     after = self.tokens(messages)
                     report = CompactionReport(kind, report.before, after, report.summary)
+                    sink(Observed("agent.compaction.run", {**data, "after": report.after}))
                     self.last_compaction = report
             return report
         finally:
