@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from core.context.eviction import jaccard, word_set
 from core.context.summarize import Summarizer
 from core.context.transcript import as_text, clip, is_summary
 from core.messages import Message
@@ -33,6 +34,7 @@ TIER_SCORE: dict[Tier, float] = {"active": 1.0, "completed": 0.3, "outdated": 0.
 WINDOW = 6  # visible messages the extraction sees
 RECENT_COMPLETED = 1  # completed subgoals kept at the `completed` tier; older are outdated
 EXCERPT_TOKENS = 300  # per message in the extraction prompt: big tool outputs are cut
+SAME_SUBGOAL = 0.6  # word-set similarity above which a "new" subgoal is the active one
 
 SUBGOAL_PROMPT = (
     "Below are the latest messages of a conversation between a user and a tool-using "
@@ -84,6 +86,7 @@ class SubgoalRegistry:
     _list: list[Message] | None = None
     _n: int = 0
     _first: Message | None = None
+    _last: Message | None = None
 
     def active(self) -> Subgoal | None:
         last = self.subgoals[-1] if self.subgoals else None
@@ -184,7 +187,7 @@ class SubgoalRegistry:
             m.valid = False
         self.marks.clear()
         self.opened = 0
-        self._list, self._n, self._first = None, 0, None
+        self._list, self._n, self._first, self._last = None, 0, None, None
 
     def mark(self, index: int) -> Mark:
         mark = Mark(index)
@@ -208,21 +211,31 @@ class SubgoalRegistry:
         """Take `messages` as the list the spans point into, as it is now."""
         self._list, self._n = messages, len(messages)
         self._first = messages[0] if messages else None
+        self._last = messages[-1] if messages else None
 
     def stale(self) -> bool:
         """Whether the followed list shrank since the last sync (`/clear`)."""
         return self._list is not None and len(self._list) < self._n
 
     def _follows(self, messages: list[Message]) -> bool:
-        if messages is not self._list or len(messages) < self._n:
+        """Only appends, a refreshed system message, or a system message put in front."""
+        n, first = self._n, self._first
+        if messages is not self._list or len(messages) < n:
             return False
-        first = self._first
-        if first is None or messages[0] is first:
+        if first is None or n == 0:
             return True
-        if len(messages) > 1 and messages[1] is first and messages[0].role == "system":
+        shift = 0
+        if messages[0] is not first:
+            refreshed = messages[0].role == "system" and first.role == "system"
+            if len(messages) > n and messages[1] is first and messages[0].role == "system":
+                shift = 1
+            elif not refreshed:
+                return False
+        if n > 1 and messages[n - 1 + shift] is not self._last:
+            return False  # an old message replaced or removed (`/clear`, a resume)
+        if shift:
             self.insert(0, 1)
-            return True
-        return messages[0].role == "system" and first.role == "system"  # prompt refreshed
+        return True
 
 
 def parse_reply(reply: str) -> list[tuple[Literal["open", "complete"], str]]:
@@ -239,6 +252,12 @@ def parse_reply(reply: str) -> list[tuple[Literal["open", "complete"], str]]:
             case _:
                 pass
     return actions
+
+
+def same_subgoal(a: str, b: str) -> bool:
+    """Whether two descriptions name the same step: equal words, or mostly the same ones
+    (a model restating the subgoal must not cut it in two)."""
+    return jaccard(word_set(a), word_set(b)) >= SAME_SUBGOAL
 
 
 def block_start(messages: Sequence[Message], index: int) -> int:
@@ -279,7 +298,7 @@ class SubgoalTracker:
         self.registry = SubgoalRegistry()
         self.failures = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._seen = 0  # history length at the last extraction
+        self._seen: Mark | None = None  # the history's end at the last extraction
         self._held = 0  # >0 while compaction runs: replies wait, spans must not move
         self._deferred: list[tuple[_Window, str]] = []
 
@@ -292,14 +311,16 @@ class SubgoalTracker:
     def refresh(self, messages: list[Message]) -> None:
         """Follow `messages` and, if new messages came since the last extraction and none
         is in flight, start one in the background (returns at once)."""
-        self.registry.sync(messages)
+        reg = self.registry
+        reg.sync(messages)
         if self.summarizer is None or self._tasks:
             return
-        if len(messages) < self._seen:
-            self._seen = 0
-        if len(messages) <= max(self._seen, floor_of(messages)):
-            return
-        self._seen = len(messages)
+        seen = self._seen.index if self._seen is not None and self._seen.valid else 0
+        if len(messages) <= max(seen, floor_of(messages)):
+            return  # nothing new since the last look (compaction moves the mark too)
+        if self._seen is not None:
+            reg.unmark(self._seen)
+        self._seen = reg.mark(len(messages))
         window = self._window(messages)
         task = asyncio.get_running_loop().create_task(self._extract(window))
         self._tasks.add(task)
@@ -344,8 +365,8 @@ class SubgoalTracker:
                 active = reg.active()
                 if action == "complete":
                     reg.complete(window.end.index)
-                elif active is not None and text.casefold() == active.text.casefold():
-                    continue  # the same subgoal, said again
+                elif active is not None and same_subgoal(text, active.text):
+                    continue  # the same subgoal, said again (maybe in other words)
                 elif reg.opened == 0:
                     reg.open(text, window.start.index)  # tags what came before the first
                 else:

@@ -10,7 +10,7 @@ import pytest
 from bot.config import parse_config
 from core.context.eviction import block_scores, ranked_render
 from core.context.manager import SUMMARY_HEADER, ContextManager, ContextSettings
-from core.context.subgoals import SubgoalRegistry, SubgoalTracker, parse_reply
+from core.context.subgoals import SubgoalRegistry, SubgoalTracker, parse_reply, same_subgoal
 from core.context.summarize import provider_summarizer
 from core.context.transcript import is_valid
 from core.errors import ConfigError
@@ -286,7 +286,7 @@ async def test_a_failed_extraction_is_logged_never_raised(caplog: pytest.LogCapt
     await tracked(cm).settle()
     assert tracked(cm).failures == 1
     assert "subgoal extraction failed" in caplog.text
-    assert tracked(cm).registry.marks == []
+    assert len(tracked(cm).registry.marks) == 1  # the window's marks went; "seen" stays
 
 
 async def test_clear_forgets_the_subgoal() -> None:
@@ -317,3 +317,39 @@ def test_ranked_render_drops_the_lowest_tier_first() -> None:
     assert "done done" in text
     assert "old old" not in text
     assert text.startswith("[2 messages omitted]")
+
+
+def test_a_restated_subgoal_is_the_same_subgoal() -> None:
+    assert same_subgoal("Inspect the service logs", "inspect the service logs.")
+    assert same_subgoal("inspect the service logs", "inspect the service logs again")
+    assert not same_subgoal("inspect the service logs", "patch the config")
+
+
+def test_a_history_rewritten_behind_its_back_resets_the_registry() -> None:
+    registry = SubgoalRegistry()
+    messages = [Message.system("p"), Message.user("a"), Message.assistant("b")]
+    registry.sync(messages)
+    registry.open("answer", 1)
+    messages.append(Message.user("c"))
+    messages[0] = Message.system("p, refreshed")
+    registry.sync(messages)  # appends and a refreshed prompt: followed
+    assert registry.active_start() == 1
+    messages[:] = [Message.system("p"), Message.user("x"), Message.assistant("y"), user(5)]
+    registry.sync(messages)  # same length, different messages: /clear and a new turn
+    assert registry.subgoals == []
+
+
+async def test_no_new_extraction_after_compaction_without_new_messages() -> None:
+    recorder = Recorder("SUBGOAL: search deeply")
+    cm = manager(summarizer=recorder)
+    messages = history(system_tokens=380)
+    await cm.preflight(messages, Sink())  # an extraction, then R1 (its summary call)
+    await tracked(cm).settle()
+    calls = len(recorder.inputs)
+    await cm.preflight(messages, Sink())
+    await tracked(cm).settle()
+    assert len(recorder.inputs) == calls  # the "seen" mark moved with the compaction
+    messages.append(user(10, "more"))
+    await cm.preflight(messages, Sink())
+    await tracked(cm).settle()
+    assert len(recorder.inputs) == calls + 1
