@@ -320,8 +320,10 @@ class ContextManager:
         try:
             report = await self._replace_head(messages, keep, kind, sink, deep)
             active = track.registry.active_start()
-            if deep and active is not None:  # R2: the active span's older outputs shrink
-                stop = len(messages) - self.settings.deep_keep
+            # Still over (or R2): the budget forces the active span's older outputs to
+            # shrink; its messages and pairs stay.
+            if active is not None and (deep or report.after >= self.compact_at):
+                stop = len(messages) - keep
                 placeholder = self.settings.mask_placeholder
                 if masked := self._mask_range(messages, active, stop, placeholder):
                     self._forget_counts()
