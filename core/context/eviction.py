@@ -124,6 +124,6 @@ async def ranked_render_async(
     mig: bool = False,
 ) -> str:
     """`ranked_render`, in a worker thread when the pairwise scoring would be long."""
-    if mig and len(head) > OFF_LOOP_BLOCKS:
+    if mig and len(blocks(head)) > OFF_LOOP_BLOCKS:
         return await asyncio.to_thread(ranked_render, head, relevance, counter, budget, mig)
     return ranked_render(head, relevance, counter, budget, mig)

@@ -374,6 +374,7 @@ class SubgoalTracker:
                     after = active.start if active is not None else -1
                     fresh = user is not None and user.index > after
                     reg.open(text, user.index if fresh and user else window.last_block.index)
+            log.debug("subgoals: %s", [(s.text, s.start, s.end) for s in reg.subgoals])
         finally:
             self._release(window)
 

@@ -4,11 +4,17 @@ test per Key Invariant, then the registry's arithmetic, the reply protocol and t
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
 from bot.config import parse_config
-from core.context.eviction import block_scores, ranked_render
+from core.context.eviction import (
+    OFF_LOOP_BLOCKS,
+    block_scores,
+    ranked_render,
+    ranked_render_async,
+)
 from core.context.manager import SUMMARY_HEADER, ContextManager, ContextSettings
 from core.context.subgoals import SubgoalRegistry, SubgoalTracker, parse_reply, same_subgoal
 from core.context.summarize import provider_summarizer
@@ -272,6 +278,8 @@ async def test_a_new_subgoal_closes_the_active_one_and_completed_closes_it() -> 
     tiers = tracker.registry.tiers(len(messages))
     first, second = tracker.registry.subgoals
     assert tiers[first.start] == "outdated"  # completed before the latest completed one
+    assert tracker.registry.tier(first.start) == "outdated"
+    assert tracker.registry.tier(second.start) == "completed"
     assert tiers[second.start] == "completed"
     assert tiers[-1] == "outdated"  # after the last completion, before any new subgoal
 
@@ -353,3 +361,23 @@ async def test_no_new_extraction_after_compaction_without_new_messages() -> None
     await cm.preflight(messages, Sink())
     await tracked(cm).settle()
     assert len(recorder.inputs) == calls + 1
+
+
+async def test_mig_scoring_of_a_long_history_runs_off_the_event_loop() -> None:
+    class ThreadCounter(WordCounter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.threads: set[int] = set()
+
+        def message(self, message: Message) -> int:
+            self.threads.add(threading.get_ident())
+            return super().message(message)
+
+    head = [m for i in range(OFF_LOOP_BLOCKS + 1) for m in tool_turn(f"c{i}", "ls", 10)]
+    counter = ThreadCounter()
+    await ranked_render_async(head, [0.3] * len(head), counter, 10_000, mig=True)
+    assert counter.threads == {next(iter(counter.threads))}
+    assert threading.get_ident() not in counter.threads
+    counter.threads.clear()
+    await ranked_render_async(head[:4], [0.3] * 4, counter, 10_000, mig=True)
+    assert counter.threads == {threading.get_ident()}  # short: not worth a thread
