@@ -14,7 +14,8 @@ A failed or missing summarizer never stalls work: compaction falls back to a
 deterministic truncation summary.
 
 `strategy` "subgoal"/"subgoal_mig" (SPEC §15) keeps the active subgoal's messages (see
-`subgoals.py`; R2 masks their older outputs) and feeds the summary by score (`eviction.py`).
+`subgoals.py`; older outputs masked only if still over) and ranks the summary input
+(`eviction.py`).
 """
 
 from __future__ import annotations
