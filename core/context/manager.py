@@ -353,6 +353,8 @@ class ContextManager:
         latest = latest_user(body)
         verbatim = [body[latest]] if latest is not None and latest < cut else []
         head = [self._original(m) for i, m in enumerate(body[:cut]) if i != latest]
+        if registry is not None and not head:  # all of it is the active subgoal
+            return CompactionReport(kind, before, before)
         ranked = None
         if registry is not None:
             tiers = registry.tiers(len(messages))

@@ -16,7 +16,13 @@ from core.context.eviction import (
     ranked_render_async,
 )
 from core.context.manager import SUMMARY_HEADER, ContextManager, ContextSettings
-from core.context.subgoals import SubgoalRegistry, SubgoalTracker, parse_reply, same_subgoal
+from core.context.subgoals import (
+    SUBGOAL_PROMPT,
+    SubgoalRegistry,
+    SubgoalTracker,
+    parse_reply,
+    same_subgoal,
+)
 from core.context.summarize import provider_summarizer
 from core.context.transcript import is_valid
 from core.errors import ConfigError
@@ -381,3 +387,45 @@ async def test_mig_scoring_of_a_long_history_runs_off_the_event_loop() -> None:
     counter.threads.clear()
     await ranked_render_async(head[:4], [0.3] * 4, counter, 10_000, mig=True)
     assert counter.threads == {threading.get_ident()}  # short: not worth a thread
+
+
+async def test_an_extraction_reply_during_compaction_waits_and_lands_on_the_right_message() -> None:
+    gate = asyncio.Event()
+
+    async def model(prompt: str) -> str:
+        if prompt.startswith(SUBGOAL_PROMPT[:30]):
+            return "SUBGOAL: compare the results"  # arrives while the summary is pending
+        await gate.wait()
+        return "the user asked for things"
+
+    cm = ContextManager(WINDOW, WordCounter(), model, ContextSettings(strategy="subgoal"))
+    messages = history(system_tokens=380)
+    registry = tracked(cm).registry
+    registry.sync(messages)
+    registry.open("gather", 6)
+    newest_step = messages[-2]  # the extraction will open the new subgoal here
+    preflight = asyncio.create_task(cm.preflight(messages, Sink()))
+    await tracked(cm).settle()  # the reply is in, held back: compaction is under way
+    assert [s.text for s in registry.subgoals] == ["gather"]
+    gate.set()
+    assert await preflight == "ok"
+    assert messages[1].content.startswith(SUMMARY_HEADER)
+    gather, compare = registry.subgoals
+    assert compare.text == "compare the results"
+    assert messages[compare.start] is newest_step
+    assert gather.end == compare.start
+    assert messages[gather.start].role == "assistant"
+
+
+async def test_nothing_to_summarise_when_the_active_subgoal_is_everything() -> None:
+    recorder = Recorder()
+    cm = manager(summarizer=recorder)
+    messages = history(system_tokens=20)
+    registry = tracked(cm).registry
+    registry.sync(messages)
+    registry.open("all of it", 1)
+    before = list(messages)
+    report = await cm.compact(messages, sink=Sink())
+    assert report.before == report.after
+    assert messages == before
+    assert not any(p.startswith("Summarise") for p in recorder.inputs)
