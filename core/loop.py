@@ -87,6 +87,9 @@ class ContextGuard(Protocol):
 
     async def process_tool_result(self, result: Message, *, approved: bool) -> Message: ...
 
+    def subgoal_status(self) -> str | None:
+        """The subgoal in progress for `/status`; None when the strategy tracks none."""
+
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:

@@ -75,12 +75,14 @@ class Commands:
             run += f" (last run: {lane.last_state})"
         if lane.queue:
             run += f", {len(lane.queue)} queued"
+        subgoal = context.subgoal_status() if context is not None else None
         return "\n".join(
             [
                 f"Provider: {lane.provider_name} ({provider.model})",
                 f"Context: {used:,} / {window:,} tokens ({used * 100 // max(window, 1)}%)",
                 f"Tokens used here: {lane.input_tokens:,} in, {lane.output_tokens:,} out",
                 f"Last compaction: {lane.last_compaction or 'none'}",
+                *([f"Subgoal: {subgoal}"] if subgoal is not None else []),
                 f"Goal: {goal_text}",
                 f"Run: {run}",
                 f"Sandbox: {sandbox}",

@@ -12,6 +12,10 @@ checks the transcript and counts tokens, both incrementally (O(new messages)). A
 
 A failed or missing summarizer never stalls work: compaction falls back to a
 deterministic truncation summary.
+
+`strategy` "subgoal"/"subgoal_mig" (SPEC §15) keeps the active subgoal's messages (see
+`subgoals.py`; older outputs masked only if still over) and ranks the summary input
+(`eviction.py`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.context.eviction import PROTECTED, ranked_render_async
+from core.context.subgoals import TIER_SCORE, SubgoalTracker, block_start
 from core.context.summarize import (
     SUMMARY_PROMPT,
     SUMMARY_PROMPT_OVERHEAD,
@@ -38,6 +44,7 @@ from core.context.tokens import TokenCounter
 from core.context.transcript import (
     SUMMARY_HEADER,
     clip,
+    is_summary,
     latest_user,
     pinned_results,
     render,
@@ -46,11 +53,13 @@ from core.context.transcript import (
     truncation_summary,
     valid_from,
 )
+from core.context.watermark import Watermark
 from core.errors import ContextLimitExceeded
 from core.events import EventSink, Observed
 from core.messages import Message
 
 Pressure = Literal["ok", "ask_human", "stop"]
+Strategy = Literal["summary", "subgoal", "subgoal_mig"]
 Stage = Literal["R1", "R2", "R3"]
 
 DEEP_MARKER = "(deep pruned)"
@@ -75,6 +84,9 @@ class ContextSettings(BaseModel):
     max_recoveries: int = Field(4, ge=0, description="Recovery actions per user turn.")
     escalate_after_iterations: int = Field(20, ge=0, description="R1→R2→R3 window.")
     summary_max_input_tokens: int = Field(24000, ge=256, description="Summarizer input cap.")
+    strategy: Strategy = Field(
+        "summary", description="What compaction keeps: summary, subgoal or subgoal_mig."
+    )
     mask_placeholder: str = Field(
         "[old tool output removed to save context; call the tool again if you need it]",
         min_length=1,
@@ -95,35 +107,6 @@ class CompactionReport:
     before: int
     after: int
     summary: Literal["llm", "truncation", "none"] = "none"
-
-
-class _Watermark:
-    """Remembers a list by identity (object, length, first and last message) to tell
-    "only appends happened since" (returns the old length) from anything else (0)."""
-
-    __slots__ = ("_first", "_last", "_list", "_n")
-
-    def __init__(self) -> None:
-        self._list: list[Message] | None = None
-        self._n = 0
-        self._first: Message | None = None
-        self._last: Message | None = None
-
-    def appended_from(self, messages: list[Message]) -> int:
-        n = self._n
-        if messages is not self._list or n == 0 or len(messages) < n:
-            return 0
-        if messages[0] is not self._first or messages[n - 1] is not self._last:
-            return 0
-        return n
-
-    def mark(self, messages: list[Message]) -> None:
-        self._list, self._n = messages, len(messages)
-        self._first = messages[0] if messages else None
-        self._last = messages[-1] if messages else None
-
-    def reset(self) -> None:
-        self._list, self._n = None, 0
 
 
 def _with_content(message: Message, text: str) -> Message:
@@ -154,11 +137,24 @@ class ContextManager:
         s = self.settings
         self.soft_at, self.compact_at = int(window * s.soft), int(window * s.compact)
         self.hard_at = int(window * s.hard)
-        self._counted, self._validated, self._bounded = _Watermark(), _Watermark(), _Watermark()
+        self._counted, self._validated, self._bounded = Watermark(), Watermark(), Watermark()
         self._total = self._bound_total = 0
         # Masked results' originals by call id, so R1 can still pin what masking removed.
         self._originals: dict[str, tuple[Message, Message]] = {}
+        tracking = self.settings.strategy != "summary"
+        self.subgoals = SubgoalTracker(summarizer) if tracking else None
         self.start_turn()
+
+    def subgoal_status(self) -> str | None:
+        """The active subgoal for `/status`; None when the strategy tracks none."""
+        if self.subgoals is None:
+            return None
+        return self.subgoals.active_text() or "none yet"
+
+    async def aclose(self) -> None:
+        """Cancel a subgoal extraction still in flight."""
+        if self.subgoals is not None:
+            await self.subgoals.aclose()
 
     def start_turn(self) -> None:
         """Reset the per-turn recovery counters (call at each new user turn)."""
@@ -204,6 +200,8 @@ class ContextManager:
         """
         self.iteration += 1
         self._repair(messages, sink)
+        if self.subgoals is not None:  # between steps, never awaited (SPEC §15)
+            self.subgoals.refresh(messages)
         if self._upper_bound(messages) < self.soft_at:
             return "ok"  # the exact count is lower still: no need for the tokenizer
         used = self.tokens(messages)
@@ -236,6 +234,8 @@ class ContextManager:
             repair = repair_transcript(messages)
             messages[:] = repair.messages
             self._forget_counts()
+            if self.subgoals is not None:  # spans cannot follow a repair cheaply
+                self.subgoals.registry.reset()
             data = {"synthesized": repair.synthesized, "dropped": repair.dropped}
             sink(Observed("agent.transcript.repaired", {**data, "moved": repair.moved}))
         self._validated.mark(messages)
@@ -243,10 +243,26 @@ class ContextManager:
     def _mask(self, messages: list[Message], sink: EventSink, used: int) -> int:
         """Observation masking: old tool outputs become a short placeholder."""
         placeholder = self.settings.mask_placeholder
-        # Only outputs bigger than the placeholder: masking must save tokens.
-        smallest = self.counter.text(placeholder) + 8
+        stop = len(messages) - self.settings.keep_tail
+        if self.subgoals is not None:  # the active subgoal's outputs stay verbatim
+            self.subgoals.registry.sync(messages)
+            if (active := self.subgoals.registry.active_start()) is not None:
+                stop = min(stop, active)
+        masked = self._mask_range(messages, 0, stop, placeholder)
+        if not masked:
+            return used
+        self._forget_counts()  # replaced in place: first/last identity cannot tell
+        after = self.tokens(messages)
+        self.last_compaction = CompactionReport("mask", used, after)
+        data = {"kind": "mask", "before": used, "after": after, "masked": masked}
+        sink(Observed("agent.compaction.run", data))
+        return after
+
+    def _mask_range(self, messages: list[Message], start: int, stop: int, placeholder: str) -> int:
+        """Mask the tool outputs of `messages[start:stop]` bigger than `placeholder`."""
+        smallest = self.counter.text(placeholder) + 8  # masking must save tokens
         masked = 0
-        for i in range(len(messages) - self.settings.keep_tail):
+        for i in range(start, stop):
             m = messages[i]
             if m.role != "tool" or m.content == placeholder or self.counter.message(m) < smallest:
                 continue
@@ -261,14 +277,7 @@ class ContextManager:
                 self._originals[m.tool_call_id] = (short, m)
             messages[i] = short
             masked += 1
-        if not masked:
-            return used
-        self._forget_counts()  # replaced in place: first/last identity cannot tell
-        after = self.tokens(messages)
-        self.last_compaction = CompactionReport("mask", used, after)
-        data = {"kind": "mask", "before": used, "after": after, "masked": masked}
-        sink(Observed("agent.compaction.run", data))
-        return after
+        return masked
 
     def _next_stage(self) -> Stage:
         if self._last_stage is None:
@@ -300,19 +309,71 @@ class ContextManager:
     async def _summarise(
         self, messages: list[Message], keep: int, kind: str, sink: EventSink, deep: bool = False
     ) -> CompactionReport:
-        """Replace-and-tail: system, one summary, the latest user request, the last `keep`."""
+        """Replace-and-tail: system, one summary, the latest user request, the last `keep`
+        (and, with a subgoal strategy, every message of the active subgoal)."""
+        track = self.subgoals
+        if track is None:
+            return await self._replace_head(messages, keep, kind, sink, deep)
+        track.registry.sync(messages)
+        track.hold()  # an extraction reply arriving meanwhile must not move the spans
+        try:
+            report = await self._replace_head(messages, keep, kind, sink, deep)
+            active = track.registry.active_start()
+            # Still over (or R2): the budget forces the active span's older outputs to
+            # shrink; its messages and pairs stay.
+            if active is not None and (deep or report.after >= self.compact_at):
+                stop = len(messages) - keep
+                placeholder = self.settings.mask_placeholder
+                if masked := self._mask_range(messages, active, stop, placeholder):
+                    self._forget_counts()
+                    data = {"kind": "mask", "before": report.after, "masked": masked}
+                    after = self.tokens(messages)
+                    report = CompactionReport(kind, report.before, after, report.summary)
+                    sink(Observed("agent.compaction.run", {**data, "after": report.after}))
+                    self.last_compaction = report
+            return report
+        finally:
+            track.release()
+
+    async def _replace_head(
+        self, messages: list[Message], keep: int, kind: str, sink: EventSink, deep: bool
+    ) -> CompactionReport:
         before = self.tokens(messages)
         system = messages[:1] if messages and messages[0].role == "system" else []
-        body = messages[len(system) :]
+        p = len(system)
+        body = messages[p:]
         cut = tail_start(body, keep)
+        registry = self.subgoals.registry if self.subgoals is not None else None
+        if registry is not None and (active := registry.active_start()) is not None:
+            cut = min(cut, block_start(body, max(0, active - p)))  # never into the span
         if cut == 0:
             return CompactionReport(kind, before, before)
         latest = latest_user(body)
         verbatim = [body[latest]] if latest is not None and latest < cut else []
         head = [self._original(m) for i, m in enumerate(body[:cut]) if i != latest]
-        text, source = await self._summary_text(head, deep)
+        if registry is not None and not head:  # all of it is the active subgoal
+            return CompactionReport(kind, before, before)
+        ranked = None
+        if registry is not None:
+            tiers = registry.tiers(len(messages))
+            relevance = [
+                PROTECTED if is_summary(m) else TIER_SCORE[tiers[p + i]]
+                for i, m in enumerate(body[:cut])
+                if i != latest
+            ]
+            budget = self._summary_input_tokens() - SUMMARY_PROMPT_OVERHEAD
+            mig = self.settings.strategy == "subgoal_mig"
+            ranked = await ranked_render_async(head, relevance, self.counter, budget, mig)
+        text, source = await self._summary_text(head, deep, ranked)
         new = [*system, Message.user(text), *verbatim, *body[cut:]]
-        messages[:] = repair_transcript(new).messages  # strips anything orphaned
+        repaired = repair_transcript(new)  # strips anything orphaned
+        messages[:] = repaired.messages
+        if registry is not None:
+            if repaired.changed:  # cannot happen for a valid input; never guess spans
+                registry.reset()
+            else:  # offset arithmetic: the head went, the summary (+ request) came
+                registry.rebuild_after_compaction(p, p + cut, 1 + len(verbatim))
+            registry.adopt(messages)
         self._originals.clear()
         self._forget_counts()
         self._validated.mark(messages)
@@ -335,13 +396,14 @@ class ContextManager:
         return budget
 
     async def _summary_text(
-        self, head: list[Message], deep: bool
+        self, head: list[Message], deep: bool, ranked: str | None = None
     ) -> tuple[str, Literal["llm", "truncation"]]:
+        """The summary message's text; `ranked`: the summary input already chosen by score."""
         budget = self._summary_input_tokens()
         cap = max(256, self.window // 7)  # a summary must stay well under the window
         text = ""
         if self.summarizer is not None:
-            body = render(head, self.counter, budget - SUMMARY_PROMPT_OVERHEAD)
+            body = ranked or render(head, self.counter, budget - SUMMARY_PROMPT_OVERHEAD)
             prompt = SUMMARY_PROMPT.format(body=body)
             try:
                 text = clip((await self.summarizer(prompt)).strip(), cap)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from core.context.manager import ContextManager
 from tests.agentkit import RecordingResponder, inbound, running_agent
-from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+from tests.fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 
 
 async def test_provider_preference_survives_a_restart(fake_llm: FakeLLM, tmp_path: Path) -> None:
@@ -201,3 +202,27 @@ async def test_a_server_without_usage_gets_one_estimated_ledger(
     assert usage == [
         {"input_tokens": run.input_tokens, "output_tokens": run.output_tokens, "estimated": True}
     ]
+
+
+async def test_status_shows_the_active_subgoal(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    def answer(request: RecordedRequest) -> Reply:
+        if "current subgoal is" in json.dumps(request.json):
+            return Reply(text="SUBGOAL: rename the config keys")
+        return Reply(text="on it")
+
+    fake_llm.responder = answer
+    async with running_agent(fake_llm, tmp_path, context={"strategy": "subgoal"}) as agent:
+        chat = RecordingResponder()
+        await agent.submit(inbound("please rename the config keys"), chat)
+        await agent.wait_idle()
+        (lane,) = agent.lanes.values()
+        assert lane.conversation is not None
+        context = lane.conversation.guards.context
+        assert isinstance(context, ContextManager)
+        assert context.subgoals is not None
+        await context.subgoals.settle()  # the extraction ran beside the turn
+        await agent.submit(inbound("/status"), chat)
+        assert "Subgoal: rename the config keys" in chat.sent[-1]
+    async with running_agent(fake_llm, tmp_path) as agent:  # strategy "summary": no line
+        await agent.submit(inbound("/status"), chat)
+        assert "Subgoal:" not in chat.sent[-1]
