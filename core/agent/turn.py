@@ -21,7 +21,7 @@ from typing import Protocol
 from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.lane import Lane, RunReport, RunState
-from core.agent.runs import RunRecorder, close_unanswered
+from core.agent.runs import RunRecorder, close_unanswered, reopen_resumable
 from core.chat import Responder
 from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
@@ -218,6 +218,8 @@ class Turn:
     async def _start(self, conversation: Conversation) -> RunRecorder:
         """Record the run as running and give it its recorder (checkpoints, envelope)."""
         store, conv_id = self.host.store, self.lane.conv_id
+        if self.resume and await reopen_resumable(store, self.run_id, conversation):
+            store.save_messages(conv_id, conversation.messages)
         replayable = (
             {c.id for c in unanswered_calls(conversation.messages)} if self.resume else set()
         )

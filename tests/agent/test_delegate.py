@@ -255,3 +255,66 @@ async def test_a_child_cannot_run_an_admin_action_it_has_nobody_to_ask(
         assert "nobody to ask" in scripts.tool_results("alpha")["rm"]
         assert chat.approvals == []
         assert victim.exists()
+
+
+WAIT_TOOL = """
+tools:
+  - name: wait_for_go
+    description: "Wait until the file go exists."
+    category: read
+    cmd: sh
+    args: ["-c", "echo waited >> waits.txt; while [ ! -f go ]; do sleep 0.05; done; echo ready"]
+    timeout: 60
+    parameters: {}
+"""
+
+
+async def test_a_restart_mid_delegation_resumes_the_children_with_the_parent(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    tools = tmp_path / "tools.yaml"
+    tools.write_text(WAIT_TOOL)
+    scripts = Scripts()
+    fake_llm.responder = scripts
+    scripts.parent.extend(
+        [
+            Reply(tool_calls=[delegate("alpha: answer", "beta: wait", call_id="d1")]),
+            Reply(text="both done"),
+        ]
+    )
+    scripts.child("alpha", Reply(text="alpha answered"))
+    scripts.child(
+        "beta",
+        Reply(tool_calls=[ToolCallSpec("wait_for_go", {}, id="w1")]),
+        Reply(text="beta done"),
+    )
+    workspace = tmp_path / "workspace"
+    config: dict[str, Any] = {"tools": {"tools_file": str(tools)}}
+    chat = RecordingResponder()
+    async with running_agent(fake_llm, tmp_path, shutdown_grace=0.1, **config) as agent:
+        await agent.submit(inbound("split the work"), chat)
+        async with asyncio.timeout(20):
+            while not (workspace / "waits.txt").exists() or "alpha" not in scripts.arrived:
+                await asyncio.sleep(0.02)
+            while [c.state for c in await agent.store.runs(states=["completed"])] == []:
+                await asyncio.sleep(0.02)
+    # The restart closed the open calls "cancelled"; the parent and beta stay resumable.
+    (workspace / "go").touch()  # in case a tool process outlived the shutdown
+    async with running_agent(fake_llm, tmp_path, responders=lambda key: chat, **config) as agent:
+        await agent.reconcile()
+        [parent] = await agent.store.runs(conv=CONV)
+        assert (parent.state, parent.resumable) == ("timed_out", True)
+        await agent.submit(inbound("/resume"), chat)
+        await agent.wait_idle()
+        assert chat.finals[-1] == "both done"
+        assert len(scripts.requests["alpha"]) == 1  # replayed, not run again
+        assert len(scripts.requests["beta"]) == 2  # resumed from its checkpoint
+        result = scripts.tool_results(PARENT)["d1"]
+        assert "2 completed" in result
+        assert "alpha answered" in result
+        assert "beta done" in result
+        children = await _children(agent, parent.id)
+        assert [c.state for c in children] == ["completed", "completed"]
+        # Like any run resumed after a restart, beta sees its cut-off call as cancelled.
+        assert "cancelled" in scripts.tool_results("beta")["w1"]
+        assert (workspace / "waits.txt").read_text() == "waited\n"
