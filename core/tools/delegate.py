@@ -23,8 +23,9 @@ from core.tools.outputcap import cap_output
 from core.tools.settings import SandboxSettings
 
 DELEGATE = "delegate"
-RESULT_CHARS = 16_000
-"""What the children's answers may take of the one tool result, shared among them."""
+RESULT_CHARS = 7_000
+"""What the children's answers may take of the one tool result, shared among them: about
+the size under which context management keeps a tool output verbatim (`taco_threshold`)."""
 MIN_CHILD_CHARS = 1_000
 
 

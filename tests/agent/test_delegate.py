@@ -318,3 +318,31 @@ async def test_a_restart_mid_delegation_resumes_the_children_with_the_parent(
         # Like any run resumed after a restart, beta sees its cut-off call as cancelled.
         assert "cancelled" in scripts.tool_results("beta")["w1"]
         assert (workspace / "waits.txt").read_text() == "waited\n"
+
+
+async def test_a_long_child_answer_is_cut_and_kept_whole_in_an_artifact(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    scripts = Scripts()
+    fake_llm.responder = scripts
+    scripts.parent.extend(
+        [Reply(tool_calls=[delegate("alpha: talk", call_id="d1")]), Reply(text="ok")]
+    )
+    long_answer = "HEAD " + "x" * 40_000 + " TAIL"
+    scripts.child("alpha", Reply(text=long_answer, chunk_size=4096))
+    # Room for the result as it is: no compaction, no TACO summary of a large tool output.
+    roomy = {
+        "providers": {"fake": {"context_window": 200_000}},
+        "context": {"taco_threshold": 50_000},
+    }
+    async with running_agent(fake_llm, tmp_path, **roomy) as agent:
+        report = await agent.run(inbound("go"))
+        assert report.state == "completed"
+        result = scripts.tool_results(PARENT)["d1"]
+        assert len(result) < 20_000
+        assert "HEAD" in result
+        assert "TAIL" in result
+        [child] = await _children(agent, report.run_id)
+        artifact = tmp_path / "artifacts" / f"child-{child.id}.txt"
+        assert f"full output in {artifact}" in result
+        assert artifact.read_text() == long_answer
