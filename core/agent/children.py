@@ -122,9 +122,11 @@ class Children:
     # --- what a child may use ----------------------------------------------------------
 
     def _plan(self, task: ChildTask) -> _Plan:
-        """The child's tools (what this run's policy lets run, narrowed to the task's list)
-        and budget. Raises ToolValidationError for a tool the parent cannot give."""
-        registry, policy = self.conversation.executor.registry, self.conversation.executor.policy
+        """The child's tools (what this run's policy lets run with nobody to ask, narrowed
+        to the task's list) and budget. Raises ToolValidationError for a tool the parent
+        cannot give."""
+        registry = self.conversation.executor.registry
+        policy = self.conversation.executor.policy.without_approvals()  # the child's
         usable: dict[str, Tool] = {}
         refused: dict[str, str] = {}
         for name in registry.names():
