@@ -142,10 +142,16 @@ class ToolExecutor:
         """Run an authorised call, retrying transient failures of idempotent ones."""
         call = prepared.call
         tool_ctx = self.ctx
-        if run.scratch is not None or run.cwd is not None or run.env:
-            tool_ctx = replace(tool_ctx, scratch=run.scratch, cwd=run.cwd, env=run.env)
-        if run.delegator is not None:
-            tool_ctx = replace(tool_ctx, call_id=call.id, delegator=run.delegator)
+        per_run = run.scratch, run.cwd, run.delegator
+        if run.env or any(thing is not None for thing in per_run):
+            tool_ctx = replace(
+                tool_ctx,
+                scratch=run.scratch,
+                cwd=run.cwd,
+                env=run.env,
+                call_id=call.id,
+                delegator=run.delegator,
+            )
         retryable = prepared.idempotent
         attempt = 1
         failure: ToolError
