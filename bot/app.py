@@ -96,8 +96,14 @@ def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegi
     from core.tools.ask import AskHumanTool
     from core.tools.builtin import builtin_tools
     from core.tools.cli import load_cli_tools
+    from core.tools.delegate import DelegateTool
 
     registry = ToolRegistry([*builtin_tools(), AskHumanTool(), *journal_tools()])
+    agent = config.agent
+    if agent.max_depth > 0:
+        registry.add(
+            DelegateTool(agent.max_children, agent.max_depth, agent.hard_time_limit_seconds)
+        )
     path = config.tools_path()
     if path is not None and path.exists():
         for tool in load_cli_tools(path, environ, reserved=registry.names()):

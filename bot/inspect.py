@@ -51,26 +51,35 @@ async def _list(store: Store, limit: int) -> int:
     if not runs:
         sys.stdout.write("No runs yet.\n")
         return 0
-    rows = [("RUN", "STARTED", "STATE", "TRIGGER", "ITER", "TOKENS", "TIME", "CONVERSATION")]
+    rows: list[tuple[str, ...]] = [
+        ("RUN", "STARTED", "STATE", "TRIGGER", "ITER", "TOKENS", "TIME", "CONVERSATION")
+    ]
+    listed = {run.id for run in runs}
     for run in runs:
-        state = run.state + (" (resumable)" if run.resumable else "")
-        rows.append(
-            (
-                run.id,
-                _when(run.started_at),
-                state,
-                run.trigger,
-                str(run.iterations),
-                f"{run.input_tokens}/{run.output_tokens}",
-                _duration(run),
-                run.conv,
-            )
-        )
+        if run.parent_run_id in listed:
+            continue  # shown under its parent
+        rows.append(_row(run, "↳ " if run.parent_run_id else ""))
+        for child in await store.child_runs(run.id):  # children indented under the parent
+            rows.append(_row(child, "  ↳ "))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         sys.stdout.write("\n")
     return 0
+
+
+def _row(run: RunRow, indent: str) -> tuple[str, ...]:
+    state = run.state + (" (resumable)" if run.resumable else "")
+    return (
+        indent + run.id,
+        _when(run.started_at),
+        state,
+        run.trigger,
+        str(run.iterations),
+        f"{run.input_tokens}/{run.output_tokens}",
+        _duration(run),
+        run.conv,
+    )
 
 
 async def _show(store: Store, run_id: str | None) -> int:
@@ -93,6 +102,14 @@ async def _show(store: Store, run_id: str | None) -> int:
     )
     if run.text:
         out.write(f"Final text: {run.text[:500]}\n")
+    if run.parent_run_id:
+        out.write(f"Parent run: {run.parent_run_id} (this is a child run it delegated)\n")
+    children = await store.child_runs(run.id)
+    if children:
+        out.write(f"\nChildren ({len(children)}):\n")
+        for child in children:
+            answer = " ".join((child.text or "").split())[:80]
+            out.write(f"  {child.id}  {child.state}  it={child.iterations}  {answer}\n")
     out.write("\nEvents:\n")
     events = await store.events(run.id)
     start = events[0][0] if events else 0.0

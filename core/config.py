@@ -100,6 +100,15 @@ class AgentConfig(_Section):
     summary_provider: str | None = Field(
         None, description="Provider for compaction summaries (a cheap one); default: the same."
     )
+    max_children: int = Field(
+        4, ge=1, le=32, description="Child runs one `delegate` call may start at once."
+    )
+    max_depth: int = Field(
+        1,
+        ge=0,
+        le=4,
+        description="How deep runs may delegate: 1 = only top-level runs; 0 = no `delegate` tool.",
+    )
 
     @model_validator(mode="after")
     def _limits_ordered(self) -> AgentConfig:

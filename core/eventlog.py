@@ -81,9 +81,11 @@ class RunEvents:
         run_id: str,
         conv: str,
         clock: Callable[[], float] = time.perf_counter,
+        tags: dict[str, Any] | None = None,
     ) -> None:
         self.log, self.forward = log, forward
         self.run_id, self.conv = run_id, conv
+        self.tags = tags or {}  # added to every event's data (a child's parent_run_id)
         self.iteration = 0
         self.input_tokens = self.output_tokens = 0
         self._clock = clock
@@ -91,6 +93,8 @@ class RunEvents:
         self._provider = ""
 
     def emit(self, name: EventName, data: dict[str, Any] | None = None) -> None:
+        if self.tags:
+            data = {**(data or {}), **self.tags}
         self.log.emit(name, data, run_id=self.run_id, conv=self.conv, iteration=self.iteration)
 
     def __call__(self, event: LoopEvent) -> None:

@@ -143,6 +143,8 @@ EventName = Literal[
     "agent.goal.verdict",
     "agent.goal.supervisor_failed",
     "agent.goal.ended",
+    "agent.delegate.started",
+    "agent.delegate.finished",
     # channels
     "channel.event.duplicate",
     "channel.delivery.failed",

@@ -17,6 +17,7 @@ from typing import Literal, Protocol
 from core.events import EventSink, discard
 from core.messages import Message, ToolCall
 from core.tools.base import Approver
+from core.tools.delegation import Delegator
 
 RunKind = Literal["chat", "cron", "goal", "child"]
 """Who started the run: a person in a chat, a cron job, a goal driver, a parent run."""
@@ -64,6 +65,8 @@ class RunContext:
         scratch: the run's own temp dir, tools' HOME and TMPDIR (None: one per call).
         cwd: the directory tools start in (None: the workspace).
         env: variables added to tools' environment for this run.
+        parent_run_id: the run that delegated this one (a child run), else None.
+        delegator: starts this run's child runs (`delegate`); None where it may not.
     """
 
     run_id: str = ""
@@ -77,6 +80,8 @@ class RunContext:
     scratch: Path | None = None
     cwd: Path | None = None
     env: Mapping[str, str] = field(default_factory=lambda: _NO_ENV)
+    parent_run_id: str | None = None
+    delegator: Delegator | None = None
 
 
 DETACHED = RunContext()

@@ -18,6 +18,7 @@ from core.agent import Agent
 from core.chat import ConversationKey
 from core.errors import ConfigError
 from tests.agentkit import RecordingResponder, running_agent
+from tests.delegatekit import PARENT, Scripts, delegate
 from tests.fakes.llm import FakeLLM, Fault, Reply, ToolCallSpec
 
 SLACK = {"slack": {"enabled": True, "allow_channels": ["C1"]}}
@@ -165,6 +166,38 @@ async def test_write_tool_not_in_allow_tools_is_refused_by_policy(
         assert "allow_tools" in refusal
         assert not (tmp_path / "workspace" / "out.txt").exists()
         assert chan.posts() == ["I was not allowed to write."]
+
+
+async def test_a_jobs_child_run_cannot_use_a_tool_the_job_does_not_allow(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    scripts = Scripts()
+    fake_llm.responder = scripts
+    asked = {"instruction": "alpha: write it", "tools": ["write_file"]}
+    scripts.parent.extend(
+        [
+            Reply(tool_calls=[delegate(asked, call_id="d1")]),
+            Reply(tool_calls=[delegate("alpha: write it anyway", call_id="d2")]),
+            Reply(text="The job could not write."),
+        ]
+    )
+    write = ToolCallSpec("write_file", {"path": "out.txt", "content": "x"}, id="w1")
+    scripts.child("alpha", Reply(tool_calls=[write]), Reply(text="I may not write."))
+    async with scheduler(fake_llm, tmp_path, [job(allow_tools=["delegate"])]) as (sched, _, agent):
+        result = await sched.fire(sched.job("report"), T2024)
+        assert result.state == "completed"
+        refused = scripts.tool_results(PARENT, 1)["d1"]
+        assert "cannot have `write_file`" in refused
+        assert "allow_tools" in refused
+        offered = scripts.tools_offered("alpha")
+        assert "write_file" not in offered
+        assert "bash" not in offered
+        assert "read_file" in offered
+        assert "unknown tool `write_file`" in scripts.tool_results("alpha")["w1"]
+        assert not (tmp_path / "workspace" / "out.txt").exists()
+        assert result.run_id is not None
+        [child] = await agent.store.child_runs(result.run_id)
+        assert child.state == "completed"
 
 
 async def test_write_tool_listed_in_allow_tools_runs(fake_llm: FakeLLM, tmp_path: Path) -> None:

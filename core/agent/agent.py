@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from core.agent.approvals import ApprovalDesk
+from core.agent.children import delegator_for
 from core.agent.commands import Commands
 from core.agent.conversation import Conversation, ConversationFactory
 from core.agent.goals import drive_goal
@@ -35,6 +36,7 @@ from core.eventlog import EventLog
 from core.messages import Message, ToolCall
 from core.store import Store
 from core.tools.base import Approver
+from core.tools.delegation import Delegator
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +265,10 @@ class Agent:
     def approver(self, lane: Lane) -> Approver:
         """Asks through the lane's current responder, keyed by its run and the call."""
         return _LaneApprover(self, lane)
+
+    def delegator(self, turn: Turn) -> Delegator | None:
+        """The child runs `turn` may start with `delegate` (see `core.agent.children`)."""
+        return delegator_for(self, turn)
 
     async def answer_approval(
         self, request_id: str, allow: bool, user_name: str

@@ -60,8 +60,8 @@ async def reconcile(host: RecoveryHost) -> list[str]:
     waiting = await _resume_waiting(host, pending)
     host.store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
     for run in interrupted:
-        if run.id in waiting:
-            continue
+        if run.id in waiting or run.parent_run_id is not None:
+            continue  # a child run goes on when its parent is resumed (core.agent.children)
         responder = host.responders(parse_conv(run.conv))
         if responder is not None:
             await _retract_previews(host.store, run.id, responder)

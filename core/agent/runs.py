@@ -135,6 +135,19 @@ def reopen_calls(messages: MutableSequence[Message], call_ids: set[str]) -> bool
     return True
 
 
+async def reopen_resumable(store: Store, run_id: str, conversation: Conversation) -> bool:
+    """A shutdown closed a resumable tool's call (`delegate`) with "cancelled" before it
+    completed: take that result out, so that the resumed run runs the call again and the
+    tool picks up from its own record (its child runs). True if any was taken out."""
+    registry = conversation.executor.registry
+    open_ids = {
+        call_id
+        for call_id, row in (await store.tool_calls(run_id)).items()
+        if not row.completed and (tool := registry.get(row.name)) is not None and tool.resumable
+    }
+    return bool(open_ids) and reopen_calls(conversation.messages, open_ids)
+
+
 async def resume_blocker(store: Store, run_id: str, conversation: Conversation) -> str | None:
     """Why run `run_id` must not simply go on, or None. A changed system prompt or tool set
     blocks it, and so does a side-effecting call that started but never finished, whether

@@ -21,7 +21,7 @@ from typing import Protocol
 from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.lane import Lane, RunReport, RunState
-from core.agent.runs import RunRecorder, close_unanswered
+from core.agent.runs import RunRecorder, close_unanswered, reopen_resumable
 from core.chat import Responder
 from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
@@ -31,6 +31,7 @@ from core.messages import Message
 from core.run_context import RunContext, RunKind
 from core.store import Store
 from core.tools.base import Approver
+from core.tools.delegation import Delegator
 from core.tools.settings import default_temp_root
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,18 @@ class TurnHost(Protocol):
 
     def approver(self, lane: Lane) -> Approver: ...
 
+    def delegator(self, turn: Turn) -> Delegator | None:
+        """Starts `turn`'s child runs (`delegate`), or None if it may not delegate."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParentLink:
+    """A child run's place under the run that delegated it (SPEC §15)."""
+
+    run_id: str  # the parent's
+    depth: int  # the child's: 1 under a top-level run
+    deadline: float | None  # loop time by which the child must end, inside the parent's
+
 
 @dataclass(slots=True)
 class _Ending:
@@ -115,6 +128,7 @@ class Turn:
     trigger: str = "user"
     given_id: str | None = None
     resume: bool = False
+    parent: ParentLink | None = None  # a child run's parent
     run_id: str = field(init=False)
     sink: RunEvents = field(init=False)
     recorder: RunRecorder | None = field(default=None, init=False)
@@ -129,7 +143,10 @@ class Turn:
         lane.run_id, lane.stoppable = self.run_id, True
         Store.write_for(lane.conv_id)  # this task's failed writes are this run's to report
         stream = self.responder.stream()
-        self.sink = RunEvents(self.host.events, stream, run_id=self.run_id, conv=lane.conv_id)
+        tags = {"parent_run_id": self.parent.run_id} if self.parent is not None else None
+        self.sink = RunEvents(
+            self.host.events, stream, run_id=self.run_id, conv=lane.conv_id, tags=tags
+        )
         if hasattr(stream, "on_posted"):  # remember previews, to retract them after a crash
             stream.on_posted = lambda message_id: self.sink.emit(
                 "channel.preview.posted", {"message_id": message_id}
@@ -188,6 +205,9 @@ class Turn:
             envelope=recorder,
             approver=self.host.approver(lane),
             scratch=run_scratch(self.run_id),
+            deadline=self.parent.deadline if self.parent is not None else None,
+            parent_run_id=self.parent.run_id if self.parent is not None else None,
+            delegator=self.host.delegator(self),
         )
         if self.user_text is not None:
             if pending := unanswered_calls(conversation.messages):
@@ -205,6 +225,8 @@ class Turn:
     async def _start(self, conversation: Conversation) -> RunRecorder:
         """Record the run as running and give it its recorder (checkpoints, envelope)."""
         store, conv_id = self.host.store, self.lane.conv_id
+        if self.resume and await reopen_resumable(store, self.run_id, conversation):
+            store.save_messages(conv_id, conversation.messages)
         replayable = (
             {c.id for c in unanswered_calls(conversation.messages)} if self.resume else set()
         )
@@ -281,4 +303,4 @@ def _state_of(outcome: LoopOutcome) -> RunState:
             return "completed"
 
 
-__all__ = ["STOPPED_TEXT", "Turn", "TurnHost", "new_run_id", "run_scratch"]
+__all__ = ["STOPPED_TEXT", "ParentLink", "Turn", "TurnHost", "new_run_id", "run_scratch"]

@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -98,6 +98,10 @@ _MIGRATIONS: dict[int, str] = {
     CREATE TABLE leases (
         name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL
     ) WITHOUT ROWID;
+    """,
+    5: """
+    ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
+    CREATE INDEX runs_parent ON runs (parent_run_id);
     """,
 }
 

@@ -41,10 +41,17 @@ class RunStore(Protocol):
     tool process groups."""
 
     async def create_run(
-        self, run_id: str, conv: str, trigger: str, *, state: str = "running", text: str = ""
+        self,
+        run_id: str,
+        conv: str,
+        trigger: str,
+        *,
+        state: str = "running",
+        text: str = "",
+        parent_run_id: str | None = None,
     ) -> None:
         """A new run, committed. A `queued` run keeps the user's message in `text` and has
-        no `started_at` until `start_run`."""
+        no `started_at` until `start_run`; a child run names the run that delegated it."""
         ...
 
     def start_run(self, run_id: str) -> None:
@@ -89,6 +96,10 @@ class RunStore(Protocol):
 
     async def run(self, run_id: str) -> RunRow | None:
         """The run `run_id`, or None."""
+        ...
+
+    async def child_runs(self, parent_run_id: str) -> list[RunRow]:
+        """The runs `parent_run_id` delegated (`parent_run_id` set), oldest first."""
         ...
 
     async def find_runs(self, prefix: str) -> list[RunRow]:

@@ -31,6 +31,7 @@ class RunRow:
     resumable: bool
     error: str | None
     worker: str | None = None  # the worker that claimed it (`claim_queued_run`)
+    parent_run_id: str | None = None  # the run that delegated it (a child run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +132,7 @@ StoredEvent = tuple[float, str, int | None, dict[str, Any]]
 
 RUN_COLUMNS = (
     "id, conv, state, trigger, created_at, started_at, ended_at, reason, text, iterations, "
-    "input_tokens, output_tokens, resumable, error, worker"
+    "input_tokens, output_tokens, resumable, error, worker, parent_run_id"
 )
 CHECKPOINT_COLUMNS = "run_id, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at"
 TOOL_CALL_COLUMNS = (

@@ -32,15 +32,31 @@ class SqliteRunTables(SqliteDatabase):
     # --- runs and checkpoints -------------------------------------------------------
 
     async def create_run(
-        self, run_id: str, conv: str, trigger: str, *, state: str = "running", text: str = ""
+        self,
+        run_id: str,
+        conv: str,
+        trigger: str,
+        *,
+        state: str = "running",
+        text: str = "",
+        parent_run_id: str | None = None,
     ) -> None:
         """A new run, committed (`queued` ones keep the user's message in `text` until
         they start)."""
         now = time.time()
         await self.write(
-            "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run_id, conv, state, trigger, now, None if state == "queued" else now, text),
+            "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text, "
+            "parent_run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                conv,
+                state,
+                trigger,
+                now,
+                None if state == "queued" else now,
+                text,
+                parent_run_id,
+            ),
         )
 
     def start_run(self, run_id: str) -> None:
@@ -100,6 +116,13 @@ class SqliteRunTables(SqliteDatabase):
     async def run(self, run_id: str) -> RunRow | None:
         row = await self._one(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
         return run_row(row) if row else None
+
+    async def child_runs(self, parent_run_id: str) -> list[RunRow]:
+        rows = await self._all(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY created_at, id",
+            (parent_run_id,),
+        )
+        return [run_row(r) for r in rows]
 
     async def find_runs(self, prefix: str) -> list[RunRow]:
         rows = await self._all(

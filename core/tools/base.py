@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from core.errors import ToolValidationError
+from core.tools.delegation import Delegator
 from core.tools.jail import Jail
 from core.tools.settings import (
     SandboxSettings,
@@ -44,6 +45,8 @@ class ToolContext:
     scratch: Path | None = None  # the run's temp dir (HOME and TMPDIR of tools); None: per call
     cwd: Path | None = None  # where the tool starts; None: the workspace
     env: Mapping[str, str] = field(default_factory=dict)  # the run's extra variables
+    call_id: str = ""  # the call being run (set per call by the executor)
+    delegator: Delegator | None = None  # starts child runs (`delegate`); None: cannot
 
 
 class Tool(ABC):
@@ -54,6 +57,10 @@ class Tool(ABC):
     category: Category = "read"
     params: type[BaseModel]
     timeout: float | None = None  # None: the sandbox default
+    # Safe to run again after a crash although it has effects: it keeps its own durable
+    # record and picks up from it (`delegate`'s child runs). Recorded as idempotent in the
+    # envelope, so resume runs it again instead of halting; never retried on failure.
+    resumable: bool = False
 
     @property
     def idempotent(self) -> bool:

@@ -102,7 +102,9 @@ class ToolExecutor:
         checked = await self._authorized(prepared, run)  # may wait for an approver
         if envelope is not None:
             # A refused call runs nothing: like an idempotent one, it needs no durable start.
-            idempotent = prepared.idempotent or isinstance(checked, ToolResult)
+            # A resumable tool picks up from its own record when run again after a crash.
+            resumable = prepared.tool is not None and prepared.tool.resumable
+            idempotent = prepared.idempotent or resumable or isinstance(checked, ToolResult)
             if (stored := await envelope.begin(prepared.call, idempotent)) is not None:
                 return stored
         if isinstance(checked, ToolResult):
@@ -140,8 +142,16 @@ class ToolExecutor:
         """Run an authorised call, retrying transient failures of idempotent ones."""
         call = prepared.call
         tool_ctx = self.ctx
-        if run.scratch is not None or run.cwd is not None or run.env:
-            tool_ctx = replace(tool_ctx, scratch=run.scratch, cwd=run.cwd, env=run.env)
+        per_run = run.scratch, run.cwd, run.delegator
+        if run.env or any(thing is not None for thing in per_run):
+            tool_ctx = replace(
+                tool_ctx,
+                scratch=run.scratch,
+                cwd=run.cwd,
+                env=run.env,
+                call_id=call.id,
+                delegator=run.delegator,
+            )
         retryable = prepared.idempotent
         attempt = 1
         failure: ToolError

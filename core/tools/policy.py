@@ -5,6 +5,9 @@
 | read     | run                     | run                               |
 | write    | run                     | only if listed in `allow_tools`   |
 | admin    | ask a human approver    | blocked unless listed             |
+
+A child run (`delegate`) has its parent's policy without approvals: nobody is there to ask,
+so its admin actions are refused.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ class ToolPolicy:
 
     session: SessionKind = "interactive"
     allow_tools: frozenset[str] = frozenset()
+    approvals: bool = True  # False: nobody to ask (a child run), so "ask" denies
+
+    def without_approvals(self) -> ToolPolicy:
+        """The same policy for a run with nobody to ask: admin actions are refused."""
+        return ToolPolicy(self.session, self.allow_tools, approvals=False)
 
     def decide(self, tool_name: str, category: Category) -> Decision:
         if category == "read":
@@ -45,4 +53,10 @@ class ToolPolicy:
             )
         if category == "write":
             return Decision("run", "write tools run in interactive chat")
+        if not self.approvals:
+            return Decision(
+                "deny",
+                f"`{tool_name}` is an admin action and needs a human approver, and a child "
+                "run has nobody to ask; leave that step to the parent run",
+            )
         return Decision("ask", f"`{tool_name}` is an admin action and needs a human approver")

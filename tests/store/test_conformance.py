@@ -45,6 +45,24 @@ async def test_a_queued_run_keeps_its_text_and_starts_later(store: Store) -> Non
     assert started.started_at is not None
 
 
+async def test_a_child_run_names_its_parent_and_is_listed_under_it(store: Store) -> None:
+    await store.create_run("p1", CONV, "user")
+    await store.create_run("c2", f"{CONV}:child:c2", "child", parent_run_id="p1")
+    await store.create_run("c1", f"{CONV}:child:c1", "child", parent_run_id="p1")
+    await store.create_run("other", OTHER, "user")
+    child = await store.run("c2")
+    assert child is not None
+    assert (child.parent_run_id, child.state, child.trigger) == ("p1", "running", "child")
+    parent = await store.run("p1")
+    assert parent is not None
+    assert parent.parent_run_id is None
+    assert [r.id for r in await store.child_runs("p1")] == ["c2", "c1"]  # oldest first
+    assert await store.child_runs("c1") == []
+    assert {r.id for r in await store.runs(limit=10)} == {"p1", "c1", "c2", "other"}
+    # A child is created running in its parent's process: never a queued run to claim.
+    assert await store.claim_queued_run("w1") is None
+
+
 async def test_an_unknown_run_is_none(store: Store) -> None:
     assert await store.run("nope") is None
     assert await store.find_runs("nope") == []
