@@ -147,13 +147,41 @@ class ToolRegistry:
         return self._specs
 
 
-def compact_schema(node: Any) -> Any:
+def compact_schema(schema: Any) -> Any:
     """A JSON Schema as the model needs it, sent with every request: without pydantic's
-    titles (they repeat the property names), and an optional field's `anyOf [X, null]`
-    with default null is just X (the model leaves it out; validation still allows null).
+    titles (they repeat the property names), nested models written in place of their
+    `$ref` (unless one refers to itself), and an optional field's `anyOf [X, null]` with
+    default null just X (the model leaves it out; validation still allows null).
     """
+    defs = schema.get("$defs") if isinstance(schema, dict) else None
+    if isinstance(defs, dict):
+        try:
+            inlined = _inline_refs({k: v for k, v in schema.items() if k != "$defs"}, defs, ())
+        except RecursionError:  # a model that contains itself keeps its `$defs`
+            pass
+        else:
+            return _compact(inlined)
+    return _compact(schema)
+
+
+def _inline_refs(node: Any, defs: dict[str, Any], inside: tuple[str, ...]) -> Any:
     if isinstance(node, list):
-        return [compact_schema(item) for item in node]
+        return [_inline_refs(item, defs, inside) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        name = ref.removeprefix("#/$defs/")
+        if name in inside or name not in defs:
+            raise RecursionError(name)
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        return _inline_refs({**defs[name], **rest}, defs, (*inside, name))
+    return {key: _inline_refs(value, defs, inside) for key, value in node.items()}
+
+
+def _compact(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_compact(item) for item in node]
     if not isinstance(node, dict):
         return node
     out: dict[str, Any] = {}
@@ -161,9 +189,9 @@ def compact_schema(node: Any) -> Any:
         if key == "title" and isinstance(value, str):
             continue
         if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
-            out[key] = {name: compact_schema(sub) for name, sub in value.items()}
+            out[key] = {name: _compact(sub) for name, sub in value.items()}
         else:
-            out[key] = compact_schema(value)
+            out[key] = _compact(value)
     branches = out.get("anyOf")
     if isinstance(branches, list) and "default" in out and out["default"] is None:
         kept = [b for b in branches if b != {"type": "null"}]

@@ -35,15 +35,14 @@ class ChildTaskParams(BaseModel):
     instruction: str = Field(
         min_length=1,
         max_length=20_000,
-        description="Everything the child needs: it sees this text, not this conversation. "
-        "Say what to report back.",
+        description="All the child needs (it cannot see this chat), and what to report.",
     )
     tools: list[str] | None = Field(
         default=None,
-        description="Names of the tools it may use (default: all you may use).",
+        description="Tools it may use (default: yours).",
     )
     max_iterations: int | None = Field(
-        default=None, ge=1, description="Its LLM-call budget (default, and at most: yours)."
+        default=None, ge=1, description="LLM-call budget (at most yours)."
     )
 
 
@@ -51,7 +50,7 @@ class DelegateParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tasks: list[ChildTaskParams] = Field(
-        min_length=1, description="One child run per task; they run at the same time."
+        min_length=1, description="One child run per task, all at once."
     )
 
 
@@ -67,9 +66,8 @@ class DelegateTool(Tool):
 
     name = DELEGATE
     description = (
-        "Hand independent sub-tasks to child runs that work in parallel, each with its own "
-        "instruction, tools and iteration budget. Returns each child's final answer, state "
-        "and artifacts in one result. Children see only their instruction."
+        "Run independent sub-tasks as parallel child runs; returns each child's answer, "
+        "state and artifacts."
     )
     category: Category = "write"
     params = DelegateParams

@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from core.errors import ConfigError, ToolValidationError
 from core.messages import ToolCall
@@ -292,3 +293,27 @@ def test_compact_schema_drops_titles_but_not_a_property_named_title() -> None:
             "either": {"anyOf": [{"type": "string"}, {"type": "integer"}], "default": None},
         },
     }
+
+
+class _Inner(BaseModel):
+    path: str
+
+
+class _Outer(BaseModel):
+    items: list[_Inner]
+    one: _Inner | None = None
+
+
+class _Tree(BaseModel):
+    children: list[_Tree] = []
+
+
+def test_compact_schema_writes_nested_models_in_place_unless_one_contains_itself() -> None:
+    inner = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    assert compact_schema(_Outer.model_json_schema()) == {
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": inner}, "one": inner},
+        "required": ["items"],
+    }
+    tree = compact_schema(_Tree.model_json_schema())
+    assert tree["$defs"]["_Tree"]["properties"]["children"]["items"] == {"$ref": "#/$defs/_Tree"}
