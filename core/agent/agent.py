@@ -188,16 +188,23 @@ class Agent:
                 return lane
             conv = conv_id(key)
             store = self.store
+            # One round of reads, not five one after the other (a new conversation's first
+            # answer waits on them).
+            saved, row, goal, messages = await asyncio.gather(
+                store.journal(conv),
+                store.conversation(conv),
+                store.goal(conv),
+                store.load_messages(conv),
+            )
             journal = JournalBox.from_data(
-                await store.journal(conv), lambda j: store.save_journal(conv, j.model_dump())
+                saved, lambda j: store.save_journal(conv, j.model_dump())
             )
             lane = Lane(key, conv, journal)
-            row = await store.conversation(conv)
             if row is not None:
                 lane.input_tokens, lane.output_tokens = row.input_tokens, row.output_tokens
                 lane.last_compaction = row.last_compaction
-            lane.goal = await store.goal(conv)
-            await self.conversation_of(lane, await store.load_messages(conv))
+            lane.goal = goal
+            await self.conversation_of(lane, messages)
             self.lanes[key] = lane
             self._evict_idle()
             return lane

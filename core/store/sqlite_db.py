@@ -64,7 +64,7 @@ class SqliteDatabase(GroupCommit):
         self._since_checkpoint += len(statements)
         if self._since_checkpoint >= CHECKPOINT_STATEMENTS:
             self._since_checkpoint = 0
-            await asyncio.to_thread(conn.execute, "PRAGMA wal_checkpoint(PASSIVE)")
+            await asyncio.to_thread(_pragma, conn, "wal_checkpoint(PASSIVE)")
         return errors
 
     async def _write_now(
@@ -127,19 +127,25 @@ def writer_connection(path: str) -> sqlite3.Connection:
     """The writer's own connection: it never waits for the lock (`_commit` hands a batch
     that would to the worker thread) and never checkpoints by itself."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints, never corrupt
-    conn.execute("PRAGMA busy_timeout=0")
-    conn.execute("PRAGMA wal_autocheckpoint=0")
+    _pragma(conn, "synchronous=NORMAL")  # WAL: durable at checkpoints, never corrupt
+    _pragma(conn, "busy_timeout=0")
+    _pragma(conn, "wal_autocheckpoint=0")
     return conn
+
+
+def _pragma(conn: sqlite3.Connection, pragma: str) -> None:
+    """Run a PRAGMA and read its answer to the end: a cursor left with a row to read keeps
+    its statement in progress, and the next COMMIT or SAVEPOINT on the connection fails."""
+    conn.execute(f"PRAGMA {pragma}").fetchall()
 
 
 def _commit_waiting(conn: sqlite3.Connection, statements: list[Statement]) -> dict[int, Exception]:
     """`_commit_batch` in the worker thread, waiting up to `BUSY_TIMEOUT_MS` for the lock."""
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    _pragma(conn, f"busy_timeout={BUSY_TIMEOUT_MS}")
     try:
         return _commit_batch(conn, statements)
     finally:
-        conn.execute("PRAGMA busy_timeout=0")
+        _pragma(conn, "busy_timeout=0")
 
 
 def _begin(conn: sqlite3.Connection) -> None:

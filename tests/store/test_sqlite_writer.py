@@ -44,3 +44,7 @@ async def test_the_log_is_checkpointed_into_the_database_file(tmp_path: Path) ->
         # the rows reached the database file itself, not just the write-ahead log
         assert path.stat().st_size > before + 100 * CHECKPOINT_STATEMENTS // 2
         assert await store.seen("slack", f"event-{CHECKPOINT_STATEMENTS:05d}-{'x' * 80}")
+        for i in range(3):  # and the writer goes on committing after it
+            store.mark_seen_soon("slack", f"after-{i}")
+            await store.flush()
+        assert await store.seen("slack", "after-2")
