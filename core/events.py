@@ -143,6 +143,8 @@ EventName = Literal[
     "agent.goal.verdict",
     "agent.goal.supervisor_failed",
     "agent.goal.ended",
+    # long-term memory (SPEC §15): a recall that found nothing, or failed (seed 003's name)
+    "memory_miss",
     # channels
     "channel.event.duplicate",
     "channel.delivery.failed",

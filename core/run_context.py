@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal, Protocol
 
+from core.chat import Asker
 from core.events import EventSink, discard
 from core.messages import Message, ToolCall
 from core.tools.base import Approver
@@ -64,6 +65,8 @@ class RunContext:
         scratch: the run's own temp dir, tools' HOME and TMPDIR (None: one per call).
         cwd: the directory tools start in (None: the workspace).
         env: variables added to tools' environment for this run.
+        asker: who the run answers and where (None: nobody, e.g. a one-off call); tools
+            that keep per-person state scope by it.
     """
 
     run_id: str = ""
@@ -77,6 +80,7 @@ class RunContext:
     scratch: Path | None = None
     cwd: Path | None = None
     env: Mapping[str, str] = field(default_factory=lambda: _NO_ENV)
+    asker: Asker | None = None
 
 
 DETACHED = RunContext()

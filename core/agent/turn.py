@@ -22,11 +22,12 @@ from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.lane import Lane, RunReport, RunState
 from core.agent.runs import RunRecorder, close_unanswered
-from core.chat import Responder
+from core.chat import Asker, Inbound, Responder
 from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.events import EventName
 from core.loop import LoopOutcome, unanswered_calls
+from core.memory.recall import add_recalled
 from core.messages import Message
 from core.run_context import RunContext, RunKind
 from core.store import Store
@@ -108,6 +109,7 @@ class Turn:
     trigger: str = "user"
     given_id: str | None = None
     resume: bool = False
+    inbound: Inbound | None = None  # the message that started the run, if one did
     run_id: str = field(init=False)
     sink: RunEvents = field(init=False)
     recorder: RunRecorder | None = field(default=None, init=False)
@@ -181,8 +183,11 @@ class Turn:
             envelope=recorder,
             approver=self.host.approver(lane),
             scratch=run_scratch(self.run_id),
+            asker=self._asker(),
         )
         if self.user_text is not None:
+            extra = conversation.executor.ctx.extra
+            await add_recalled(conversation.messages, extra, ctx, self.user_text)
             if pending := unanswered_calls(conversation.messages):
                 # New input supersedes an interrupted run: close its calls, never re-run.
                 close_unanswered(conversation.messages, pending, {})
@@ -194,6 +199,14 @@ class Turn:
         )
         async with self.responder.typing():
             return await conversation.run(ctx)
+
+    def _asker(self) -> Asker:
+        """Who the run answers: the sender of its message, else nobody in the lane's
+        channel (a cron job, a resumed run), which no person's own memory is shown to."""
+        if self.inbound is not None:
+            return self.inbound.asker(self.lane.conv_id, self.run_id)
+        channel, channel_id, _ = self.lane.key
+        return Asker(channel, channel_id, "", False, self.lane.conv_id, self.run_id)
 
     async def _start(self, conversation: Conversation) -> RunRecorder:
         """Record the run as running and give it its recorder (checkpoints, envelope)."""

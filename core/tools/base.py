@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
+from core.chat import Asker
 from core.errors import ToolValidationError
 from core.tools.jail import Jail
 from core.tools.settings import (
@@ -44,6 +45,7 @@ class ToolContext:
     scratch: Path | None = None  # the run's temp dir (HOME and TMPDIR of tools); None: per call
     cwd: Path | None = None  # where the tool starts; None: the workspace
     env: Mapping[str, str] = field(default_factory=dict)  # the run's extra variables
+    asker: Asker | None = None  # who the run answers, where (per-person state is scoped by it)
 
 
 class Tool(ABC):

@@ -140,8 +140,10 @@ class ToolExecutor:
         """Run an authorised call, retrying transient failures of idempotent ones."""
         call = prepared.call
         tool_ctx = self.ctx
-        if run.scratch is not None or run.cwd is not None or run.env:
-            tool_ctx = replace(tool_ctx, scratch=run.scratch, cwd=run.cwd, env=run.env)
+        if run.scratch is not None or run.cwd is not None or run.env or run.asker:
+            tool_ctx = replace(
+                tool_ctx, scratch=run.scratch, cwd=run.cwd, env=run.env, asker=run.asker
+            )
         retryable = prepared.idempotent
         attempt = 1
         failure: ToolError
