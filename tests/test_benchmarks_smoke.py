@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
         ("context.py", ["| 5,000 |", "R1 compaction"]),
         ("concurrency.py", ["| ratio Parley/raw |", "throughput at 0 ms", "p99 at 200 ms"]),
         ("relay.py", ["| telegram |", "| slack |", "| discord |", "max edits in window"]),
+        ("memory.py", ["| SQLite (FTS5) | 200 |", "recall@5", "results from other scopes"]),
     ],
 )
 def test_quick_run_prints_the_tables(tmp_path: Path, script: str, expected: list[str]) -> None:
