@@ -34,13 +34,17 @@ class Memory:
         self.store, self.events, self.settings = store, events, settings
 
     async def remember(self, text: str, kind: ScopeKind, asker: Asker) -> MemoryRow:
-        """Keep `text` in the `kind` scope of `asker`.
+        """Keep `text` in the `kind` scope of `asker` (the memory already there if it holds
+        the very same text).
 
         Raises:
             ScopeNotAllowed: `asker` has no such scope here.
             StoreError: the write failed.
         """
         scope = scope_for(kind, asker)
+        for same in await self.store.recall(text, [scope], 5):  # the same note twice is one
+            if same.text == text:
+                return same
         return await self.store.remember(scope, text, made_by=asker.user_id, conv=asker.conv)
 
     async def recall(

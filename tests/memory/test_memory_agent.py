@@ -132,6 +132,18 @@ async def test_a_conversation_memory_stays_in_its_conversation(
         assert "No memories" in await recall(agent, fake_llm, "postgres", BOB_IN_C1)
 
 
+async def test_the_same_note_twice_in_one_scope_is_kept_once(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    async with memory_agent(fake_llm, tmp_path) as agent:
+        first = await remember(agent, fake_llm, "deploys freeze on Fridays", "team", ALICE_DM)
+        again = await remember(agent, fake_llm, "deploys freeze on Fridays", "team", BOB_DM)
+        other = await remember(agent, fake_llm, "deploys freeze on Fridays", "user", ALICE_DM)
+        assert first.startswith("Remembered as #1 ")
+        assert again == first
+        assert other.startswith("Remembered as #2 ")
+
+
 async def test_nobody_asking_means_no_user_scope(fake_llm: FakeLLM, tmp_path: Path) -> None:
     async with memory_agent(fake_llm, tmp_path) as agent:
         result = await remember(agent, fake_llm, "x", "user", {**ALICE_IN_C1, "user_id": ""})
