@@ -145,11 +145,24 @@ async def migrate(conn: aiosqlite.Connection) -> None:
             )
         for version in range(current + 1, SCHEMA_VERSION + 1):
             for statement in statements(_MIGRATIONS[version]):
-                await conn.execute(statement)
+                await _execute(conn, statement)
             await conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
         await conn.execute("COMMIT")
     except BaseException:
         await conn.execute("ROLLBACK")
+        raise
+
+
+async def _execute(conn: aiosqlite.Connection, statement: str) -> None:
+    try:
+        await conn.execute(statement)
+    except sqlite3.OperationalError as exc:
+        if "fts5" in str(exc):  # a SQLite built without it: say what to do instead
+            raise RuntimeError(
+                "this Python's SQLite has no FTS5, which long-term memory's index needs; "
+                "use a Python whose sqlite3 has it (python.org and distribution builds do) "
+                "or a PostgreSQL store"
+            ) from exc
         raise
 
 
