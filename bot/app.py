@@ -20,6 +20,8 @@ from core.context.tokens import TokenCounter
 from core.errors import ConfigError
 from core.eventlog import EventLog
 from core.loop import Guards, LoopConfig
+from core.memory.recall import MEMORY_KEY
+from core.memory.service import Memory
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
 from core.redact import Redactor
@@ -93,6 +95,7 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal
 def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegistry:
     """Built-in tools plus the team's CLI tools from tools.yaml (if the file exists)."""
     from core.agent.journal import journal_tools
+    from core.memory.tools import memory_tools
     from core.tools.ask import AskHumanTool
     from core.tools.builtin import builtin_tools
     from core.tools.cli import load_cli_tools
@@ -104,6 +107,9 @@ def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegi
         registry.add(
             DelegateTool(agent.max_children, agent.max_depth, agent.hard_time_limit_seconds)
         )
+    if config.memory.enabled:
+        for tool in memory_tools():
+            registry.add(tool)
     path = config.tools_path()
     if path is not None and path.exists():
         for tool in load_cli_tools(path, environ, reserved=registry.names()):
@@ -126,6 +132,7 @@ class App:
     generation: int = 0  # bumped by each successful reload
     retired: list[Provider] = field(default_factory=list)  # still used by running turns
     retired_jails: list[Jail] = field(default_factory=list)
+    memory: Memory | None = None  # long-term memory, once the agent's store is open
 
     def __post_init__(self) -> None:
         # No tool (and no other process of this user) may read our memory or environment.
@@ -199,6 +206,8 @@ class App:
         agent = self.config.agent
         journal = journal or JournalBox()
         extra: dict[str, object] = {"journal": journal}
+        if self.memory is not None and self.config.memory.enabled:
+            extra[MEMORY_KEY] = self.memory
         executor = ToolExecutor(
             self.registry,
             policy or ToolPolicy(session="interactive"),
@@ -250,6 +259,7 @@ class App:
             goal_settings=self.config.goals,
             max_queued=self.config.agent.max_queued,
         )
+        self.memory = Memory(store, agent.events, self.config.memory)
         return agent
 
     @contextlib.asynccontextmanager
@@ -297,6 +307,8 @@ class App:
             if getattr(config, name) != getattr(self.config, name)
         ]
         self.config, self.registry = config, registry
+        if self.memory is not None:
+            self.memory.settings = config.memory
         self.redactor = _redactor(config, self.environ, registry)
         self.retired_jails.append(self.jail)  # running turns may still spawn through it
         self.jail = jail

@@ -68,6 +68,32 @@ class Inbound:
     def key(self) -> ConversationKey:
         return (self.channel, self.channel_id, self.thread_id)
 
+    def asker(self, conv: str, run_id: str = "") -> Asker:
+        """Who asks in this message, where, for the run `run_id` of conversation `conv`."""
+        return Asker(self.channel, self.channel_id, self.user_id, self.is_dm, conv, run_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Asker:
+    """Who a run answers and where: what per-person state (long-term memory) is scoped by.
+
+    Attributes:
+        channel: the platform ("slack", "console").
+        channel_id: the platform's channel, chat or DM id.
+        user_id: the person whose message started the run ("" for none: a cron job, a
+            message re-queued after a restart).
+        is_dm: a direct conversation between that person and the bot, no one else in it.
+        conv: the conversation id.
+        run_id: the run's id ("" outside a run: a command).
+    """
+
+    channel: str
+    channel_id: str
+    user_id: str
+    is_dm: bool
+    conv: str
+    run_id: str = ""
+
 
 _TEXT_FIELDS = tuple(f.name for f in fields(Inbound) if f.type in ("str", str))
 

@@ -50,6 +50,7 @@ COMMAND_TABLE: tuple[CommandSpec, ...] = (
         "[create <text> [--auto [--turns N]] | done | clear]",
     ),
     CommandSpec("journal", "The run journal: objective, state, findings, next step"),
+    CommandSpec("memory", "List what I remember here, or forget it", "[forget ID | forget all]"),
 )
 
 COMMANDS: dict[str, CommandSpec] = {spec.name: spec for spec in COMMAND_TABLE}

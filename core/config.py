@@ -200,6 +200,32 @@ class GoalsConfig(_Section):
     supervisor_provider: str | None = Field(None, description="Default: the conversation's.")
 
 
+class MemoryConfig(_Section):
+    """Long-term memory (SPEC §15): the `remember` and `recall` tools, and recall of the
+    most relevant memories into the system message before each run."""
+
+    enabled: bool = Field(True, description="Offer the `remember` and `recall` tools.")
+    strategy: str = Field("lexical", description="How recall ranks: full-text search.")
+    auto_recall: int = Field(
+        0, ge=0, le=20, description="Memories put in the system message per run; 0: off."
+    )
+    min_score: float = Field(
+        0.0, ge=0, lt=1, description="Matches scoring less (0..1) are not recalled."
+    )
+
+    @field_validator("strategy")
+    @classmethod
+    def _a_known_strategy(cls, strategy: str) -> str:
+        if strategy != "lexical":
+            raise FixableError(
+                f"`{strategy}` recall is not available: only full-text (`lexical`) is; "
+                "semantic recall needs an embedding model shipped in a package, and none "
+                "is among Parley's dependencies",
+                'set `strategy = "lexical"` (or leave it out)',
+            )
+        return strategy
+
+
 class JobConfig(_Section):
     """One scheduled job (`[[jobs]]`)."""
 
@@ -225,6 +251,7 @@ class CoreConfig(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     goals: GoalsConfig = Field(default_factory=GoalsConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     jobs: list[JobConfig] = Field(default_factory=list)
 
     source: Path | None = Field(None, exclude=True)

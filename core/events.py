@@ -145,6 +145,8 @@ EventName = Literal[
     "agent.goal.ended",
     "agent.delegate.started",
     "agent.delegate.finished",
+    # long-term memory (SPEC §15): a recall that found nothing, or failed (seed 003's name)
+    "memory_miss",
     # channels
     "channel.event.duplicate",
     "channel.delivery.failed",

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal, Protocol
 
+from core.chat import Asker
 from core.events import EventSink, discard
 from core.messages import Message, ToolCall
 from core.tools.base import Approver
@@ -67,6 +68,8 @@ class RunContext:
         env: variables added to tools' environment for this run.
         parent_run_id: the run that delegated this one (a child run), else None.
         delegator: starts this run's child runs (`delegate`); None where it may not.
+        asker: who the run answers and where (None: nobody, e.g. a one-off call); tools
+            that keep per-person state scope by it.
     """
 
     run_id: str = ""
@@ -82,6 +85,7 @@ class RunContext:
     env: Mapping[str, str] = field(default_factory=lambda: _NO_ENV)
     parent_run_id: str | None = None
     delegator: Delegator | None = None
+    asker: Asker | None = None
 
 
 DETACHED = RunContext()

@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
         ("compaction.py", ["| summary |", "| subgoal |", "| subgoal_mig |"]),
         ("concurrency.py", ["| ratio Parley/raw |", "throughput at 0 ms", "p99 at 200 ms"]),
         ("relay.py", ["| telegram |", "| slack |", "| discord |", "max edits in window"]),
+        ("memory.py", ["| SQLite (FTS5) | 200 |", "recall@5", "results from other scopes"]),
     ],
 )
 def test_quick_run_prints_the_tables(tmp_path: Path, script: str, expected: list[str]) -> None:

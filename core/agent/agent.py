@@ -293,7 +293,11 @@ class Agent:
             report: RunReport | None = None
             try:
                 report = await self.run_in_lane(
-                    lane, queued.responder, user_text=queued.inbound.text, run_id=queued.run_id
+                    lane,
+                    queued.responder,
+                    user_text=queued.inbound.text,
+                    run_id=queued.run_id,
+                    inbound=queued.inbound,
                 )
             finally:
                 queued.settle(report or _not_run(queued.run_id, "closing"))
@@ -307,13 +311,14 @@ class Agent:
         trigger: str = "user",
         run_id: str | None = None,
         resume: bool = False,
+        inbound: Inbound | None = None,
     ) -> RunReport | None:
         """Run one turn as the lane's run task (so `/stop` can cancel it alone); one run
         at a time per lane, whoever asks (the queue worker, `/resume`, a goal driver)."""
         if self._closing:
             return None
         async with lane.lock:
-            turn = Turn(self, lane, responder, user_text, trigger, run_id, resume)
+            turn = Turn(self, lane, responder, user_text, trigger, run_id, resume, inbound=inbound)
             task = asyncio.create_task(turn.run(), name=f"run {lane.conv_id}")
             lane.run_task = task
             try:

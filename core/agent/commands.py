@@ -15,6 +15,7 @@ from core.agent.lane import Lane, LaneHost, RunReport
 from core.chat import Inbound, Responder
 from core.command_table import COMMANDS, help_text, parse_command
 from core.events import discard
+from core.memory.command import memory_command
 from core.store import GoalRow
 from core.tools.sandbox import jail_of
 
@@ -37,7 +38,12 @@ class Commands:
             "goal": self._goal,
             "journal": self._journal,
         }
-        if missing := set(COMMANDS) - set(self._handlers):  # the table and handlers agree
+        # Commands that act for the person asking get the whole message.
+        self._with_inbound: dict[str, Callable[[Lane, Inbound, str], Awaitable[str]]] = {
+            "memory": self._memory,
+        }
+        handled = set(self._handlers) | set(self._with_inbound)
+        if missing := set(COMMANDS) - handled:  # the table and handlers agree
             raise RuntimeError(f"commands without a handler: {sorted(missing)}")
 
     async def handle(self, lane: Lane, inbound: Inbound, responder: Responder) -> bool:
@@ -47,7 +53,10 @@ class Commands:
             return False
         name, args = parsed
         self.agent.events.emit("agent.command", {"command": name}, conv=lane.conv_id)
-        reply = await self._handlers[name](lane, args, responder)
+        if name in self._with_inbound:
+            reply: str | None = await self._with_inbound[name](lane, inbound, args)
+        else:
+            reply = await self._handlers[name](lane, args, responder)
         if reply:
             await responder.send(reply)
         return True
@@ -211,6 +220,9 @@ class Commands:
 
     async def _journal(self, lane: Lane, args: str, responder: Responder) -> str:
         return lane.journal.journal.render()
+
+    async def _memory(self, lane: Lane, inbound: Inbound, args: str) -> str:
+        return await memory_command(self.agent.store, inbound.asker(lane.conv_id), args)
 
 
 BUSY = "A run is in progress here; /stop it first or wait for it to finish."

@@ -22,11 +22,12 @@ from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.lane import Lane, RunReport, RunState
 from core.agent.runs import RunRecorder, close_unanswered, reopen_resumable
-from core.chat import Responder
+from core.chat import Asker, Inbound, Responder
 from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.events import EventName
 from core.loop import LoopOutcome, unanswered_calls
+from core.memory.recall import add_recalled
 from core.messages import Message
 from core.run_context import RunContext, RunKind
 from core.store import Store
@@ -129,6 +130,7 @@ class Turn:
     given_id: str | None = None
     resume: bool = False
     parent: ParentLink | None = None  # a child run's parent
+    inbound: Inbound | None = None  # the message that started the run, if one did
     run_id: str = field(init=False)
     sink: RunEvents = field(init=False)
     recorder: RunRecorder | None = field(default=None, init=False)
@@ -208,8 +210,11 @@ class Turn:
             deadline=self.parent.deadline if self.parent is not None else None,
             parent_run_id=self.parent.run_id if self.parent is not None else None,
             delegator=self.host.delegator(self),
+            asker=self._asker(),
         )
         if self.user_text is not None:
+            extra = conversation.executor.ctx.extra
+            await add_recalled(conversation.messages, extra, ctx, self.user_text)
             if pending := unanswered_calls(conversation.messages):
                 # New input supersedes an interrupted run: close its calls, never re-run.
                 close_unanswered(conversation.messages, pending, {})
@@ -221,6 +226,14 @@ class Turn:
         )
         async with self.responder.typing():
             return await conversation.run(ctx)
+
+    def _asker(self) -> Asker:
+        """Who the run answers: the sender of its message, else nobody in the lane's
+        channel (a cron job, a resumed run), which no person's own memory is shown to."""
+        if self.inbound is not None:
+            return self.inbound.asker(self.lane.conv_id, self.run_id)
+        channel, channel_id, _ = self.lane.key
+        return Asker(channel, channel_id, "", False, self.lane.conv_id, self.run_id)
 
     async def _start(self, conversation: Conversation) -> RunRecorder:
         """Record the run as running and give it its recorder (checkpoints, envelope)."""

@@ -2,8 +2,8 @@
 
 `Store` is a `typing.Protocol` made of narrower ones, one per concern (`RunStore`,
 `MessageStore`, `JournalStore`, `PreferenceStore`, `DedupeStore`, `ApprovalStore`,
-`EventStore`, `JobStore`, `WorkerStore`); core depends on those. `open_store(path_or_url)`
-opens one: `SqliteStore`, the embedded implementation, or
+`EventStore`, `JobStore`, `WorkerStore`, `MemoryStore`); core depends on those.
+`open_store(path_or_url)` opens one: `SqliteStore`, the embedded implementation, or
 `core.store.postgres.PostgresStore`, the one several workers share (imported only when
 opened: psycopg is the `postgres` extra). Both offer raw `write`/`write_soon` for tests and
 benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
@@ -15,18 +15,23 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
     backends.py     open_store: a path or URL to a backend
     sqlite.py       SqliteStore (sqlite_db.py: connections and the batch commit;
                     sqlite_runs.py: runs and jobs; sqlite_workers.py: queued runs
-                    handed out, heartbeats, leases; migrations.py: the schema)
+                    handed out, heartbeats, leases; sqlite_memory.py: long-term
+                    memory; migrations.py: the schema)
     postgres.py     PostgresStore (postgres_db.py: the pool and the batch commit;
-                    postgres_runs.py, postgres_workers.py; postgres_schema.py)
+                    postgres_runs.py, postgres_workers.py, postgres_memory.py;
+                    postgres_schema.py)
+    memory_rows.py  memories' scopes and rows, and the query terms both backends match
 """
 
 from core.store.backends import open_store
+from core.store.memory_rows import MemoryRow, Scope, ScopeKind
 from core.store.protocol import (
     ApprovalStore,
     DedupeStore,
     EventStore,
     JobStore,
     JournalStore,
+    MemoryStore,
     MessageStore,
     PreferenceStore,
     RunStore,
@@ -57,10 +62,14 @@ __all__ = [
     "JobRunRecord",
     "JobStore",
     "JournalStore",
+    "MemoryRow",
+    "MemoryStore",
     "MessageStore",
     "PreferenceStore",
     "RunRow",
     "RunStore",
+    "Scope",
+    "ScopeKind",
     "SqliteStore",
     "Store",
     "StoredEvent",

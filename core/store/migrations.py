@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -103,6 +103,30 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
     CREATE INDEX runs_parent ON runs (parent_run_id);
     """,
+    # Long-term memory (SPEC §15): the rows, and an FTS5 index over their text that the
+    # triggers keep in step (external content: the text is stored once).
+    6: """
+    CREATE TABLE memories (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, scope_kind TEXT NOT NULL,
+        scope_id TEXT NOT NULL, text TEXT NOT NULL, created_at REAL NOT NULL,
+        made_by TEXT NOT NULL DEFAULT '', conv TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX memories_scope ON memories (scope_kind, scope_id, id);
+    CREATE VIRTUAL TABLE memories_fts USING fts5(
+        text, content='memories', content_rowid='id',
+        tokenize='porter unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER memories_added AFTER INSERT ON memories BEGIN
+        INSERT INTO memories_fts (rowid, text) VALUES (new.id, new.text);
+    END;
+    CREATE TRIGGER memories_removed AFTER DELETE ON memories BEGIN
+        INSERT INTO memories_fts (memories_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    END;
+    CREATE TRIGGER memories_changed AFTER UPDATE OF text ON memories BEGIN
+        INSERT INTO memories_fts (memories_fts, rowid, text) VALUES ('delete', old.id, old.text);
+        INSERT INTO memories_fts (rowid, text) VALUES (new.id, new.text);
+    END;
+    """,
 }
 
 
@@ -124,14 +148,42 @@ async def migrate(conn: aiosqlite.Connection) -> None:
                 "upgrade Parley or point [store] path at another file"
             )
         for version in range(current + 1, SCHEMA_VERSION + 1):
-            for statement in _MIGRATIONS[version].split(";"):  # no `;` inside a statement
-                if statement.strip():
-                    await conn.execute(statement)
+            for statement in statements(_MIGRATIONS[version]):
+                await _execute(conn, statement)
             await conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
         await conn.execute("COMMIT")
     except BaseException:
         await conn.execute("ROLLBACK")
         raise
+
+
+async def _execute(conn: aiosqlite.Connection, statement: str) -> None:
+    try:
+        await conn.execute(statement)
+    except sqlite3.OperationalError as exc:
+        if "fts5" in str(exc):  # a SQLite built without it: say what to do instead
+            raise RuntimeError(
+                "this Python's SQLite has no FTS5, which long-term memory's index needs; "
+                "use a Python whose sqlite3 has it (python.org and distribution builds do) "
+                "or a PostgreSQL store"
+            ) from exc
+        raise
+
+
+def statements(script: str) -> list[str]:
+    """The statements of `script`, one by one: split at each `;` that ends a complete
+    statement (a trigger's body holds `;`s of its own)."""
+    found: list[str] = []
+    pending = ""
+    for part in script.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                found.append(pending.strip())
+            pending = ""
+    if pending.strip(" \n;"):
+        found.append(pending.strip())
+    return found
 
 
 async def _version(conn: aiosqlite.Connection) -> int:

@@ -12,7 +12,8 @@ statement, which a group commit of one round trip per batch does not need.
 
 The methods are split by concern like the protocol: `postgres_db.py` holds the pool and the
 group commit, `postgres_runs.py` runs and jobs, `postgres_workers.py` what workers
-coordinate through, this module the rest and `open`; `postgres_schema.py` owns the schema.
+coordinate through, `postgres_memory.py` long-term memory, this module the rest and
+`open`; `postgres_schema.py` owns the schema.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from core.chat import PromptRef
 from core.errors import ConfigError
 from core.messages import Message
 from core.store.postgres_db import connection_kwargs, open_pool, upsert, where
+from core.store.postgres_memory import PostgresMemoryTables
 from core.store.postgres_schema import migrate
 from core.store.postgres_workers import PostgresWorkerTables
 from core.store.rows import (
@@ -58,7 +60,7 @@ _APPROVAL = upsert(
 )
 
 
-class PostgresStore(PostgresWorkerTables):
+class PostgresStore(PostgresWorkerTables, PostgresMemoryTables):
     """One PostgreSQL database (or schema); open with `await PostgresStore.open(url)` (or
     `core.store.open_store`), close with `aclose()`."""
 

@@ -115,6 +115,18 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
     CREATE INDEX runs_parent ON runs (parent_run_id);
     """,
+    # Long-term memory (SPEC §15): the rows, with their text's tsvector kept by PostgreSQL
+    # itself (a generated column) and a GIN index over it.
+    6: """
+    CREATE TABLE memories (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, scope_kind TEXT NOT NULL,
+        scope_id TEXT NOT NULL, text TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+        made_by TEXT NOT NULL DEFAULT '', conv TEXT NOT NULL DEFAULT '',
+        tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED
+    );
+    CREATE INDEX memories_scope ON memories (scope_kind, scope_id, id);
+    CREATE INDEX memories_tsv ON memories USING GIN (tsv);
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 

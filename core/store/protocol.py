@@ -24,6 +24,7 @@ from typing import Any, Protocol, Self
 from core.chat import PromptRef
 from core.messages import Message
 from core.store import writes
+from core.store.memory_rows import MemoryRow, Scope
 from core.store.rows import (
     ApprovalRow,
     Checkpoint,
@@ -370,6 +371,35 @@ class WorkerStore(Protocol):
         ...
 
 
+class MemoryStore(Protocol):
+    """Long-term memories (SPEC §15), each in one scope. Every read and delete is limited
+    to the scopes it is given: which ones a person may see is the caller's to decide."""
+
+    async def remember(self, scope: Scope, text: str, *, made_by: str, conv: str) -> MemoryRow:
+        """Committed: a new memory in `scope`, made by user `made_by` in conversation
+        `conv`; the stored row (its id is new, never one a forgotten memory had)."""
+        ...
+
+    async def recall(self, query: str, scopes: Sequence[Scope], limit: int = 5) -> list[MemoryRow]:
+        """At most `limit` memories of `scopes` that share a word (after stemming; stop
+        words do not count) with `query`, the most relevant first, each with its `score`
+        (0..1, higher is more relevant; scales differ between backends)."""
+        ...
+
+    async def memories(self, scopes: Sequence[Scope], limit: int = 50) -> list[MemoryRow]:
+        """At most `limit` memories of `scopes`, newest first."""
+        ...
+
+    async def forget_memory(self, memory_id: int, scopes: Sequence[Scope]) -> bool:
+        """Committed: memory `memory_id` is deleted if it is in one of `scopes`; whether
+        it was."""
+        ...
+
+    async def forget_memories(self, scope: Scope) -> int:
+        """Committed: every memory of `scope` is deleted; how many."""
+        ...
+
+
 class Store(
     RunStore,
     MessageStore,
@@ -380,6 +410,7 @@ class Store(
     EventStore,
     JobStore,
     WorkerStore,
+    MemoryStore,
     Protocol,
 ):
     """All of Parley's durable state. Open one with `core.store.open_store`; close it with

@@ -2,7 +2,8 @@
 
 The methods are split by concern like the protocol: `sqlite_db.py` holds the connections
 and the group commit, `sqlite_runs.py` runs and jobs, `sqlite_workers.py` what workers
-coordinate through, this module the rest and `open`; `migrations.py` owns the schema.
+coordinate through, `sqlite_memory.py` long-term memory, this module the rest and
+`open`; `migrations.py` owns the schema.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from core.store.rows import (
     goal_row,
 )
 from core.store.sqlite_db import writer_connection
+from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
 
 
-class SqliteStore(SqliteWorkerTables):
+class SqliteStore(SqliteWorkerTables, SqliteMemoryTables):
     """One SQLite database; open with `await SqliteStore.open(path)` (or
     `core.store.open_store`), close with `aclose()`."""
 

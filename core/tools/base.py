@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
+from core.chat import Asker
 from core.errors import ToolValidationError
 from core.tools.delegation import Delegator
 from core.tools.jail import Jail
@@ -47,6 +48,7 @@ class ToolContext:
     env: Mapping[str, str] = field(default_factory=dict)  # the run's extra variables
     call_id: str = ""  # the call being run (set per call by the executor)
     delegator: Delegator | None = None  # starts child runs (`delegate`); None: cannot
+    asker: Asker | None = None  # who the run answers, where (per-person state is scoped by it)
 
 
 class Tool(ABC):

@@ -142,7 +142,7 @@ class ToolExecutor:
         """Run an authorised call, retrying transient failures of idempotent ones."""
         call = prepared.call
         tool_ctx = self.ctx
-        per_run = run.scratch, run.cwd, run.delegator
+        per_run = run.scratch, run.cwd, run.delegator, run.asker
         if run.env or any(thing is not None for thing in per_run):
             tool_ctx = replace(
                 tool_ctx,
@@ -151,6 +151,7 @@ class ToolExecutor:
                 env=run.env,
                 call_id=call.id,
                 delegator=run.delegator,
+                asker=run.asker,
             )
         retryable = prepared.idempotent
         attempt = 1

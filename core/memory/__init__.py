@@ -1,0 +1,12 @@
+"""Scoped long-term memory (SPEC §15): what the model remembers across conversations, each
+memory in one scope — a user, a conversation, a channel or a team — and never recalled
+where its scope does not reach.
+
+    scopes.py   which scopes a run sees and may write to (the privacy rule, in one place)
+    service.py  `Memory`: remember, recall (with `memory_miss` logging), list, forget
+    recall.py   the optional automatic recall into the system message
+    tools.py    the `remember` and `recall` tools
+    command.py  the `/memory` command
+
+The rows live in the store (`core.store.MemoryStore`, both backends).
+"""
