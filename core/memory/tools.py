@@ -22,22 +22,19 @@ class _Remember(BaseModel):
     text: str = Field(
         min_length=1,
         max_length=MAX_MEMORY_CHARS,
-        description="The fact to keep, self-contained (who, what, when).",
+        description="The fact, self-contained.",
     )
     scope: ScopeKind = Field(
         "conversation",
-        description=(
-            "Who it is for: `conversation` (this conversation only; the default), `user` "
-            "(the asking person's own memory, recalled only in their direct messages), "
-            "`channel` (everyone in this channel), `team` (everyone on this platform)."
-        ),
+        description="Who may recall it: this conversation, the asker (only in their DMs), "
+        "this channel, or the team.",
     )
 
 
 class _Recall(BaseModel):
     query: str = Field(min_length=1, max_length=2000, description="Words to look for.")
     limit: int = Field(5, ge=1, le=20)
-    scope: ScopeKind | None = Field(None, description="Only this scope kind (default: all).")
+    scope: ScopeKind | None = Field(None, description="Only this scope.")
 
 
 def _where(ctx: ToolContext) -> tuple[Memory, Asker]:
@@ -50,8 +47,8 @@ def _where(ctx: ToolContext) -> tuple[Memory, Asker]:
 class RememberTool(Tool):
     name = "remember"
     description = (
-        "Keep a fact in long-term memory, to be recalled in later conversations. Only what "
-        "the user asked you to remember or will clearly want later; never secrets."
+        "Save a fact for later conversations: what the user asked to keep or will clearly "
+        "want; never secrets."
     )
     category: Category = "write"
     params = _Remember
@@ -65,10 +62,7 @@ class RememberTool(Tool):
 
 class RecallTool(Tool):
     name = "recall"
-    description = (
-        "Search long-term memory (facts kept in earlier conversations) by words; returns "
-        "the best matches with their ids and scopes."
-    )
+    description = "Search long-term memory by words: the best matches, with ids and scopes."
     category: Category = "read"
     params = _Recall
 
