@@ -81,3 +81,18 @@ def test_the_cap_is_read_from_the_provider_config() -> None:
     assert capped.settings("p", {}).max_connections == 8
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         ProviderConfig.model_validate({**base, "max_connections": 0})
+
+
+async def test_https_endpoints_share_one_verifying_tls_context_and_plain_http_loads_none() -> None:
+    from core.providers.base import ProviderSettings
+    from core.providers.transport import Endpoint, tls_context
+
+    def context(url: str) -> object:
+        settings = ProviderSettings("p", "openai_chat", url, "m")
+        pool = Endpoint(settings, {}).client._transport._pool  # type: ignore[attr-defined]
+        return pool._ssl_context
+
+    one, two = context("https://a.example/v1"), context("https://b.example/v1")
+    assert one is two is tls_context()
+    assert tls_context().verify_mode.name == "CERT_REQUIRED"
+    assert context("http://127.0.0.1:8080/v1") is not one
