@@ -1,21 +1,31 @@
 """One SQLite database (WAL) behind two connections: reads go through aiosqlite, writes
-are group-committed (`group_commit.py`).
+through a writer connection of their own (WAL lets it write while the reader reads).
 
-The writer runs each batch in a single hop to a worker thread (a second connection; WAL
-lets it write while the reader reads), so 200 busy conversations cost a handful of commits
-and thread hops, not thousands.
+Writes are group-committed (`group_commit.py`): 200 busy conversations cost a handful of
+commits, not thousands. A step's batch is committed on the event loop itself — in WAL mode
+with `synchronous=NORMAL` a commit appends to the log without an fsync, tens of µs, while
+a hop to a worker thread cost more than the work in GIL hand-offs and wake-ups (10 % of a
+tool iteration's CPU, and most of it under 200 concurrent turns). What may wait or take
+long goes to a worker thread: a batch that finds the write lock held (by another process),
+a large batch, a statement that returns rows (`_write_now`), and the log's checkpoint into
+the database file (with its fsync), which the writer connection never runs by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Self
 
 import aiosqlite
 
 from core.store.group_commit import GroupCommit, Statement, failed_write, grouped
+
+INLINE_STATEMENTS = 64  # a larger batch is committed in the worker thread
+CHECKPOINT_STATEMENTS = 2000  # about SQLite's own 1,000 log pages for a step's small rows
+BUSY_TIMEOUT_MS = 5000
 
 
 class SqliteDatabase(GroupCommit):
@@ -24,7 +34,9 @@ class SqliteDatabase(GroupCommit):
     def __init__(self, conn: aiosqlite.Connection, writer: sqlite3.Connection) -> None:
         self._conn = conn
         self._write_conn = writer
-        self._own_transaction = asyncio.Lock()  # one `_write_now` at a time on `_conn`
+        self._connection_in_use = (
+            asyncio.Lock()
+        )  # the writer connection: one batch or statement at once
         self._since_checkpoint = 0  # statements committed since the log was checkpointed
         super().__init__()
 
@@ -35,7 +47,8 @@ class SqliteDatabase(GroupCommit):
             await self._drain()
         finally:
             await self._conn.close()
-            self._write_conn.close()
+            async with self._connection_in_use:
+                self._write_conn.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -44,64 +57,47 @@ class SqliteDatabase(GroupCommit):
         await self.aclose()
 
     async def _commit(self, statements: list[Statement]) -> dict[int, Exception]:
-        """Commit a batch (the writer loop never runs two at once).
-
-        A step's batch (a few rows) is committed on the event loop: in WAL mode with
-        `synchronous=NORMAL` a commit is a write to the log and no fsync, tens of µs,
-        while a hop to a worker thread cost more than the work, in GIL hand-offs and
-        wake-ups (10 % of a tool iteration's CPU). The thread still takes what may wait
-        or take long: a batch that finds the write lock held (by another process, or
-        `_write_now`), a large batch, and the log's checkpoint into the database (with
-        its fsync), which the writer connection never runs on its own."""
+        """Commit a batch (the writer loop never runs two at once): on the loop when the
+        write lock is free and the batch small, else in the worker thread."""
         conn = self._write_conn
-        if len(statements) <= INLINE_STATEMENTS:
-            try:
-                errors = _commit_batch(conn, statements)
-            except _LockBusy:
-                errors = await asyncio.to_thread(_commit_waiting, conn, statements)
-        else:
-            errors = await asyncio.to_thread(_commit_waiting, conn, statements)
-        self._since_checkpoint += len(statements)
-        if self._since_checkpoint >= CHECKPOINT_STATEMENTS:
-            self._since_checkpoint = 0
-            await asyncio.to_thread(_pragma, conn, "wal_checkpoint(PASSIVE)")
+        async with self._connection_in_use:
+            errors: dict[int, Exception] | None = None
+            if len(statements) <= INLINE_STATEMENTS:
+                with contextlib.suppress(_LockBusy):
+                    errors = _commit_batch(conn, statements, wait=False)
+            if errors is None:
+                errors = await asyncio.to_thread(_commit_batch, conn, statements, wait=True)
+            self._since_checkpoint += len(statements)
+            if self._since_checkpoint >= CHECKPOINT_STATEMENTS:
+                self._since_checkpoint = 0
+                await asyncio.to_thread(_pragma, conn, "wal_checkpoint(PASSIVE)")
         return errors
 
-    async def _write_now(
-        self, sql: str, params: Callable[[], Sequence[Any]]
-    ) -> list[aiosqlite.Row]:
+    async def _write_now(self, sql: str, params: Callable[[], Sequence[Any]]) -> list[Any]:
         """Run one statement that returns rows (`RETURNING`) in a transaction of its own,
         after everything queued so far is committed; its rows. `params()` is called once
         the transaction holds the write lock (so a time in them is when it took effect).
+
+        The transaction is one call in the worker thread: the lock is held for the
+        statement alone (other processes waiting for it get their turn), and its rows are
+        the statement's own, never a later read's older snapshot.
 
         Raises:
             StoreError: the statement failed.
         """
         await self._after_queued()
-        # A caller cancelled mid-transaction must not leave the shared reader connection
-        # inside it (holding the write lock): the transaction ends in its own task.
+        # A caller cancelled meanwhile must not free the writer connection while the
+        # thread still uses it: the transaction ends in its own task.
         transaction = asyncio.ensure_future(self._transaction(sql, params))
         transaction.add_done_callback(lambda t: t.cancelled() or t.exception())
         return await asyncio.shield(transaction)
 
-    async def _transaction(
-        self, sql: str, params: Callable[[], Sequence[Any]]
-    ) -> list[aiosqlite.Row]:
-        async with self._own_transaction:
+    async def _transaction(self, sql: str, params: Callable[[], Sequence[Any]]) -> list[Any]:
+        async with self._connection_in_use:
             try:
-                # IMMEDIATE: the write lock (waiting busy_timeout) before the statement reads
-                await self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    async with self._conn.execute(sql, params()) as cursor:
-                        rows = list(await cursor.fetchall())
-                    await self._conn.execute("COMMIT")
-                except BaseException:
-                    if self._conn.in_transaction:
-                        await self._conn.execute("ROLLBACK")
-                    raise
+                return await asyncio.to_thread(_returning, self._write_conn, sql, params)
             except sqlite3.Error as exc:
                 raise failed_write(exc, sql) from exc
-        return rows
 
     # --- reads ------------------------------------------------------------------------
 
@@ -114,18 +110,13 @@ class SqliteDatabase(GroupCommit):
             return await cursor.fetchone()
 
 
-INLINE_STATEMENTS = 64  # a larger batch is committed in the worker thread
-CHECKPOINT_STATEMENTS = 2000  # about SQLite's own 1,000 log pages for a step's small rows
-BUSY_TIMEOUT_MS = 5000
-
-
 class _LockBusy(Exception):
     """The write lock is held elsewhere: the batch must wait for it, off the loop."""
 
 
 def writer_connection(path: str) -> sqlite3.Connection:
-    """The writer's own connection: it never waits for the lock (`_commit` hands a batch
-    that would to the worker thread) and never checkpoints by itself."""
+    """The writer's own connection: it waits for the lock only when told to (in the
+    worker thread) and never checkpoints by itself."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     _pragma(conn, "synchronous=NORMAL")  # WAL: durable at checkpoints, never corrupt
     _pragma(conn, "busy_timeout=0")
@@ -139,50 +130,84 @@ def _pragma(conn: sqlite3.Connection, pragma: str) -> None:
     conn.execute(f"PRAGMA {pragma}").fetchall()
 
 
-def _commit_waiting(conn: sqlite3.Connection, statements: list[Statement]) -> dict[int, Exception]:
-    """`_commit_batch` in the worker thread, waiting up to `BUSY_TIMEOUT_MS` for the lock."""
+@contextlib.contextmanager
+def _waiting(conn: sqlite3.Connection, wait: bool) -> Iterator[None]:
+    """While inside, `BEGIN IMMEDIATE` waits up to `BUSY_TIMEOUT_MS` for the lock (worker
+    thread only: never on the loop)."""
+    if not wait:
+        yield
+        return
     _pragma(conn, f"busy_timeout={BUSY_TIMEOUT_MS}")
     try:
-        return _commit_batch(conn, statements)
+        yield
     finally:
         _pragma(conn, "busy_timeout=0")
 
 
-def _begin(conn: sqlite3.Connection) -> None:
-    """Take the write lock (IMMEDIATE: before the first statement reads)."""
+def _begin(conn: sqlite3.Connection, wait: bool) -> None:
+    """Take the write lock (IMMEDIATE: before the first statement reads).
+
+    Raises:
+        _LockBusy: not `wait`, and another connection holds it.
+    """
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+        if not wait and exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
             raise _LockBusy from exc
         raise
 
 
-def _commit_batch(conn: sqlite3.Connection, statements: list[Statement]) -> dict[int, Exception]:
+def _returning(
+    conn: sqlite3.Connection, sql: str, params: Callable[[], Sequence[Any]]
+) -> list[Any]:
+    """One statement in a transaction of its own, waiting for the lock; its rows."""
+    with _waiting(conn, True):
+        _begin(conn, wait=True)
+        try:
+            rows = conn.execute(sql, params()).fetchall()
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return rows
+
+
+def _commit_batch(
+    conn: sqlite3.Connection, statements: list[Statement], *, wait: bool
+) -> dict[int, Exception]:
     """Run `statements` as one transaction. If one fails, the batch is run again
     statement by statement, each under a savepoint, so the bad one alone is left out.
     Returns the failed statements' errors by index.
 
     Raises:
-        _LockBusy: the write lock was held and the connection does not wait for it (no
-            statement of the batch is left committed).
+        _LockBusy: not `wait`, and the write lock was held (no statement of the batch is
+            left committed).
     """
-    _begin(conn)
-    try:
-        for sql, group in grouped(statements):
-            if len(group) == 1:
-                conn.execute(sql, group[0])
-            else:
-                conn.executemany(sql, group)
-        conn.execute("COMMIT")
-        return {}
-    except sqlite3.Error:
-        conn.execute("ROLLBACK")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+    with _waiting(conn, wait):
+        _begin(conn, wait)
+        try:
+            for sql, group in grouped(statements):
+                if len(group) == 1:
+                    conn.execute(sql, group[0])
+                else:
+                    conn.executemany(sql, group)
+            conn.execute("COMMIT")
+            return {}
+        except sqlite3.Error:
+            conn.execute("ROLLBACK")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return _one_by_one(conn, statements, wait)
+
+
+def _one_by_one(
+    conn: sqlite3.Connection, statements: list[Statement], wait: bool
+) -> dict[int, Exception]:
+    """The batch again, each statement under a savepoint: the failing ones are left out."""
     errors: dict[int, Exception] = {}
-    _begin(conn)
+    _begin(conn, wait)
     try:
         for index, (sql, params) in enumerate(statements):
             conn.execute("SAVEPOINT one")
