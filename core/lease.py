@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from core.clock import Clock, SystemClock
@@ -38,6 +39,15 @@ class LeaseStore(Protocol):
 
 
 Emit = Callable[[EventName, dict[str, Any]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Singleton:
+    """Work only one worker may do at a time: `run` goes on until it is cancelled, and
+    is run by whichever worker holds the lease `name`."""
+
+    name: str
+    run: Callable[[], Awaitable[None]]
 
 
 class LeaseHolder:
