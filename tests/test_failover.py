@@ -16,6 +16,7 @@ finish (a dead worker's runs), not these leases'; the kill here comes while it i
 
 from __future__ import annotations
 
+import itertools
 import json
 import textwrap
 import time
@@ -23,7 +24,6 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
-
 
 from tests.channels.test_stored_before_ack import Parley
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
@@ -42,7 +42,9 @@ def _pong(request: RecordedRequest) -> Reply:
     return Reply(text=f"pong: {request.json['messages'][-1]['content']}")
 
 
-def worker_config(state: Path, url: str, llm: str, telegram: str, jobs: str = "") -> Path:
+def worker_config(
+    state: Path, url: str, llm: str, telegram: str, jobs: str = "", lease: int = LEASE_SECONDS
+) -> Path:
     state.mkdir(parents=True, exist_ok=True)
     config = state / "config.toml"
     config.write_text(
@@ -60,7 +62,7 @@ def worker_config(state: Path, url: str, llm: str, telegram: str, jobs: str = ""
             [store]
             url = "{url}"
             events_log = "{state / "events.jsonl"}"
-            lease_seconds = {LEASE_SECONDS}
+            lease_seconds = {lease}
             [channels.telegram]
             enabled = true
             base_url = "{telegram}"
@@ -87,14 +89,14 @@ def holds(parley: Parley, lease: str) -> bool:
 
 @asynccontextmanager
 async def two_workers(
-    tmp_path: Path, llm: FakeLLM, telegram: FakeTelegram, jobs: str = ""
+    tmp_path: Path, llm: FakeLLM, telegram: FakeTelegram, jobs: str = "", lease: int = LEASE_SECONDS
 ) -> AsyncIterator[tuple[Parley, Parley, str]]:
     """Worker a (started first: it takes every lease) and worker b, on one fresh schema."""
     env = child_env(TELEGRAM_BOT_TOKEN=TOKEN)
     async with postgres_schema() as url, AsyncExitStack() as stack:
         workers = []
         for name in ("a", "b"):
-            config = worker_config(tmp_path / name, url, llm.base_url, telegram.url, jobs)
+            config = worker_config(tmp_path / name, url, llm.base_url, telegram.url, jobs, lease)
             proc = await start_parley("--config", str(config), "run", env=env, stdin=False)
             worker = Parley(proc)
             stack.push_async_callback(_ended, worker)
@@ -172,7 +174,8 @@ async def test_the_scheduler_moves_to_another_worker_and_no_slot_fires_twice_or_
     fake_llm.responder = _pong
     async with FakeTelegram(token=TOKEN) as telegram:
         telegram.add_chat(ALICE.id, title="reports")  # where the job posts
-        async with two_workers(tmp_path, fake_llm, telegram, JOB) as (a, b, url):
+        # a 3 s lease: b takes over 1-4 s after the kill, so several slots are missed
+        async with two_workers(tmp_path, fake_llm, telegram, JOB, lease=3) as (a, b, url):
             await a.until(lambda: holds(a, "scheduler"), "a scheduling")
             assert not holds(b, "scheduler")
             await telegram.wait_until(
@@ -189,7 +192,7 @@ async def test_the_scheduler_moves_to_another_worker_and_no_slot_fires_twice_or_
 
     fires = [t for t, _, _ in runs]
     assert len(set(fires)) == len(fires)
-    steps = [later - earlier for earlier, later in zip(fires, fires[1:], strict=False)]
+    steps = [later - earlier for earlier, later in itertools.pairwise(fires)]
     assert steps == [1.0] * (len(fires) - 1), f"a slot is missing: {fires}"
     assert fires[-1] > killed  # b fired after the kill
     unfinished = [(t, s) for t, s, _ in runs if s != "completed"]
