@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,7 +47,7 @@ class Singleton:
     is run by whichever worker holds the lease `name`."""
 
     name: str
-    run: Callable[[], Awaitable[None]]
+    run: Callable[[], Coroutine[Any, Any, None]]
 
 
 class LeaseHolder:
