@@ -137,8 +137,8 @@ class StoreConfig(_Section):
         10.0,
         ge=1.0,
         le=300.0,
-        description="PostgreSQL only: how long a worker's hold on a singleton (Telegram "
-        "polling, a Discord shard, the scheduler) lasts unless renewed; renewed every third "
+        description="PostgreSQL only: how long a worker's hold on a singleton (a chat "
+        "platform's one connection, the scheduler) lasts unless renewed; renewed every third "
         "of it, so a dead holder is replaced within about this long.",
     )
 
