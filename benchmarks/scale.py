@@ -15,9 +15,11 @@ turn each (not measured).
 * turns/s: measured turns / wall time of the phase.
 * p50 / p99: a turn from the POST of its update to the fake Telegram recording the answer
   (nearest rank).
-* CPU/turn: user + system CPU of the worker processes over the phase (`/proc/PID/stat`)
-  / turns. The PostgreSQL server's own CPU is NOT in it (it is shared with everything else
-  on the machine); neither is this script's (fakes and load).
+* CPU/turn, workers: user + system CPU of the worker processes over the phase
+  (`/proc/PID/stat`) / turns; SQLite's engine runs inside the worker, so its work is here.
+* CPU/turn, PostgreSQL: the same for the server processes of the workers' connections
+  (found in `pg_stat_activity` by their application_name, sampled every 0.2 s; the server
+  must run on this machine). Neither figure has this script's CPU (fakes and load).
 
 Routing: `sticky` sends a conversation always to worker `c % N` (a load balancer with
 session affinity; works with any Parley), `random` to any worker per message — that needs
@@ -99,8 +101,9 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def postgres_store() -> AsyncIterator[str]:
-    """A URL on a fresh schema of the test server, dropped afterwards."""
+async def postgres_store() -> AsyncIterator[tuple[str, str]]:
+    """(URL, schema): a fresh schema of the test server, dropped afterwards; the workers'
+    connections carry the schema as their application_name."""
     import psycopg
 
     schema = f"parley_bench_{uuid.uuid4().hex[:10]}"
@@ -108,9 +111,64 @@ async def postgres_store() -> AsyncIterator[str]:
         await admin.execute(f"CREATE SCHEMA {schema}")
         try:
             sep = "&" if "?" in POSTGRES_URL else "?"
-            yield f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}&application_name={schema}"
+            query = f"options=-csearch_path%3D{schema}&application_name={schema}"
+            yield f"{POSTGRES_URL}{sep}{query}", schema
         finally:
             await admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def proc_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid`; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+class BackendCpu:
+    """The CPU of the PostgreSQL server processes serving the workers (their connections
+    are named after the schema), sampled every 0.2 s so a backend that closes mid-phase is
+    counted up to its last sample. Readable when the server runs on this machine."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def _pids(self, conn: Any) -> list[int]:
+        cursor = await conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (self.schema,)
+        )
+        return [int(row[0]) for row in await cursor.fetchall()]
+
+    async def start(self) -> None:
+        import psycopg
+
+        conn = await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True)
+        for pid in await self._pids(conn):
+            if (cpu := proc_cpu(pid)) is not None:
+                self.first[pid] = self.last[pid] = cpu
+        self._task = asyncio.create_task(self._sample(conn))
+
+    async def _sample(self, conn: Any) -> None:
+        try:
+            while True:
+                for pid in await self._pids(conn):
+                    if (cpu := proc_cpu(pid)) is not None:
+                        self.last[pid] = cpu
+                await asyncio.sleep(0.2)
+        finally:
+            await conn.close()
+
+    async def stop(self) -> float:
+        """CPU seconds the backends used since `start`."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        return sum(cpu - self.first.get(pid, 0.0) for pid, cpu in self.last.items())
 
 
 # --- workers ---------------------------------------------------------------------------------
@@ -163,8 +221,7 @@ class Worker:
     def cpu(self) -> float:
         """User + system CPU seconds of the process so far."""
         assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICKS
+        return proc_cpu(self.proc.pid) or 0.0
 
     async def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
@@ -324,6 +381,7 @@ class Phase:
     p50_ms: float
     p99_ms: float
     cpu_ms_per_turn: float
+    db_cpu_ms_per_turn: float | None
 
 
 def nearest_rank(values: list[float], q: float) -> float:
@@ -338,8 +396,10 @@ async def throughput(
         llm = await stack.enter_async_context(FakeLLM())
         llm.responder = _answer
         telegram = await stack.enter_async_context(FakeTelegram(token=TOKEN))
+        backends = None
         if kind == "postgresql":
-            store = await stack.enter_async_context(postgres_store())
+            store, schema = await stack.enter_async_context(postgres_store())
+            backends = BackendCpu(schema)
         else:
             store = str(base / f"sqlite-{n_workers}" / "parley.db")
         workers = []
@@ -357,12 +417,15 @@ async def throughput(
         session = await stack.enter_async_context(aiohttp.ClientSession(connector=connector))
         await asyncio.gather(*(load.turn(session, c, f"warm{c}") for c in range(conversations)))
         cpu_before = sum(w.cpu() for w in workers)
+        if backends is not None:
+            await backends.start()
         started = time.monotonic()
         runs = await asyncio.gather(
             *(load.conversation(session, c, turns) for c in range(conversations))
         )
         wall = time.monotonic() - started
         cpu = sum(w.cpu() for w in workers) - cpu_before
+        db_cpu = await backends.stop() if backends is not None else None
     latencies = [t for run in runs for t in run]
     return Phase(
         store=kind,
@@ -374,6 +437,7 @@ async def throughput(
         p50_ms=statistics.median(latencies) * 1000,
         p99_ms=nearest_rank(latencies, 0.99) * 1000,
         cpu_ms_per_turn=cpu / len(latencies) * 1000,
+        db_cpu_ms_per_turn=None if db_cpu is None else db_cpu / len(latencies) * 1000,
     )
 
 
@@ -389,7 +453,7 @@ async def failover(lease: float, reps: int, base: Path) -> list[float]:
         llm = await stack.enter_async_context(FakeLLM())
         llm.responder = _answer
         telegram = await stack.enter_async_context(FakeTelegram(token=TOKEN))
-        store = await stack.enter_async_context(postgres_store())
+        store, _ = await stack.enter_async_context(postgres_store())
         workers = []
         for name in ("a", "b"):
             state = base / f"failover-{name}"
@@ -428,12 +492,14 @@ async def failover(lease: float, reps: int, base: Path) -> list[float]:
 def table(phases: list[Phase]) -> str:
     rows = [
         "| store | workers | routing | conversations | turns | turns/s | p50 ms | p99 ms "
-        "| CPU ms/turn (workers) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| CPU ms/turn: workers | CPU ms/turn: PostgreSQL |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows += [
         f"| {p.store} | {p.workers} | {p.routing} | {p.conversations} | {p.turns} | "
-        f"{p.turns_per_s:.1f} | {p.p50_ms:.0f} | {p.p99_ms:.0f} | {p.cpu_ms_per_turn:.1f} |"
+        f"{p.turns_per_s:.1f} | {p.p50_ms:.0f} | {p.p99_ms:.0f} | {p.cpu_ms_per_turn:.1f} | "
+        + ("–" if p.db_cpu_ms_per_turn is None else f"{p.db_cpu_ms_per_turn:.1f}")
+        + " |"
         for p in phases
     ]
     return "\n".join(rows)
