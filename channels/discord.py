@@ -166,10 +166,10 @@ class DiscordChannel:
         self._client = client  # REST (replies, approvals) works without a gateway
         if self._leased or self.config.shard_count > 1:
             if not self._leased:  # one process holds every shard
-                self._shards = {
-                    n: asyncio.create_task(self._run_shard(n), name=f"discord shard {n}")
-                    for n in range(self.config.shard_count)
-                }
+                for n in range(self.config.shard_count):
+                    task = asyncio.create_task(self._run_shard(n), name=f"discord shard {n}")
+                    task.add_done_callback(_log_gateway_end)
+                    self._shards[n] = task
             return
         self._gateway = asyncio.create_task(client.connect(), name="discord-gateway")
         self._gateway.add_done_callback(_log_gateway_end)

@@ -49,7 +49,7 @@ from telegram.ext import (
 from channels.approvals import Approvals, parse_approval_button
 from channels.gate import Gate
 from channels.retry import call_with_retry
-from channels.telegram_api import telegram_call
+from channels.telegram_api import bot_id_of, telegram_call
 from channels.telegram_config import TelegramConfig
 from channels.telegram_reply import Place, TelegramResponder, approval_prompt
 from channels.telegram_updates import Handover, MessageReader
@@ -120,7 +120,7 @@ class TelegramChannel:
         self.webhook_port: int | None = None
         self._reader = MessageReader()  # who the bot is: known once started
         self._leased = False  # polling is a leased singleton, run by `singletons()`' caller
-        self._bot_id = token.partition(":")[0]  # a bot token is "<bot id>:<secret>"
+        self._bot_id = bot_id_of(token)
 
     @staticmethod
     def _webhook_secret(config: TelegramConfig, environ: Mapping[str, str]) -> str:
