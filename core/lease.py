@@ -94,7 +94,10 @@ class LeaseHolder:
         while True:
             sent = self.clock.monotonic()
             if await self._call(self.store.take_lease(self.name, self.holder, self.ttl)):
-                await self._hold(sent + self.ttl)
+                if self.clock.monotonic() - sent < self.ttl / 3:
+                    await self._hold(sent + self.ttl)
+                else:  # answered too late to be sure of it until the first renewal
+                    await self._release()
             await self.clock.sleep(self.retry)
 
     async def _hold(self, valid_until: float) -> None:
@@ -153,6 +156,9 @@ class LeaseHolder:
         timer = asyncio.create_task(self.clock.sleep(max(0.0, deadline - self.clock.monotonic())))
         try:
             await asyncio.wait({renewal, timer}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            renewal.cancel()  # shutting down: the lease is released next
+            raise
         finally:
             timer.cancel()
         if not renewal.done():

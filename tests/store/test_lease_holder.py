@@ -250,3 +250,28 @@ def test_a_lease_needs_a_positive_ttl() -> None:
     store: Any = object()
     with pytest.raises(ValueError, match="ttl"):
         LeaseHolder(store, LEASE, "a", body, ttl=0)
+
+
+class SlowStoreClock(ManualClock):
+    """Every reading is half a ttl later than the one before: as if each store call took
+    that long to answer."""
+
+    def monotonic(self) -> float:
+        self.now += TTL / 2
+        return self.now
+
+
+async def test_a_take_answered_too_late_is_handed_back_unused(where: Where) -> None:
+    store = await where.open()
+    body = Singleton()
+    clock = SlowStoreClock()
+    holder = LeaseHolder(store, LEASE, "a", body, ttl=TTL, clock=clock)
+    task = asyncio.create_task(holder.run())
+    try:
+        await until(lambda: clock.wake_times(), "the holder waiting to try again")
+        assert (body.started, holder.tenures) == (0, 0)
+        assert await store.take_lease(LEASE, "b", TTL)  # released: free for another
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await store.aclose()
