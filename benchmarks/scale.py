@@ -40,7 +40,8 @@ the kill) plus its next try (every L/3): expect about 2L/3 to 4L/3.
 Usage (from the repo root)::
 
     .venv/bin/python benchmarks/scale.py [--quick] [--conversations C] [--turns T]
-        [--workers 1,2,4] [--routing sticky|random] [--lease-seconds L] [--failover-reps R]
+        [--workers 1,2,4] [--routing sticky|random] [--reps R] [--lease-seconds L]
+        [--failover-reps R]
         [--skip-throughput] [--skip-failover] [--json PATH]
 """
 
@@ -509,21 +510,58 @@ def table(phases: list[Phase]) -> str:
     return "\n".join(rows)
 
 
+def median_phase(runs: list[Phase]) -> Phase:
+    """Each figure's median over the repetitions of one setup."""
+    first = runs[0]
+    figures = {
+        name: statistics.median(getattr(r, name) for r in runs)
+        for name in (
+            "turns_per_s",
+            "p50_ms",
+            "p99_ms",
+            "cpu_ms_per_turn",
+            "harness_cpu_ms_per_turn",
+        )
+    }
+    db = [r.db_cpu_ms_per_turn for r in runs if r.db_cpu_ms_per_turn is not None]
+    return Phase(
+        store=first.store,
+        workers=first.workers,
+        routing=first.routing,
+        conversations=first.conversations,
+        turns=first.turns,
+        db_cpu_ms_per_turn=statistics.median(db) if db else None,
+        **figures,
+    )
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, Any] = {"cpus": os.cpu_count()}
+    results: dict[str, Any] = {"cpus": os.cpu_count(), "reps": args.reps}
     with tempfile.TemporaryDirectory(prefix="parley-scale-") as tmp:
-        base = Path(tmp)
         if not args.skip_throughput:
-            phases = [await throughput("sqlite", 1, args.conversations, args.turns, "sticky", base)]
-            for n in args.workers:
-                phases.append(
-                    await throughput(
-                        "postgresql", n, args.conversations, args.turns, args.routing, base
-                    )
-                )
-                print(table(phases), flush=True) if args.verbose else None
+            setups = [("sqlite", 1, "sticky")] + [
+                ("postgresql", n, args.routing) for n in args.workers
+            ]
+            runs: dict[tuple[str, int, str], list[Phase]] = {setup: [] for setup in setups}
+            for rep in range(args.reps):  # interleaved: the machine's noise spreads over all
+                for kind, n, routing in setups:
+                    base = Path(tmp) / f"rep{rep}"
+                    phase = await throughput(kind, n, args.conversations, args.turns, routing, base)
+                    runs[(kind, n, routing)].append(phase)
+                    if args.verbose:
+                        print(table([phase]), flush=True)
+            phases = [median_phase(runs[setup]) for setup in setups]
             print(table(phases))
-            results["throughput"] = [asdict(p) for p in phases]
+            spread = "; ".join(
+                f"{k} ×{n}: {min(p.turns_per_s for p in r):.1f}–{max(p.turns_per_s for p in r):.1f}"
+                for (k, n, _), r in runs.items()
+            )
+            print(f"\nturns/s range over {args.reps} rep(s): {spread}")
+            results["throughput"] = {
+                "median": [asdict(p) for p in phases],
+                "runs": [asdict(p) for r in runs.values() for p in r],
+            }
+        base = Path(tmp)
         if not args.skip_failover:
             times = await failover(args.lease_seconds, args.failover_reps, base)
             print(
@@ -542,6 +580,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run: small and short")
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--turns", type=int, default=5, help="measured turns per conversation")
+    parser.add_argument("--reps", type=int, default=1, help="repetitions (medians reported)")
     parser.add_argument("--workers", default="1,2,4", help="PostgreSQL worker counts")
     parser.add_argument("--routing", choices=("sticky", "random"), default="sticky")
     parser.add_argument("--lease-seconds", type=float, default=10.0)
