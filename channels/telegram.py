@@ -170,17 +170,11 @@ class TelegramChannel:
         return [Singleton(f"telegram:poll:{self._bot_id}", self._leased_poll)]
 
     async def _leased_poll(self) -> None:
-        """Poll while the lease is held. When it ends, what was taken in is confirmed (the
-        lease is still ours: it is stopped a third of its time before it could pass on);
-        what was not is fetched again by the next holder (a redelivery is dropped)."""
+        """Poll while the lease is held. When it ends nothing more is confirmed (the lease
+        may be another's by then): the next holder fetches again what was not confirmed,
+        and drops as redeliveries the messages already stored here."""
         await telegram_call(self.app.bot.delete_webhook())
-        try:
-            await self._poll()
-        finally:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(HANDOVER_WAIT):
-                    self._advance(self._handovers)
-                    await self._confirm()
+        await self._poll()
 
     async def stop(self) -> None:
         """Stop taking updates, hand over what was already received, close connections."""

@@ -93,11 +93,16 @@ class LeaseHolder:
         Cancelling it (a clean shutdown) stops the singleton and releases the lease."""
         while True:
             sent = self.clock.monotonic()
-            if await self._call(self.store.take_lease(self.name, self.holder, self.ttl)):
+            try:
+                taken = await self._call(self.store.take_lease(self.name, self.holder, self.ttl))
+            except asyncio.CancelledError:  # the take may have landed: hand it back
+                await self._release(quietly=True)
+                raise
+            if taken:
                 if self.clock.monotonic() - sent < self.ttl / 3:
                     await self._hold(sent + self.ttl)
                 else:  # answered too late to be sure of it until the first renewal
-                    await self._release()
+                    await self._release(quietly=True)
             await self.clock.sleep(self.retry)
 
     async def _hold(self, valid_until: float) -> None:
@@ -170,14 +175,16 @@ class LeaseHolder:
             return f"the renewal failed: {type(exc).__name__}: {exc}"
         return None if renewal.result() else "another worker holds it"
 
-    async def _release(self) -> None:
+    async def _release(self, *, quietly: bool = False) -> None:
+        """Hand the lease back; `quietly`: it was never used, so nothing is reported."""
         try:
             async with asyncio.timeout(RELEASE_TIMEOUT):
                 await self.store.release_lease(self.name, self.holder)
         except (Exception, TimeoutError) as exc:  # the expiry frees it anyway
             log.warning("lease %s: could not release it: %s", self.name, exc)
             return
-        self._report("lease.released", "released")
+        if not quietly:
+            self._report("lease.released", "released")
 
     async def _call(self, call: Awaitable[bool]) -> bool:
         """A take; a store that fails counts as "not taken" (tried again later)."""
