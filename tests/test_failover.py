@@ -1,7 +1,7 @@
 """Leased singletons fail over between `parley run` workers (SPEC §14), the hard way: two
-real workers on one PostgreSQL (a schema of their own), the fake Telegram and the fake LLM;
-the worker holding Telegram polling and the scheduler is killed with SIGKILL, and the
-other takes both over within seconds.
+real workers on one PostgreSQL (a schema of their own), the fake platforms and the fake
+LLM; the worker holding the singletons is killed with SIGKILL, and the other takes them
+over within seconds.
 
 - Telegram: messages before the kill are answered by the first worker, messages sent after
   it by the second; each exactly once, none lost (updates are confirmed only once stored,
@@ -9,6 +9,8 @@ other takes both over within seconds.
 - Scheduler: a job firing every second keeps firing across the kill; every slot is claimed
   once, and none is missing between the first and the last (the successor catches up the
   slots its predecessor missed, within the misfire grace).
+- Discord: the gateway (shard 0) moves to the other worker, which answers the next DM;
+  Discord saw one IDENTIFY per holder, never two connections at once.
 
 A message the dead worker had stored but not yet answered is the workers' reconcile's to
 finish (a dead worker's runs), not these leases'; the kill here comes while it is idle.
@@ -26,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.channels.test_stored_before_ack import Parley
+from tests.fakes.discord import DM_CHANNEL_ID, FakeDiscord
+from tests.fakes.discord import TOKEN as DISCORD_TOKEN
+from tests.fakes.discord import USER as DISCORD_USER
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.telegram import FakeTelegram, TgUser
 from tests.process import child_env, start_parley
@@ -43,7 +48,7 @@ def _pong(request: RecordedRequest) -> Reply:
 
 
 def worker_config(
-    state: Path, url: str, llm: str, telegram: str, jobs: str = "", lease: int = LEASE_SECONDS
+    state: Path, url: str, llm: str, telegram: str, extra: str = "", lease: int = LEASE_SECONDS
 ) -> Path:
     state.mkdir(parents=True, exist_ok=True)
     config = state / "config.toml"
@@ -70,7 +75,7 @@ def worker_config(
             allow_channels = ["{ALICE.id}"]
             """
         )
-        + textwrap.dedent(jobs)
+        + textwrap.dedent(extra)
     )
     return config
 
@@ -89,20 +94,26 @@ def holds(parley: Parley, lease: str) -> bool:
 
 @asynccontextmanager
 async def two_workers(
-    tmp_path: Path, llm: FakeLLM, telegram: FakeTelegram, jobs: str = "", lease: int = LEASE_SECONDS
+    tmp_path: Path,
+    llm: FakeLLM,
+    telegram: FakeTelegram,
+    extra: str = "",
+    lease: int = LEASE_SECONDS,
+    first: str = POLL_LEASE,
 ) -> AsyncIterator[tuple[Parley, Parley, str]]:
-    """Worker a (started first: it takes every lease) and worker b, on one fresh schema."""
-    env = child_env(TELEGRAM_BOT_TOKEN=TOKEN)
+    """Worker a (started first: it takes every lease, `first` is waited for) and worker b,
+    on one fresh schema; `extra` TOML is appended to their configuration."""
+    env = child_env(TELEGRAM_BOT_TOKEN=TOKEN, DISCORD_BOT_TOKEN=DISCORD_TOKEN)
     async with postgres_schema() as url, AsyncExitStack() as stack:
         workers = []
         for name in ("a", "b"):
-            config = worker_config(tmp_path / name, url, llm.base_url, telegram.url, jobs, lease)
+            config = worker_config(tmp_path / name, url, llm.base_url, telegram.url, extra, lease)
             proc = await start_parley("--config", str(config), "run", env=env, stdin=False)
             worker = Parley(proc)
             stack.push_async_callback(_ended, worker)
             await worker.until(lambda w=worker: b"parley: ready" in w.err, f"{name} ready")
             if name == "a":
-                await worker.until(lambda w=worker: holds(w, POLL_LEASE), "a polling")
+                await worker.until(lambda w=worker: holds(w, first), f"a holding {first}")
             workers.append(worker)
         yield workers[0], workers[1], url
 
@@ -207,3 +218,35 @@ async def test_the_scheduler_moves_to_another_worker_and_no_slot_fires_twice_or_
     started_a = len(events(tmp_path / "a", "job.started"))
     started_b = len(events(tmp_path / "b", "job.started"))
     assert started_a + started_b == len(runs)  # every claim ran exactly one fire
+
+
+async def test_the_discord_gateway_moves_to_another_worker_when_its_holder_is_killed(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.responder = _pong
+    async with FakeDiscord() as discord, FakeTelegram(token=TOKEN) as telegram:
+        section = f"""
+            [channels.discord]
+            enabled = true
+            api_base_url = "{discord.url}"
+            gateway_url = "{discord.gateway_url}"
+            allow_users = ["{DISCORD_USER.id}"]
+            """
+        async with two_workers(tmp_path, fake_llm, telegram, section, first="discord:shard:0") as (
+            a,
+            b,
+            _,
+        ):
+            assert not holds(b, "discord:shard:0")
+            await discord.dm("before")
+            await discord.wait_until(lambda: discord.bot_texts(DM_CHANNEL_ID) == ["pong: before"])
+            await a.kill()
+            await b.until(lambda: holds(b, "discord:shard:0"), "b on the gateway", TAKEOVER_BOUND)
+            await discord.dm("after")  # waits for b's IDENTIFY
+            await discord.wait_until(
+                lambda: len(discord.bot_texts(DM_CHANNEL_ID)) == 2, timeout=30, what="b's answer"
+            )
+            assert await b.stop() == 0
+    assert discord.bot_texts(DM_CHANNEL_ID) == ["pong: before", "pong: after"]
+    assert len(discord.calls_of("gateway.identify")) == 2  # a's, then b's: never both at once
+    assert len(events(tmp_path / "b", "agent_run.completed")) == 1
