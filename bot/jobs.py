@@ -26,7 +26,14 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[impo
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 
 from bot.app import open_configured_store
-from bot.schedules import TICK, build_trigger, job_zone, latest_fire, parse_target
+from bot.schedules import (
+    TICK,
+    build_trigger,
+    fires_between,
+    job_zone,
+    latest_fire,
+    parse_target,
+)
 from channels import target_examples
 from channels.gate import AccessConfig
 from core.agent.lane import RunReport
@@ -201,14 +208,18 @@ class Scheduler:
 
     # --- lifecycle ----------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, *, takeover: float | None = None) -> None:
         """Validate, start each job's missed fire (if any) in the background, then
-        schedule. Raises ConfigError for a bad job."""
+        schedule. Raises ConfigError for a bad job.
+
+        `takeover` (seconds; several workers): this worker takes over from one that may
+        have just died, so every fire of the last `takeover` seconds that nobody claimed
+        runs (a failover loses no fire within the grace); earlier missed fires are
+        coalesced into their latest, as after a restart."""
         self.validate()
         now = self.now()
         for job in self.jobs:
-            missed = await self._missed_fire(job, now)
-            if missed is not None:
+            for missed in await self._missed_fires(job, now, takeover):
                 log.info("job %s: running the fire missed at %s", job.name, missed)
                 self._spawn(job, missed)
         aps = AsyncIOScheduler(timezone=UTC)
@@ -226,15 +237,34 @@ class Scheduler:
         aps.start()
         self._aps = aps
 
-    async def _missed_fire(self, job: JobConfig, now: datetime) -> datetime | None:
-        """The latest fire after the stored last fire, if within the misfire grace. A job
-        that never fired has nothing to catch up."""
+    async def _missed_fires(
+        self, job: JobConfig, now: datetime, takeover: float | None
+    ) -> list[datetime]:
+        """The latest fire after the stored last fire, if within the misfire grace, and
+        with `takeover` every fire of its last seconds. A job that never fired has
+        nothing to catch up."""
         last = await self.agent.store.job_last_fire(job.name)
         if last is None:
-            return None
+            return []
+        trigger = self._triggers[job.name]
         grace_start = now - timedelta(seconds=job.misfire_grace_seconds) - TICK
         after = max(datetime.fromtimestamp(last, UTC), grace_start)
-        return latest_fire(self._triggers[job.name], after, now)
+        recent = now if takeover is None else max(after, now - timedelta(seconds=takeover))
+        older = latest_fire(trigger, after, recent)
+        return ([older] if older else []) + fires_between(trigger, recent, now)
+
+    async def hold(self, takeover: float) -> None:
+        """The scheduler as a leased singleton (several workers, SPEC §14): it fires
+        while this worker holds the `scheduler` lease, catching up what a predecessor
+        missed (see `start`). Cancelled when the lease is lost or at shutdown, it stops
+        scheduling at once; fires already claimed finish (`shutdown` waits for them)."""
+        await self.start(takeover=takeover)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            aps, self._aps = self._aps, None
+            if aps is not None and aps.running:
+                aps.shutdown(wait=False)
 
     async def _due(self, name: str) -> None:
         """APScheduler's callback: fire the scheduled time that just came due."""

@@ -11,11 +11,13 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels import PLATFORMS
 from core.chat import ConversationKey, Responder
 
 if TYPE_CHECKING:
     from bot.app import App
+    from bot.jobs import Scheduler
     from channels.base import Channel
 
 SHUTDOWN_GRACE = 20.0
@@ -68,6 +70,7 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, lambda: _reload(app, agent, out))
     started: list[Any] = []
+    leased: Singletons | None = None
     try:
         out.write(f"parley: provider {app.default_provider}; store {app.config.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
@@ -78,17 +81,23 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
 
             scheduler = Scheduler(app, agent, all_channels)
             scheduler.validate()  # a bad job stops start-up before anything connects
+        leased = _singletons(app, agent, all_channels, scheduler, out)  # before channels start
         for channel in all_channels.values():
             await channel.start(agent)
             started.append(channel)
-        if scheduler is not None:
+        if scheduler is not None and leased is None:
             await scheduler.start()
+        if scheduler is not None:
             out.write(f"parley: {len(app.config.jobs)} scheduled job(s)\n")
         await agent.reconcile()
+        if leased is not None:
+            leased.start()
         await _serve(stop, console_channel, out)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        if leased is not None:
+            await leased.stop()  # stops polling and scheduling here; successors take over
         if scheduler is not None:
             await scheduler.shutdown(grace=SHUTDOWN_GRACE)
         await app.close_agent(agent, grace=SHUTDOWN_GRACE)  # before channels: replies still post
@@ -98,6 +107,30 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
         out.write("parley: stopped\n")
         out.flush()
     return 0
+
+
+def _singletons(
+    app: App, agent: Any, channels: Mapping[str, Any], scheduler: Scheduler | None, out: Any
+) -> Singletons | None:
+    """On a shared store, the lease holders of this worker's singletons (not started);
+    None on SQLite, where this process holds everything."""
+    store = app.config.store
+    if not store.shared():
+        return None
+    found = channel_singletons(channels)
+    if scheduler is not None:
+        found.append(scheduler_singleton(scheduler, store.lease_seconds))
+    leased = Singletons(
+        agent.store,
+        found,
+        worker=worker_id(),
+        lease_seconds=store.lease_seconds,
+        events=agent.events,
+        out=out,
+    )
+    names = ", ".join(leased.names()) or "none"
+    out.write(f"parley: worker {leased.worker}; leased singletons: {names}\n")
+    return leased
 
 
 def _channels(app: App, console: bool, out: Any) -> tuple[dict[str, Any], Any]:

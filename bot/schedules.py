@@ -96,6 +96,17 @@ def latest_fire(trigger: CronTrigger, after: datetime, now: datetime) -> datetim
     return next_after(low)
 
 
+def fires_between(trigger: CronTrigger, after: datetime, now: datetime) -> list[datetime]:
+    """Every fire time t of `trigger` with `after` < t <= `now`, oldest first (callers keep
+    the span short: one per fire)."""
+    fires: list[datetime] = []
+    moment = after.astimezone(UTC)
+    while (fire := trigger.get_next_fire_time(None, moment + TICK)) is not None and fire <= now:
+        fires.append(fire)
+        moment = fire
+    return fires
+
+
 def parse_target(target: str) -> tuple[str, str] | None:
     """`slack:C0123` → ("slack", "C0123"); None if it is not a known platform target."""
     kind, colon, ident = target.partition(":")

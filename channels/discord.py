@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import warnings
@@ -40,6 +41,7 @@ from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, Prom
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE
 from core.errors import ChannelError, ConfigError
+from core.lease import Singleton
 
 with warnings.catch_warnings():
     # discord.py imports `audioop` (voice support), deprecated since Python 3.11.
@@ -63,8 +65,12 @@ ANSWERED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 class _Client(discord.Client):
     """discord.Client that hands events to the adapter."""
 
-    def __init__(self, adapter: DiscordChannel) -> None:
+    def __init__(
+        self, adapter: DiscordChannel, shard_id: int | None = None, shard_count: int | None = None
+    ) -> None:
         super().__init__(
+            shard_id=shard_id,  # one gateway shard (leased), or None: the only one
+            shard_count=shard_count,
             intents=INTENTS,
             guild_ready_timeout=GUILD_READY_TIMEOUT,
             allowed_mentions=discord.AllowedMentions.none(),  # model output pings nobody
@@ -84,7 +90,7 @@ class _Client(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         async with self.adapter.handling():
-            await self.adapter.on_message(message)
+            await self.adapter.on_message(message, self)
 
     async def on_interaction(self, interaction: discord.Interaction[_Client]) -> None:
         if interaction.type is discord.InteractionType.component:
@@ -135,6 +141,8 @@ class DiscordChannel:
         self._handling: set[asyncio.Task[Any]] = set()
         self._gateway: asyncio.Task[None] | None = None
         self._agent: AgentPort | None = None
+        self._leased = False  # gateway shards are leased singletons, run by the caller
+        self._shards: dict[int, asyncio.Task[None]] = {}  # unleased, shard_count > 1
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -155,7 +163,14 @@ class DiscordChannel:
         except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
             await client.close()
             raise ChannelError(f"Discord login failed: {exc}") from exc
-        self._client = client
+        self._client = client  # REST (replies, approvals) works without a gateway
+        if self._leased or self.config.shard_count > 1:
+            if not self._leased:  # one process holds every shard
+                for n in range(self.config.shard_count):
+                    task = asyncio.create_task(self._run_shard(n), name=f"discord shard {n}")
+                    task.add_done_callback(_log_gateway_end)
+                    self._shards[n] = task
+            return
         self._gateway = asyncio.create_task(client.connect(), name="discord-gateway")
         self._gateway.add_done_callback(_log_gateway_end)
         connected = asyncio.create_task(client.connected.wait())
@@ -175,6 +190,25 @@ class DiscordChannel:
             raise ChannelError(f"Discord gateway closed at start: {error}") from error
         if not done:
             log.warning("Discord gateway not connected after %.0f s; still trying", CONNECT_TIMEOUT)
+
+    def singletons(self) -> list[Singleton]:
+        """Each gateway shard, for the caller to run while it holds `discord:shard:<n>`
+        (several workers on one store); `start` then logs in for REST only, so replies
+        and approval prompts post from any worker."""
+        self._leased = True
+        return [
+            Singleton(f"discord:shard:{n}", functools.partial(self._run_shard, n))
+            for n in range(self.config.shard_count)
+        ]
+
+    async def _run_shard(self, shard: int) -> None:
+        """One gateway shard on its own client, until cancelled (or it gives up)."""
+        client = _Client(self, shard_id=shard, shard_count=self.config.shard_count)
+        try:
+            await client.login(self._token)
+            await client.connect()
+        finally:
+            await client.close()
 
     @contextlib.asynccontextmanager
     async def handling(self) -> AsyncIterator[None]:
@@ -197,6 +231,10 @@ class DiscordChannel:
                 task.cancel()
             if late:
                 await asyncio.wait(late)
+        shards, self._shards = self._shards, {}
+        for task in shards.values():
+            task.cancel()
+        await asyncio.gather(*shards.values(), return_exceptions=True)
         client, self._client = self._client, None
         gateway, self._gateway = self._gateway, None
         if client is not None:
@@ -226,7 +264,8 @@ class DiscordChannel:
 
     # ---------------------------------------------------------------- inbound
 
-    async def on_message(self, message: discord.Message) -> None:
+    async def on_message(self, message: discord.Message, client: Any = None) -> None:
+        """A gateway message; `client` is the shard's client that received it."""
         me = self.client().user
         if self._agent is None or me is None or message.type not in ANSWERED_TYPES:
             return
@@ -239,7 +278,7 @@ class DiscordChannel:
             thread_id=str(thread.id) if thread else "",
             user_id=str(message.author.id),
             user_name=message.author.display_name,
-            text=self._markdown(message, me.id),
+            text=self._markdown(message, me.id, client or self.client()),
             is_dm=message.guild is None,
             mentions_bot=mentioned,
             event_id=str(message.id),  # stable across a gateway RESUME's redelivery
@@ -260,11 +299,10 @@ class DiscordChannel:
             self._threads.add(thread.id)
         await self._agent.submit(inbound, DiscordResponder(self, channel.id))
 
-    def _markdown(self, message: discord.Message, bot_id: int) -> str:
+    def _markdown(self, message: discord.Message, bot_id: int, client: Any) -> str:
         """The message as the agent reads it: without the bot's own mention, other mentions
         named (users and roles from the message, channels from the client's cache).
         `message.content` stays as Discord sent it."""
-        client = self.client()
         channels: dict[int, str] = {}
         for channel_id in message.raw_channel_mentions:
             channel = client.get_channel(channel_id)

@@ -14,3 +14,10 @@ class DiscordConfig(AccessConfig):
     api_base_url: str = Field("https://discord.com/api/v10", description="REST root.")
     gateway_url: str | None = Field(None, description="Gateway URL override (tests, proxies).")
     sync_commands: bool = Field(True, description="Register the slash commands at start.")
+    shard_count: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Gateway shards (Discord requires one per 2,500 guilds). With several "
+        "workers each shard is leased (`discord:shard:<n>`) and may sit on any worker.",
+    )

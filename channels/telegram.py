@@ -49,7 +49,7 @@ from telegram.ext import (
 from channels.approvals import Approvals, parse_approval_button
 from channels.gate import Gate
 from channels.retry import call_with_retry
-from channels.telegram_api import telegram_call
+from channels.telegram_api import bot_id_of, telegram_call
 from channels.telegram_config import TelegramConfig
 from channels.telegram_reply import Place, TelegramResponder, approval_prompt
 from channels.telegram_updates import Handover, MessageReader
@@ -57,6 +57,7 @@ from core.chat import AgentPort, ApprovalRequest, ConversationKey, PromptRef, Re
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE, parse_command
 from core.errors import ChannelError, ChannelRefused, ChannelUnavailable, ConfigError
+from core.lease import Singleton
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,8 @@ class TelegramChannel:
         self._webhook: web.AppRunner | None = None
         self.webhook_port: int | None = None
         self._reader = MessageReader()  # who the bot is: known once started
+        self._leased = False  # polling is a leased singleton, run by `singletons()`' caller
+        self._bot_id = bot_id_of(token)
 
     @staticmethod
     def _webhook_secret(config: TelegramConfig, environ: Mapping[str, str]) -> str:
@@ -148,7 +151,7 @@ class TelegramChannel:
             await self.app.start()
             if self.config.mode == "webhook":
                 await self._start_webhook()
-            else:
+            elif not self._leased:
                 await self.app.bot.delete_webhook()  # getUpdates is refused while one is set
                 self._poller = asyncio.create_task(self._poll(), name="telegram polling")
                 self._poller.add_done_callback(_poller_ended)
@@ -156,6 +159,22 @@ class TelegramChannel:
             await self.stop()
             raise
         log.info("telegram: @%s started (%s)", self._reader.username, self.config.mode)
+
+    def singletons(self) -> list[Singleton]:
+        """Long polling, for the caller to run while it holds `telegram:poll:<bot id>`
+        (several workers on one store: Telegram answers 409 to a second poller); `start`
+        then leaves it out. A webhook is no singleton: any worker may answer it."""
+        if self.config.mode == "webhook":
+            return []
+        self._leased = True
+        return [Singleton(f"telegram:poll:{self._bot_id}", self._leased_poll)]
+
+    async def _leased_poll(self) -> None:
+        """Poll while the lease is held. When it ends nothing more is confirmed (the lease
+        may be another's by then): the next holder fetches again what was not confirmed,
+        and drops as redeliveries the messages already stored here."""
+        await telegram_call(self.app.bot.delete_webhook())
+        await self._poll()
 
     async def stop(self) -> None:
         """Stop taking updates, hand over what was already received, close connections."""

@@ -3,6 +3,7 @@ errors onto the channel error tree (`telegram_call`)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Awaitable
 from datetime import timedelta
@@ -62,3 +63,10 @@ async def telegram_call(call: Awaitable[_T]) -> _T:
 def says(exc: ChannelRefused, phrase: str) -> bool:
     """True if Telegram's refusal says `phrase` (its description is all it tells)."""
     return phrase in (exc.code or "").lower()
+
+
+def bot_id_of(token: str) -> str:
+    """The bot's id: the part of its token before ":", never any of the secret part (a
+    malformed token is named by a hash of it)."""
+    bot_id = token.partition(":")[0]
+    return bot_id if bot_id.isdigit() else hashlib.sha256(token.encode()).hexdigest()[:12]

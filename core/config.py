@@ -142,6 +142,14 @@ class StoreConfig(_Section):
     events_log: Path | None = Field(
         Path("~/.parley/events.jsonl"), description="Structured events as JSON lines."
     )
+    lease_seconds: float = Field(
+        10.0,
+        ge=1.0,
+        le=300.0,
+        description="PostgreSQL only: how long a worker's hold on a singleton (a chat "
+        "platform's one connection, the scheduler) lasts unless renewed; renewed every third "
+        "of it, so a dead holder is replaced within about this long.",
+    )
 
     @field_validator("url")
     @classmethod
@@ -179,6 +187,10 @@ class StoreConfig(_Section):
     def password(self, environ: Mapping[str, str]) -> str | None:
         """The database password, from the variable `password_env` names (if set)."""
         return environ.get(self.password_env) if self.password_env else None
+
+    def shared(self) -> bool:
+        """Several workers may share this store (PostgreSQL): singletons are leased."""
+        return self.backend() == "postgresql"
 
     def describe(self) -> str:
         """Where the store is, for a person (a URL holds no password)."""

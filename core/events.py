@@ -156,6 +156,10 @@ EventName = Literal[
     "job.skipped",
     "job.finished",
     "config.reloaded",
+    # leased singletons across workers (SPEC §14)
+    "lease.taken",
+    "lease.lost",
+    "lease.released",
 ]
 """Every observability event name (SPEC §11), in one place: emitters are type-checked
 against it, so a typo or a new event without an entry here fails `mypy`."""
