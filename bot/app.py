@@ -12,6 +12,7 @@ from bot.config import ParleyConfig
 from core.agent import Agent
 from core.agent.conversation import Conversation
 from core.agent.journal import JournalBox
+from core.agent.workers import SharedSettings
 from core.chat import ConversationKey, Responder
 from core.config import StoreConfig
 from core.context.manager import ContextManager
@@ -61,6 +62,18 @@ def _redactor(config: ParleyConfig, environ: Mapping[str, str], registry: ToolRe
         if isinstance(tool, CliTool):
             values += tool.env.values()
     return Redactor(values)
+
+
+def shared_settings(config: StoreConfig) -> SharedSettings | None:
+    """Several workers may share a PostgreSQL store (SPEC §14); SQLite is one process's."""
+    if config.backend() != "postgresql":
+        return None
+    return SharedSettings(
+        heartbeat=config.heartbeat_seconds,
+        timeout=config.worker_timeout_seconds,
+        sweep=config.sweep_seconds,
+        max_runs=config.worker_max_runs,
+    )
 
 
 async def open_configured_store(config: StoreConfig, environ: Mapping[str, str]) -> Store:
@@ -243,6 +256,7 @@ class App:
             responders=responders,
             goal_settings=self.config.goals,
             max_queued=self.config.agent.max_queued,
+            shared=shared_settings(self.config.store),
         )
         return agent
 

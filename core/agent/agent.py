@@ -12,10 +12,8 @@ after a restart (`core.agent.approvals`).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 from core.agent.approvals import ApprovalDesk
 from core.agent.commands import Commands
@@ -26,7 +24,9 @@ from core.agent.lane import Lane, Queued, RunReport
 from core.agent.recovery import parse_conv, reconcile
 from core.agent.responders import QuietResponder, safe_send
 from core.agent.runs import resume_blocker
+from core.agent.tasks import spawn as _spawn
 from core.agent.turn import Turn, new_run_id
+from core.agent.workers import SharedSettings, Workers
 from core.chat import ApprovalRequest, ConversationKey, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.command_table import parse_command
@@ -35,8 +35,6 @@ from core.eventlog import EventLog
 from core.messages import Message, ToolCall
 from core.store import Store
 from core.tools.base import Approver
-
-log = logging.getLogger(__name__)
 
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
 
@@ -60,6 +58,8 @@ class Agent:
         responders: Callable[[ConversationKey], Responder | None] | None = None,
         goal_settings: GoalsConfig | None = None,
         max_queued: int = 20,
+        shared: SharedSettings | None = None,
+        worker_id: str | None = None,
     ) -> None:
         self.store = store
         self.max_queued = max_queued  # messages waiting per conversation; more are turned away
@@ -77,6 +77,8 @@ class Agent:
         self.max_lanes = MAX_LANES
         self.commands = Commands(self)
         self.approvals = ApprovalDesk(store, self.events, lambda: self._closing)
+        # Several workers on one store (`core.agent.workers`); None: one process.
+        self.workers = Workers(self, shared, worker_id) if shared is not None else None
 
     # --- input ------------------------------------------------------------------------
 
@@ -132,14 +134,21 @@ class Agent:
                 self.events.emit("channel.event.duplicate", {"channel": event[0], "id": event[1]})
                 _settle(done, _not_run("", "duplicate"))
                 return False
+        if self.workers is not None and parse_command(inbound.text) is None:
+            try:  # queued in the store, for whichever worker is free
+                return await self.workers.take_in(inbound, responder, done)
+            finally:
+                self._taking_in.discard(event)
         lane = await self.lane(inbound.key)
         lane.users += 1  # not evicted while this message is being taken in
         try:
             lane.responder = responder
-            if parse_command(inbound.text) is not None:
+            if (command := parse_command(inbound.text)) is not None:
                 if inbound.event_id:
                     await self.store.mark_seen(*event)
                 await self.commands.handle(lane, inbound, responder)
+                if self.workers is not None and command[0] in _CHANGING:
+                    self.workers.changed(lane)
                 _settle(done, _not_run("", "command"))
                 return True
             if len(lane.queue) >= self.max_queued:
@@ -304,7 +313,7 @@ class Agent:
             task = asyncio.create_task(turn.run(), name=f"run {lane.conv_id}")
             lane.run_task = task
             try:
-                return await asyncio.shield(task)
+                report = await asyncio.shield(task)
             except asyncio.CancelledError:
                 me = asyncio.current_task()
                 if me is not None and me.cancelling():  # the caller itself is cancelled
@@ -315,13 +324,20 @@ class Agent:
                 if run_id is not None:
                     self.store.set_run_state(run_id, "cancelled", "stopped")
                 lane.finished("cancelled")
-                return _not_run(run_id or "", "cancelled")
+                report = _not_run(run_id or "", "cancelled")
+            if self.workers is not None:
+                self.workers.run_ended(lane, report.run_id or None)
+            return report
 
     async def cancel_running(self, key: ConversationKey) -> bool:
         """`core.chat.AgentPort.cancel_running`: stop the conversation's running run (the
         console's Ctrl-C); True if one was running."""
         lane = self.lanes.get(key)
         return lane is not None and await lane.stop()
+
+    async def stop_elsewhere(self, lane: Lane) -> tuple[int, bool]:
+        """`core.agent.lane.LaneHost.stop_elsewhere`: nothing to do in one process."""
+        return (0, False) if self.workers is None else await self.workers.stop_elsewhere(lane)
 
     # --- autonomous goals ---------------------------------------------------------------
 
@@ -341,6 +357,8 @@ class Agent:
 
     async def resume_run(self, lane: Lane, responder: Responder, run_id: str) -> str | None:
         """Continue run `run_id` in the lane, or say why it cannot safely go on."""
+        if self.workers is not None and (why := await self.workers.take_resumable(lane, run_id)):
+            return why
         conversation = await self.conversation_of(lane)
         why = await resume_blocker(self.store, run_id, conversation)
         if why is not None:
@@ -370,7 +388,10 @@ class Agent:
         await self._drain(lane)
 
     async def reconcile(self) -> list[str]:
-        """At start-up: what a crash or a restart left behind (see `core.agent.recovery`)."""
+        """At start-up: what a crash or a restart left behind (see `core.agent.recovery`);
+        with several workers, join them (see `core.agent.workers`)."""
+        if self.workers is not None:
+            return await self.workers.start()
         return await reconcile(self)
 
     async def requeue(self, run_id: str, conv: str, text: str) -> None:
@@ -402,6 +423,8 @@ class Agent:
         """Stop taking input; let running turns reach a checkpoint (up to `grace`
         seconds), then cancel what is left (those runs stay resumable)."""
         self._closing = True
+        if self.workers is not None:
+            self.workers.stop_claiming()
         lanes = list(self.lanes.values())  # submits after this point are turned away
         for lane in lanes:
             await lane.stop_goal()
@@ -416,6 +439,8 @@ class Agent:
             for queued in lane.queue:  # stored: they run after the restart, not here
                 queued.settle(_not_run(queued.run_id, "closing"))
         await self.store.flush()
+        if self.workers is not None:
+            await self.workers.close()
 
 
 class _LaneApprover:
@@ -450,16 +475,7 @@ def _settle(done: asyncio.Future[RunReport] | None, report: RunReport) -> None:
         done.set_result(report)
 
 
-def _spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-    """A task whose failure is logged, never lost ("exception was never retrieved")."""
-    task = asyncio.create_task(coro, name=name)
-    task.add_done_callback(_log_failure)
-    return task
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        log.error("%s failed", task.get_name(), exc_info=exc)
+_CHANGING = frozenset({"clear", "compact", "goal", "provider"})  # other workers reload
 
 
 __all__ = [

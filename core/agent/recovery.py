@@ -17,7 +17,7 @@ from core.agent.responders import safe_send
 from core.agent.runs import reconcile_runs, reopen_calls
 from core.chat import ConversationKey, Responder
 from core.eventlog import EventLog
-from core.store import ApprovalRow, Store
+from core.store import ApprovalRow, RunRow, Store
 from core.tools.reaper import kill_leftovers
 
 PREVIEW_RETRACTED = "(interrupted by a restart — the answer continues below)"
@@ -57,11 +57,20 @@ async def reconcile(host: RecoveryHost) -> list[str]:
     if killed:
         host.events.emit("agent.tool_groups_killed", {"count": killed})
     pending = await host.store.pending_approvals(before=host.started_at)
-    waiting = await _resume_waiting(host, pending)
+    waiting = await resume_waiting(host, pending)
     host.store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
+    await announce_interrupted(host, [run for run in interrupted if run.id not in waiting])
+    for run in reversed(await host.store.runs(states=["queued"], limit=10_000)):
+        if run.created_at < host.started_at:
+            await host.requeue(run.id, run.conv, run.text or "")
+    await host.store.flush()
+    return [run.id for run in interrupted]
+
+
+async def announce_interrupted(host: RecoveryHost, interrupted: list[RunRow]) -> None:
+    """Tell each run's conversation that it was interrupted and `/resume` goes on, after
+    retracting the half-streamed preview it left."""
     for run in interrupted:
-        if run.id in waiting:
-            continue
         responder = host.responders(parse_conv(run.conv))
         if responder is not None:
             await _retract_previews(host.store, run.id, responder)
@@ -70,14 +79,9 @@ async def reconcile(host: RecoveryHost) -> list[str]:
                 f"I was interrupted while working on your last request (run {run.id}). "
                 "Send /resume to continue where I stopped.",
             )
-    for run in reversed(await host.store.runs(states=["queued"], limit=10_000)):
-        if run.created_at < host.started_at:
-            await host.requeue(run.id, run.conv, run.text or "")
-    await host.store.flush()
-    return [run.id for run in interrupted]
 
 
-async def _resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[str]:
+async def resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[str]:
     """Resume the interrupted runs that were waiting on the `pending` requests; returns
     their ids. A run that cannot safely go on says why in its conversation."""
     calls: dict[str, set[str]] = {}
@@ -125,4 +129,11 @@ async def _retract_previews(store: Store, run_id: str, responder: Responder) -> 
         await retract(posted, PREVIEW_RETRACTED)
 
 
-__all__ = ["PREVIEW_RETRACTED", "RecoveryHost", "parse_conv", "reconcile"]
+__all__ = [
+    "PREVIEW_RETRACTED",
+    "RecoveryHost",
+    "announce_interrupted",
+    "parse_conv",
+    "reconcile",
+    "resume_waiting",
+]

@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -98,6 +98,10 @@ _MIGRATIONS: dict[int, str] = {
     CREATE TABLE leases (
         name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL
     ) WITHOUT ROWID;
+    """,
+    5: """
+    ALTER TABLE tool_groups ADD COLUMN worker TEXT;
+    CREATE INDEX runs_worker ON runs (worker, state);
     """,
 }
 

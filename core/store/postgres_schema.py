@@ -111,6 +111,10 @@ _MIGRATIONS: dict[int, str] = {
         name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL
     );
     """,
+    5: """
+    ALTER TABLE tool_groups ADD COLUMN worker TEXT;
+    CREATE INDEX runs_worker ON runs (worker, state);
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 

@@ -18,6 +18,7 @@ text cannot hold one). Several stores may be open on the same data at once (work
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, Self
 
@@ -127,16 +128,20 @@ class RunStore(Protocol):
 
     def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
         """Queued: a tool's process group is live (the reaper's ledger; see
-        core/tools/reaper.py)."""
+        core/tools/reaper.py), recorded as this store's worker's (`set_worker`)."""
         ...
 
     def tool_group_ended(self, pgid: int) -> None:
-        """Queued: the process group is gone."""
+        """Queued: this store's worker's process group is gone."""
         ...
 
-    async def take_tool_groups(self) -> list[tuple[int, int, str]]:
+    async def take_tool_groups(
+        self, *, host: str | None = None, stale: float = 0.0
+    ) -> list[tuple[int, int, str]]:
         """The groups (pgid, start ticks, boot id) a crashed process left listed, removed
-        from the ledger."""
+        from the ledger. With `host`: only the groups of workers on `host` (ids
+        `host:…`) that have not beaten in the last `stale` seconds or are not listed at
+        all; the groups of live workers, and of other machines, stay."""
         ...
 
 
@@ -328,6 +333,37 @@ class WorkerStore(Protocol):
         `running` (`started_at` now) on `worker_id`; None if there is none. No two claims,
         from any workers, get the same run, nor two runs of one conversation while one
         runs; a conversation's runs are handed out in the order they were created."""
+        ...
+
+    def set_worker(self, worker_id: str | None) -> None:
+        """Runs this store creates running or resumes, and the tool groups it lists,
+        are `worker_id`'s from now on (None: one process, nobody's)."""
+        ...
+
+    async def unclaim_run(self, run_id: str) -> None:
+        """Committed: a claimed run that never began goes back to the queue (`queued`,
+        no worker), unless it is no longer running."""
+        ...
+
+    async def take_over_runs(
+        self, dead: str | None, worker_id: str, *, created_before: float = math.inf
+    ) -> list[RunRow]:
+        """Committed: the runs worker `dead` left running (None: runs of no worker, created
+        before `created_before`) become `timed_out` ("interrupted") and `worker_id`'s,
+        resumable if their last checkpoint is not the final one; returns them, oldest
+        first. Of workers taking over at once, each run goes to one."""
+        ...
+
+    async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
+        """Committed: the interrupted run `run_id` (resumable, neither running nor
+        queued) goes on: `running` on `worker_id`, no longer resumable — only if nothing
+        else of its conversation is running or queued; whether it did. Of several takers
+        at once, one gets it."""
+        ...
+
+    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
+        """Committed: `conv`'s queued runs become `cancelled` (`reason`); their ids,
+        oldest first. A run claimed meanwhile is not among them."""
         ...
 
     async def worker_heartbeat(self, worker_id: str) -> None:

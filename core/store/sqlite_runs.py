@@ -25,9 +25,18 @@ from core.store.rows import (
 )
 from core.store.sqlite_db import SqliteDatabase
 
+_TAKE_HOST_GROUPS = """
+DELETE FROM tool_groups
+WHERE substr(worker, 1, length(?)) = ?
+  AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = tool_groups.worker AND w.beat_at >= ?)
+RETURNING pgid, start_ticks, boot_id
+"""
+
 
 class SqliteRunTables(SqliteDatabase):
     """`RunStore` and `JobStore` on SQLite (`SqliteStore` adds the rest)."""
+
+    _worker_id: str | None = None  # `set_worker`: whose runs and tool groups these are
 
     # --- runs and checkpoints -------------------------------------------------------
 
@@ -37,11 +46,13 @@ class SqliteRunTables(SqliteDatabase):
         """A new run, committed (`queued` ones keep the user's message in `text` until
         they start)."""
         now = time.time()
+        queued = state == "queued"
         await self.write(
-            "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run_id, conv, state, trigger, now, None if state == "queued" else now, text),
-        )
+            "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text, worker) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, conv, state, trigger, now, None if queued else now, text,
+             None if queued else self._worker_id),
+        )  # fmt: skip
 
     def start_run(self, run_id: str) -> None:
         """A queued run begins."""
@@ -52,8 +63,9 @@ class SqliteRunTables(SqliteDatabase):
     def resume_run(self, run_id: str) -> None:
         """An interrupted run goes on (`/resume`)."""
         self.write_soon(
-            "UPDATE runs SET state = 'running', resumable = 0, ended_at = NULL WHERE id = ?",
-            (run_id,),
+            "UPDATE runs SET state = 'running', resumable = 0, ended_at = NULL, "
+            "worker = COALESCE(?, worker) WHERE id = ?",
+            (self._worker_id, run_id),
         )
 
     def set_run_state(
@@ -181,17 +193,28 @@ class SqliteRunTables(SqliteDatabase):
     def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
         """A tool's process group is live (the reaper's ledger; see core/tools/reaper.py)."""
         self.write_soon(
-            "INSERT OR REPLACE INTO tool_groups (pgid, start_ticks, boot_id) VALUES (?, ?, ?)",
-            (pgid, start_ticks, boot_id),
+            "INSERT OR REPLACE INTO tool_groups (pgid, start_ticks, boot_id, worker) "
+            "VALUES (?, ?, ?, ?)",
+            (pgid, start_ticks, boot_id, self._worker_id),
         )
 
     def tool_group_ended(self, pgid: int) -> None:
-        self.write_soon("DELETE FROM tool_groups WHERE pgid = ?", (pgid,))
+        self.write_soon(
+            "DELETE FROM tool_groups WHERE pgid = ? AND worker IS ?", (pgid, self._worker_id)
+        )
 
-    async def take_tool_groups(self) -> list[tuple[int, int, str]]:
-        """The groups a crashed process left listed, removed from the ledger."""
-        rows = await self._all("SELECT pgid, start_ticks, boot_id FROM tool_groups")
-        await self.write("DELETE FROM tool_groups")
+    async def take_tool_groups(
+        self, *, host: str | None = None, stale: float = 0.0
+    ) -> list[tuple[int, int, str]]:
+        """The groups a crashed process left listed (only those of `host`'s silent
+        workers, if given), removed from the ledger."""
+        if host is None:
+            rows = await self._all("SELECT pgid, start_ticks, boot_id FROM tool_groups")
+            await self.write("DELETE FROM tool_groups")
+        else:
+            rows = await self._write_now(
+                _TAKE_HOST_GROUPS, lambda: (host + ":", host + ":", time.time() - stale)
+            )
         return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
 
     # --- scheduled jobs -----------------------------------------------------------------

@@ -4,6 +4,7 @@ write lock; each is one statement under that lock, so processes sharing the file
 
 from __future__ import annotations
 
+import math
 import time
 
 from core.store.rows import RUN_COLUMNS, RunRow, run_row
@@ -20,6 +21,23 @@ WHERE id = (
 )
 RETURNING {RUN_COLUMNS}
 """
+_TAKE_OVER_RUNS = f"""
+UPDATE runs SET state = 'timed_out', reason = 'interrupted', ended_at = ?, worker = ?,
+    resumable = COALESCE((
+        SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
+        ORDER BY c.seq DESC LIMIT 1
+    ), 0)
+WHERE state = 'running' AND worker IS ? AND created_at < ?
+RETURNING {RUN_COLUMNS}
+"""
+_TAKE_RESUMABLE = """
+UPDATE runs SET state = 'running', resumable = 0, ended_at = NULL, worker = ?
+WHERE id = ? AND resumable AND state NOT IN ('running', 'queued')
+  AND NOT EXISTS (
+      SELECT 1 FROM runs o WHERE o.conv = runs.conv AND o.state IN ('running', 'queued')
+  )
+RETURNING id
+"""
 _TAKE_LEASE = """
 INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
@@ -35,6 +53,35 @@ class SqliteWorkerTables(SqliteRunTables):
         # The oldest eligible queued run is its conversation's oldest: order holds.
         rows = await self._write_now(_CLAIM_QUEUED_RUN, lambda: (time.time(), worker_id))
         return run_row(rows[0]) if rows else None
+
+    def set_worker(self, worker_id: str | None) -> None:
+        self._worker_id = worker_id
+
+    async def unclaim_run(self, run_id: str) -> None:
+        await self.write(
+            "UPDATE runs SET state = 'queued', started_at = NULL, worker = NULL "
+            "WHERE id = ? AND state = 'running'",
+            (run_id,),
+        )
+
+    async def take_over_runs(
+        self, dead: str | None, worker_id: str, *, created_before: float = math.inf
+    ) -> list[RunRow]:
+        rows = await self._write_now(
+            _TAKE_OVER_RUNS, lambda: (time.time(), worker_id, dead, created_before)
+        )
+        return sorted((run_row(r) for r in rows), key=lambda r: (r.created_at, r.id))
+
+    async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
+        return bool(await self._write_now(_TAKE_RESUMABLE, lambda: (worker_id, run_id)))
+
+    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
+        rows = await self._write_now(
+            "UPDATE runs SET state = 'cancelled', reason = ?, ended_at = ? "
+            "WHERE conv = ? AND state = 'queued' RETURNING id, created_at",
+            lambda: (reason, time.time(), conv),
+        )
+        return [str(r[0]) for r in sorted(rows, key=lambda r: (r[1], r[0]))]
 
     async def worker_heartbeat(self, worker_id: str) -> None:
         now = time.time()
