@@ -60,7 +60,8 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
     """Start everything, wait for SIGTERM/SIGINT (or the console's /exit), stop cleanly."""
     out = out or sys.stderr
     all_channels, console_channel = _channels(app, console, out)
-    agent = await app.open_agent(responders_of(all_channels))
+    platforms = [name for name in all_channels if name != "console"]  # the console is local
+    agent = await app.open_agent(responders_of(all_channels), shared_channels=platforms)
     scheduler = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -124,6 +124,8 @@ class Agent:
             await safe_send(responder, "Parley is restarting; please send that again soon.")
             _settle(done, _not_run("", "closing"))
             return True
+        if self.workers is not None:
+            await self.workers.start()  # joins the other workers on first use
         event = (inbound.channel, inbound.event_id)
         if inbound.event_id:
             duplicate = event in self._taking_in  # checked and claimed with no await between
@@ -134,9 +136,10 @@ class Agent:
                 self.events.emit("channel.event.duplicate", {"channel": event[0], "id": event[1]})
                 _settle(done, _not_run("", "duplicate"))
                 return False
-        if self.workers is not None and parse_command(inbound.text) is None:
+        workers = self.workers if self.workers and self.workers.shares(inbound.key) else None
+        if workers is not None and parse_command(inbound.text) is None:
             try:  # queued in the store, for whichever worker is free
-                return await self.workers.take_in(inbound, responder, done)
+                return await workers.take_in(inbound, responder, done)
             finally:
                 self._taking_in.discard(event)
         lane = await self.lane(inbound.key)
@@ -147,8 +150,8 @@ class Agent:
                 if inbound.event_id:
                     await self.store.mark_seen(*event)
                 await self.commands.handle(lane, inbound, responder)
-                if self.workers is not None and command[0] in _CHANGING:
-                    self.workers.changed(lane)
+                if workers is not None and command[0] in _CHANGING:
+                    workers.changed(lane)
                 _settle(done, _not_run("", "command"))
                 return True
             if len(lane.queue) >= self.max_queued:
@@ -337,7 +340,9 @@ class Agent:
 
     async def stop_elsewhere(self, lane: Lane) -> tuple[int, bool]:
         """`core.agent.lane.LaneHost.stop_elsewhere`: nothing to do in one process."""
-        return (0, False) if self.workers is None else await self.workers.stop_elsewhere(lane)
+        if self.workers is None or not self.workers.shares(lane.key):
+            return (0, False)
+        return await self.workers.stop_elsewhere(lane)
 
     # --- autonomous goals ---------------------------------------------------------------
 

@@ -59,12 +59,16 @@ class SharedSettings:
         timeout: a worker not heard from for this long is dead; its runs are taken over.
         sweep: seconds between safety sweeps (dead workers; queued runs a lost notice left).
         max_runs: runs one worker claims at once; more wait for another worker.
+        channels: the channels whose conversations any worker may answer (every worker
+            has their outbound side); messages of others (the terminal console) are
+            answered by the worker that took them in, as in one process.
     """
 
     heartbeat: float = 2.0
     timeout: float = 10.0
     sweep: float = 5.0
     max_runs: int = 32
+    channels: frozenset[str] = frozenset()
 
 
 def new_worker_id() -> str:
@@ -112,10 +116,23 @@ class Workers:
         self._running: dict[str, asyncio.Task[None]] = {}  # claimed run id → its task here
         self._waiters: dict[str, Queued] = {}  # runs taken in here, until they start or end
         self.listening = asyncio.Event()
+        self._start: asyncio.Task[list[str]] | None = None
+
+    def shares(self, key: ConversationKey) -> bool:
+        """Whether any worker may answer the conversation `key`."""
+        return key[0] in self.settings.channels
+
+    async def start(self) -> list[str]:
+        """Join the workers (once; see `_join`); the ids of the runs taken over."""
+        first = self._start is None
+        if self._start is None:
+            self._start = asyncio.ensure_future(self._join())
+        taken = await asyncio.shield(self._start)
+        return taken if first else []
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    async def start(self) -> list[str]:
+    async def _join(self) -> list[str]:
         """Join the workers: beat, listen, take over what a dead worker (or a single
         process before) left running, and claim what is queued. Returns the ids of the
         runs taken over."""
@@ -135,7 +152,8 @@ class Workers:
         taken = await self._take_over(None, created_before=self.host.started_at)
         taken += await self._sweep()
         self._tasks.append(spawn(self._sweeping(), "sweep"))
-        self._claiming = spawn(self._claim_loop(), "claim")
+        if self.settings.channels:  # a worker answering no shared channel claims nothing
+            self._claiming = spawn(self._claim_loop(), "claim")
         self._wake.set()
         return taken
 
@@ -148,6 +166,9 @@ class Workers:
         """Stop beating and listening. The worker's row stays until another worker finds
         it silent (and finds nothing left running)."""
         self.stop_claiming()
+        if self._start is not None and not self._start.done():
+            self._start.cancel()
+            await asyncio.wait({self._start})
         tasks = [t for t in (*self._tasks, self._claiming) if t is not None]
         for task in tasks:
             task.cancel()
@@ -173,7 +194,7 @@ class Workers:
         run_id = new_run_id()
         if inbound.event_id:
             store.mark_seen_soon(inbound.channel, inbound.event_id)
-        await store.create_run(run_id, conv, "user", state="queued", text=inbound.text)
+        await store.create_run(run_id, conv, "user", state="queued", text=inbound.text, shared=True)
         self._waiters[run_id] = Queued(inbound, responder, run_id, done)
         self._publish("queued", conv)
         self._wake.set()

@@ -54,7 +54,14 @@ class PostgresRunTables(PostgresDatabase):
     # --- runs and checkpoints -------------------------------------------------------
 
     async def create_run(
-        self, run_id: str, conv: str, trigger: str, *, state: str = "running", text: str = ""
+        self,
+        run_id: str,
+        conv: str,
+        trigger: str,
+        *,
+        state: str = "running",
+        text: str = "",
+        shared: bool = False,
     ) -> None:
         now = time.time()
         queued = state == "queued"
@@ -62,7 +69,7 @@ class PostgresRunTables(PostgresDatabase):
             "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text, worker) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             (run_id, conv, state, trigger, now, None if queued else now, text,
-             None if queued else self._worker_id),
+             None if shared else self._worker_id),
         )  # fmt: skip
 
     def start_run(self, run_id: str) -> None:

@@ -22,7 +22,7 @@ _CLAIM_QUEUED_RUN = f"""
 UPDATE runs SET state = 'running', started_at = {_NOW}, worker = %s
 WHERE id = (
     SELECT q.id FROM runs q
-    WHERE q.state = 'queued'
+    WHERE q.state = 'queued' AND q.worker IS NULL
       AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.conv = q.conv AND r.state = 'running')
       AND NOT EXISTS (
           SELECT 1 FROM runs e

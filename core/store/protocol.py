@@ -42,10 +42,18 @@ class RunStore(Protocol):
     tool process groups."""
 
     async def create_run(
-        self, run_id: str, conv: str, trigger: str, *, state: str = "running", text: str = ""
+        self,
+        run_id: str,
+        conv: str,
+        trigger: str,
+        *,
+        state: str = "running",
+        text: str = "",
+        shared: bool = False,
     ) -> None:
         """A new run, committed. A `queued` run keeps the user's message in `text` and has
-        no `started_at` until `start_run`."""
+        no `started_at` until `start_run`. The run is this store's worker's (`set_worker`),
+        unless it is `shared`: a queued run any worker may claim."""
         ...
 
     def start_run(self, run_id: str) -> None:
@@ -329,8 +337,9 @@ class WorkerStore(Protocol):
     Like the other `async` writes, each also commits what was queued before it."""
 
     async def claim_queued_run(self, worker_id: str) -> RunRow | None:
-        """Committed: the oldest queued run whose conversation has no running run becomes
-        `running` (`started_at` now) on `worker_id`; None if there is none. No two claims,
+        """Committed: the oldest queued run of no worker (see `create_run`) whose
+        conversation has no running run becomes `running` (`started_at` now) on
+        `worker_id`; None if there is none. No two claims,
         from any workers, get the same run, nor two runs of one conversation while one
         runs; a conversation's runs are handed out in the order they were created."""
         ...

@@ -41,7 +41,14 @@ class SqliteRunTables(SqliteDatabase):
     # --- runs and checkpoints -------------------------------------------------------
 
     async def create_run(
-        self, run_id: str, conv: str, trigger: str, *, state: str = "running", text: str = ""
+        self,
+        run_id: str,
+        conv: str,
+        trigger: str,
+        *,
+        state: str = "running",
+        text: str = "",
+        shared: bool = False,
     ) -> None:
         """A new run, committed (`queued` ones keep the user's message in `text` until
         they start)."""
@@ -51,7 +58,7 @@ class SqliteRunTables(SqliteDatabase):
             "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text, worker) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (run_id, conv, state, trigger, now, None if queued else now, text,
-             None if queued else self._worker_id),
+             None if shared else self._worker_id),
         )  # fmt: skip
 
     def start_run(self, run_id: str) -> None:
