@@ -116,6 +116,7 @@ class Workers:
         self._running: dict[str, asyncio.Task[None]] = {}  # claimed run id → its task here
         self._waiters: dict[str, Queued] = {}  # runs taken in here, until they start or end
         self.listening = asyncio.Event()
+        self.sweeps = 0  # sweeps done (for status and tests)
         self._start: asyncio.Task[list[str]] | None = None
 
     def shares(self, key: ConversationKey) -> bool:
@@ -415,6 +416,7 @@ class Workers:
                 await self._sweep()
             except StoreError:
                 log.warning("the sweep for dead workers failed", exc_info=True)
+            self.sweeps += 1
             self._wake.set()  # what a lost notice left queued
 
     async def _sweep(self) -> list[str]:

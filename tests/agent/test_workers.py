@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -118,8 +119,9 @@ async def test_messages_taken_in_anywhere_are_answered_once_in_order(
         assert len({r.worker for r in runs}) >= 2, "one worker answered everything"
         for c in range(convs):
             mine = sorted((r for r in runs if r.conv == f"test:c{c}:"), key=lambda r: r.created_at)
-            for before, after in zip(mine, mine[1:], strict=False):
-                assert before.ended_at is not None and after.started_at is not None
+            for before, after in itertools.pairwise(mine):
+                assert before.ended_at is not None
+                assert after.started_at is not None
                 assert before.ended_at <= after.started_at, "two runs of one conversation at once"
             # whichever worker ran a turn had the whole history, also of turns run elsewhere
             history = await store.load_messages(f"test:c{c}:")
@@ -176,6 +178,14 @@ async def test_an_approval_clicked_on_one_worker_resumes_the_run_on_another(
         asker = next(n for n, e in enumerate(ends) if e.asked)
         request = ends[asker].asked[0]
         clicker = 1 - asker
+
+        async def prompt_stored() -> bool:  # a click comes once the prompt is there
+            row = await agents[clicker].store.approval(request.id)
+            return row is not None and row.prompt is not None
+
+        async with asyncio.timeout(10):
+            while not await prompt_stored():
+                await asyncio.sleep(0.02)
         assert await ends[clicker].click(agents[clicker], request.id) == "ok"
         await until(lambda: "Removed the junk." in ends[asker].finals)
         row = await agents[0].store.approval(request.id)
@@ -222,9 +232,13 @@ async def test_a_dead_worker_s_runs_are_reconciled_once(fake_llm: FakeLLM, tmp_p
         async with workers(fake_llm, tmp_path, url, platform, 3) as agents:
             first, second = platform(("test", "c1", "")), platform(("test", "c2", ""))
             await until(lambda: bool(first.sent) and second.finals == ["hi there"])
-            await asyncio.sleep(1.0)  # more sweeps by every worker: still one notice
+            sweeping = [a.workers for a in agents if a.workers]
+            swept = [w.sweeps for w in sweeping]
+            await until(lambda: all(w.sweeps > n + 1 for w, n in zip(sweeping, swept, strict=True)))
+            # every worker swept twice more: still one notice
             assert len(first.sent) == 1
-            assert "interrupted" in first.sent[0] and "/resume" in first.sent[0]
+            assert "interrupted" in first.sent[0]
+            assert "/resume" in first.sent[0]
             store = agents[0].store
             run = await store.run("deadbeef00000001")
             assert run is not None
