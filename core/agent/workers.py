@@ -437,15 +437,21 @@ class Workers:
 
     async def _take_over(self, dead: str | None, created_before: float = math.inf) -> list[str]:
         """The runs `dead` left running become this worker's and `timed_out`: those that
-        waited on an approver go on at once, the others are announced for `/resume`."""
+        waited on an approver go on at once, the others are announced for `/resume`; a
+        message whose turn never got going is queued again instead."""
         store, events = self.host.store, self.host.events
-        runs = await store.take_over_runs(dead, self.id, created_before=created_before)
+        taken = await store.take_over_runs(dead, self.id, created_before=created_before)
+        runs = [run for run in taken if run.state != "queued"]
+        for run in taken:
+            if run.state == "queued":  # it never got going: any worker answers it afresh
+                events.emit("agent_run.requeued", {"worker": dead}, run_id=run.id, conv=run.conv)
+                self._publish("queued", run.conv)
+            else:
+                data = {"resumable": run.resumable, "worker": dead}
+                events.emit("agent_run.reconcile", data, run_id=run.id, conv=run.conv)
         if not runs:
             return []
         ids = {run.id for run in runs}
-        for run in runs:
-            data = {"resumable": run.resumable, "worker": dead}
-            events.emit("agent_run.reconcile", data, run_id=run.id, conv=run.conv)
         pending = [a for a in await store.pending_approvals(before=math.inf) if a.run_id in ids]
         waiting = await resume_waiting(self.host, pending)
         store.expire_approvals(a.id for a in pending if a.run_id not in waiting)

@@ -359,8 +359,10 @@ class WorkerStore(Protocol):
     ) -> list[RunRow]:
         """Committed: the runs worker `dead` left running (None: runs of no worker, created
         before `created_before`) become `timed_out` ("interrupted") and `worker_id`'s,
-        resumable if their last checkpoint is not the final one; returns them, oldest
-        first. Of workers taking over at once, each run goes to one."""
+        resumable if their last checkpoint is not the final one — except a user's run
+        with no checkpoint at all (it never got going): it goes back to the queue, as a
+        run any worker may claim. Returns them all, oldest first. Of workers taking over
+        at once, each run goes to one."""
         ...
 
     async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:

@@ -21,8 +21,15 @@ WHERE id = (
 )
 RETURNING {RUN_COLUMNS}
 """
+_HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
+_REQUEUE = f"(runs.trigger = 'user' AND NOT {_HAS_CHECKPOINT})"  # it never got going
 _TAKE_OVER_RUNS = f"""
-UPDATE runs SET state = 'timed_out', reason = 'interrupted', ended_at = ?, worker = ?,
+UPDATE runs SET
+    state = CASE WHEN {_REQUEUE} THEN 'queued' ELSE 'timed_out' END,
+    reason = CASE WHEN {_REQUEUE} THEN reason ELSE 'interrupted' END,
+    started_at = CASE WHEN {_REQUEUE} THEN NULL ELSE started_at END,
+    ended_at = CASE WHEN {_REQUEUE} THEN NULL ELSE ? END,
+    worker = CASE WHEN {_REQUEUE} THEN NULL ELSE ? END,
     resumable = COALESCE((
         SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
         ORDER BY c.seq DESC LIMIT 1
@@ -68,7 +75,8 @@ class SqliteWorkerTables(SqliteRunTables):
         self, dead: str | None, worker_id: str, *, created_before: float = math.inf
     ) -> list[RunRow]:
         rows = await self._write_now(
-            _TAKE_OVER_RUNS, lambda: (time.time(), worker_id, dead, created_before)
+            _TAKE_OVER_RUNS,
+            lambda: (time.time(), worker_id, dead, created_before),
         )
         return sorted((run_row(r) for r in rows), key=lambda r: (r.created_at, r.id))
 

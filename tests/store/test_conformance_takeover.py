@@ -69,7 +69,8 @@ async def test_a_dead_worker_s_running_runs_are_taken_over_once(reopen: Reopen) 
         dead.checkpoint(checkpoint("mid", 1, "llm_response"))
         await dead.create_run("done", OTHER, "user")
         dead.checkpoint(checkpoint("done", 1, "final"))
-        await dead.create_run("fresh", "test:c3:", "user")  # no checkpoint yet
+        await dead.create_run("fresh", "test:c3:", "user")  # no checkpoint: never got going
+        await dead.create_run("cron", "test:c6:", "cron")  # nor this one, but it is no message
         await dead.create_run("queued", "test:c4:", "user", state="queued", shared=True)
         await dead.create_run("ended", "test:c5:", "user")
         dead.set_run_state("ended", "completed", "done")
@@ -80,14 +81,24 @@ async def test_a_dead_worker_s_running_runs_are_taken_over_once(reopen: Reopen) 
         won = [runs for runs in taken if runs]
         assert len(won) == 1, "two workers took over the same runs"
         [runs] = won
-        assert [r.id for r in runs] == ["mid", "done", "fresh"]
-        assert {r.state for r in runs} == {"timed_out"}
-        assert {r.reason for r in runs} == {"interrupted"}
-        assert [r.resumable for r in runs] == [True, False, False]
-        assert len({r.worker for r in runs}) == 1
+        assert [(r.id, r.state) for r in runs] == [
+            ("mid", "timed_out"),
+            ("done", "timed_out"),
+            ("fresh", "queued"),
+            ("cron", "timed_out"),
+        ]
+        interrupted = [r for r in runs if r.state == "timed_out"]
+        assert {r.reason for r in interrupted} == {"interrupted"}
+        assert [r.resumable for r in interrupted] == [True, False, False]
+        assert len({r.worker for r in interrupted}) == 1
+        assert interrupted[0].worker in ("w0", "w1")
+        fresh = await first.run("fresh")
+        assert fresh is not None
+        assert (fresh.worker, fresh.started_at, fresh.ended_at) == (None, None, None)
         assert (await first.run("queued")).state == "queued"  # type: ignore[union-attr]
         assert (await first.run("ended")).state == "completed"  # type: ignore[union-attr]
-        assert (await first.claim_queued_run("w0")).id == "queued"  # type: ignore[union-attr]
+        claimed = {(await first.claim_queued_run("w0")).id for _ in range(2)}  # type: ignore[union-attr]
+        assert claimed == {"queued", "fresh"}
     finally:
         for opened in (dead, first, second):
             await opened.aclose()
