@@ -107,6 +107,8 @@ class Agent:
         """A cron run: `prompt` in a fresh lane pinned to the conversation `build` makes
         with the lane's journal (the job's policy and limits), with nobody to stream to;
         the lane is dropped after."""
+        if self.workers is not None:
+            await self.workers.start()  # its run is this worker's: others notice if it dies
         lane = await self.lane(key)
         try:
             lane.pin(build(lane.journal), provider_name)
@@ -271,6 +273,10 @@ class Agent:
         if goal is not None and goal.state == "active":
             parts.append(f"Active goal: {goal.text}")
         return "\n".join(parts)
+
+    async def owns_run(self, run_id: str) -> bool:
+        """`core.agent.turn.TurnHost.owns_run`: always, in one process."""
+        return self.workers is None or await self.workers.owns(run_id)
 
     def approver(self, lane: Lane) -> Approver:
         """Asks through the lane's current responder, keyed by its run and the call."""

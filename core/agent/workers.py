@@ -114,6 +114,8 @@ class Workers:
         self._tasks: list[asyncio.Task[None]] = []
         self._claiming: asyncio.Task[None] | None = None
         self._running: dict[str, asyncio.Task[None]] = {}  # claimed run id → its task here
+        self._starting: dict[str, str] = {}  # conversation → its claimed run, until it runs
+        self._stopped: set[str] = set()  # conversations whose claimed run /stop reached early
         self._waiters: dict[str, Queued] = {}  # runs taken in here, until they start or end
         self.listening = asyncio.Event()
         self.sweeps = 0  # sweeps done (for status and tests)
@@ -149,12 +151,15 @@ class Workers:
             await asyncio.wait_for(self.listening.wait(), timeout=10)
         except TimeoutError:
             log.warning("not listening for notices yet; the sweep claims queued runs")
+        if not self.settings.channels:
+            # `parley chat` and the like: they beat (their own runs are taken over if they
+            # die) but take nothing over nor claim: they cannot answer on the platforms.
+            return []
         # Runs of no worker: a single process's, from before this database was shared.
         taken = await self._take_over(None, created_before=self.host.started_at)
         taken += await self._sweep()
         self._tasks.append(spawn(self._sweeping(), "sweep"))
-        if self.settings.channels:  # a worker answering no shared channel claims nothing
-            self._claiming = spawn(self._claim_loop(), "claim")
+        self._claiming = spawn(self._claim_loop(), "claim")
         self._wake.set()
         return taken
 
@@ -259,10 +264,12 @@ class Workers:
                 queued.settle(RunReport(run_id, "failed", "", stop_reason="failed"))
             return
         fresh = key not in host.lanes
+        self._starting[conv] = run_id
         try:
             lane = await host.lane(key)
         except StoreError:
             log.warning("run %s: its conversation did not load", run_id, exc_info=True)
+            self._starting.pop(conv, None)
             await host.store.unclaim_run(run_id)  # another worker (or this one) tries again
             return
         lane.users += 1
@@ -272,8 +279,17 @@ class Workers:
                 await self._refresh(lane, run_id)
             lane.worker = asyncio.current_task()
             lane.responder = responder
-            report = await host.run_in_lane(lane, responder, user_text=text, run_id=run_id)
+            self._starting.pop(conv, None)
+            if conv in self._stopped:  # /stop came between the claim and now
+                self._stopped.discard(conv)
+                host.store.set_run_state(run_id, "cancelled", "stopped")
+                report = RunReport(run_id, "cancelled", "", stop_reason="cancelled")
+                host.events.emit("agent_run.cancelled", {"reason": "stopped"}, run_id=run_id)
+                self.run_ended(lane, run_id)
+            else:
+                report = await host.run_in_lane(lane, responder, user_text=text, run_id=run_id)
         finally:
+            self._starting.pop(conv, None)
             lane.users -= 1
             if report is None:  # never began (a shutdown): back to the queue for another
                 await host.store.unclaim_run(run_id)
@@ -289,6 +305,14 @@ class Workers:
             lane.seen_run = run_id
             self._publish("ended", run_id)
         self._wake.set()
+
+    async def owns(self, run_id: str) -> bool:
+        """Whether run `run_id` is still this worker's (not taken over by another)."""
+        try:
+            row = await self.host.store.run(run_id)
+        except StoreError:
+            return True  # deliver: a store that cannot be read cannot say otherwise
+        return row is None or row.worker in (None, self.id)
 
     async def _refresh(self, lane: Lane, run_id: str) -> None:
         """Load the lane again if another worker ran or changed its conversation since
@@ -363,6 +387,8 @@ class Workers:
             if queued is not None and queued.done is not None:
                 spawn(self._settle_from_store(queued), f"report {payload}")
         elif topic == "stop":
+            if payload in self._starting:
+                self._stopped.add(payload)
             lane = host.lanes.get(parse_conv(payload))
             if lane is not None:
                 spawn(_stop_lane(lane), f"stop {payload}")

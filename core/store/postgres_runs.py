@@ -34,6 +34,7 @@ _TOOL_STARTED = upsert(
     reset="completed_at, result, is_error",
 )
 _TOOL_GROUP = upsert("tool_groups", "pgid, start_ticks, boot_id, worker", "boot_id, pgid")
+_FENCE = " AND (%s::text IS NULL OR worker = %s)"  # a run taken over is left alone
 _TAKE_HOST_GROUPS = """
 DELETE FROM tool_groups g
 WHERE substr(g.worker, 1, length(%s)) = %s
@@ -50,6 +51,9 @@ class PostgresRunTables(PostgresDatabase):
     """`RunStore` and `JobStore` on PostgreSQL (`PostgresStore` adds the rest)."""
 
     _worker_id: str | None = None  # `set_worker`: whose runs and tool groups these are
+
+    def _fence(self) -> tuple[str | None, str | None]:
+        return (self._worker_id, self._worker_id)
 
     # --- runs and checkpoints -------------------------------------------------------
 
@@ -90,14 +94,14 @@ class PostgresRunTables(PostgresDatabase):
     ) -> None:
         if resumable is None:
             self.write_soon(
-                "UPDATE runs SET state = %s, reason = %s, ended_at = %s WHERE id = %s",
-                (state, reason, time.time(), run_id),
+                "UPDATE runs SET state = %s, reason = %s, ended_at = %s WHERE id = %s" + _FENCE,
+                (state, reason, time.time(), run_id, *self._fence()),
             )
         else:
             self.write_soon(
                 "UPDATE runs SET state = %s, reason = %s, ended_at = %s, resumable = %s "
-                "WHERE id = %s",
-                (state, reason, time.time(), resumable, run_id),
+                "WHERE id = %s" + _FENCE,
+                (state, reason, time.time(), resumable, run_id, *self._fence()),
             )
 
     def mark_resumable(self, run_id: str) -> None:
@@ -116,8 +120,18 @@ class PostgresRunTables(PostgresDatabase):
     ) -> None:
         self.write_soon(
             "UPDATE runs SET state = %s, ended_at = %s, reason = %s, text = %s, "
-            "iterations = %s, input_tokens = %s, output_tokens = %s WHERE id = %s",
-            (state, time.time(), reason, text, iterations, input_tokens, output_tokens, run_id),
+            "iterations = %s, input_tokens = %s, output_tokens = %s WHERE id = %s" + _FENCE,
+            (
+                state,
+                time.time(),
+                reason,
+                text,
+                iterations,
+                input_tokens,
+                output_tokens,
+                run_id,
+                *self._fence(),
+            ),
         )
 
     def forget_resumable(self, conv: str) -> None:

@@ -70,7 +70,8 @@ class RunStore(Protocol):
     ) -> None:
         """Queued: a run ends (or waits) without an answer of its own — cancelled, failed,
         waiting on a human, interrupted. `ended_at` is now; `resumable` changes only if
-        given."""
+        given. With a worker set (`set_worker`), only a run still that worker's changes (a
+        run another worker took over is left alone)."""
         ...
 
     def mark_resumable(self, run_id: str) -> None:
@@ -88,7 +89,8 @@ class RunStore(Protocol):
         input_tokens: int,
         output_tokens: int,
     ) -> None:
-        """Queued: a run's final row — how it ended, its answer and what it used."""
+        """Queued: a run's final row — how it ended, its answer and what it used. With a
+        worker set (`set_worker`), only a run still that worker's changes."""
         ...
 
     def forget_resumable(self, conv: str) -> None:

@@ -25,6 +25,7 @@ from core.store.rows import (
 )
 from core.store.sqlite_db import SqliteDatabase
 
+_FENCE = " AND (? IS NULL OR worker = ?)"  # a run another worker took over is left alone
 _TAKE_HOST_GROUPS = """
 DELETE FROM tool_groups
 WHERE substr(worker, 1, length(?)) = ?
@@ -37,6 +38,9 @@ class SqliteRunTables(SqliteDatabase):
     """`RunStore` and `JobStore` on SQLite (`SqliteStore` adds the rest)."""
 
     _worker_id: str | None = None  # `set_worker`: whose runs and tool groups these are
+
+    def _fence(self) -> tuple[str | None, str | None]:
+        return (self._worker_id, self._worker_id)
 
     # --- runs and checkpoints -------------------------------------------------------
 
@@ -82,13 +86,14 @@ class SqliteRunTables(SqliteDatabase):
         waiting on a human, interrupted."""
         if resumable is None:
             self.write_soon(
-                "UPDATE runs SET state = ?, reason = ?, ended_at = ? WHERE id = ?",
-                (state, reason, time.time(), run_id),
+                "UPDATE runs SET state = ?, reason = ?, ended_at = ? WHERE id = ?" + _FENCE,
+                (state, reason, time.time(), run_id, *self._fence()),
             )
         else:
             self.write_soon(
-                "UPDATE runs SET state = ?, reason = ?, ended_at = ?, resumable = ? WHERE id = ?",
-                (state, reason, time.time(), int(resumable), run_id),
+                "UPDATE runs SET state = ?, reason = ?, ended_at = ?, resumable = ? WHERE id = ?"
+                + _FENCE,
+                (state, reason, time.time(), int(resumable), run_id, *self._fence()),
             )
 
     def mark_resumable(self, run_id: str) -> None:
@@ -108,8 +113,18 @@ class SqliteRunTables(SqliteDatabase):
         """A run's final row: how it ended, its answer and what it used."""
         self.write_soon(
             "UPDATE runs SET state = ?, ended_at = ?, reason = ?, text = ?, iterations = ?, "
-            "input_tokens = ?, output_tokens = ? WHERE id = ?",
-            (state, time.time(), reason, text, iterations, input_tokens, output_tokens, run_id),
+            "input_tokens = ?, output_tokens = ? WHERE id = ?" + _FENCE,
+            (
+                state,
+                time.time(),
+                reason,
+                text,
+                iterations,
+                input_tokens,
+                output_tokens,
+                run_id,
+                *self._fence(),
+            ),
         )
 
     def forget_resumable(self, conv: str) -> None:

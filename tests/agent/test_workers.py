@@ -273,3 +273,41 @@ async def test_a_resume_sent_to_two_workers_at_once_goes_on_once(
             await until(lambda: end.finals == ["resumed"] and len(end.sent) == 1)
             assert "already going on" in end.sent[0]
             assert len(fake_llm.requests) == 1
+
+
+async def test_a_run_awaited_on_one_worker_and_answered_by_another_reports_there(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="from afar"))
+    platform = Platform()
+    async with postgres_schema() as url, workers(fake_llm, tmp_path, url, platform, 2) as agents:
+        taker, answerer = agents
+        assert taker.workers is not None
+        assert answerer.workers is not None
+        taker.workers.stop_claiming()  # it takes messages in, the other one answers them
+        report = await asyncio.wait_for(taker.run(inbound("hello")), 20)
+        assert (report.state, report.text) == ("completed", "from afar")
+        run = await taker.store.run(report.run_id)
+        assert run is not None
+        assert run.worker == answerer.workers.id
+        assert platform(("test", "c1", "")).finals == ["from afar"]
+
+
+async def test_a_worker_wrongly_taken_for_dead_does_not_deliver_the_run_taken_over(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="late " * 40, chunk_size=5, chunk_delay=0.05))
+    platform = Platform()
+    async with postgres_schema() as url, workers(fake_llm, tmp_path, url, platform, 1) as agents:
+        [slow] = agents
+        assert slow.workers is not None
+        end = platform(("test", "c1", ""))
+        await slow.submit(inbound("take your time"), end)
+        await until(lambda: bool(end.streams and end.streams[0].deltas))
+        async with await open_store(url) as other:  # a worker that missed its heartbeats
+            [taken] = await other.take_over_runs(slow.workers.id, "other:1:x")
+        await until(lambda: slow.lanes[("test", "c1", "")].idle)
+        assert end.streams[0].final is None  # withheld: the other worker said "interrupted"
+        run = await slow.store.run(taken.id)
+        assert run is not None
+        assert (run.state, run.worker) == ("timed_out", "other:1:x")  # not "completed"
