@@ -6,7 +6,10 @@ retries). One worker is killed with SIGKILL midway.
 
 Every message must end in exactly one outcome — its answer, or (for a turn the dead worker
 was in the middle of) the "interrupted — /resume" notice, posted once — answers in each
-conversation come in the order of its messages, and nothing is lost."""
+conversation come in the order of its messages, and nothing is lost. The one exception is
+inherent to a crash: a turn killed after its whole (short) answer was posted as a preview
+and before the preview was recorded leaves that answer in the chat besides the notice,
+since nobody can know to retract it; the test checks that such turns left no record."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from pathlib import Path
 import aiohttp
 
 from core.agent.recovery import PREVIEW_RETRACTED
-from core.store import open_store
+from core.store import RunRow, Store, open_store
 from tests.channels.test_stored_before_ack import Parley, free_port
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import Envelope, FakeSlack
@@ -50,12 +53,24 @@ def worker_config(
         """,
     )
     store = (
-        f'url = "{url}"\nheartbeat_seconds = 0.3\nworker_timeout_seconds = 1.5\nsweep_seconds = 0.5'
+        f'url = "{url}"\nheartbeat_seconds = 0.3\nworker_timeout_seconds = 2\nsweep_seconds = 0.5'
     )
     text = re.sub(r'^path = ".*parley\.db"$', store, text, flags=re.MULTILINE)
     config = state / "config.toml"
     config.write_text(text)
     return config
+
+
+async def history(store: Store, slack: FakeSlack, channel: str, runs: list[RunRow]) -> str:
+    """What happened in one conversation: its runs, their events and the posts."""
+    lines = [channel]
+    for run in sorted(
+        (r for r in runs if r.conv == f"slack:{channel}:"), key=lambda r: r.created_at
+    ):
+        lines.append(f"  run {run.id} {run.state} {run.reason} {run.worker} {run.text!r}")
+        lines += [f"    {name} {data}" for _, name, _, data in await store.events(run.id)]
+    lines += [f"  post {m.ts} {m.texts}" for m in slack.live_messages() if m.channel == channel]
+    return "\n".join(lines)
 
 
 @contextlib.asynccontextmanager
@@ -159,7 +174,7 @@ async def test_three_workers_answer_every_message_once_in_order_when_one_is_kill
                     async with asyncio.timeout(90):
                         while True:
                             answers, notices, interrupted = await outcomes()
-                            if len(answers) + len(interrupted) >= len(sent):
+                            if set(answers) | set(interrupted) >= set(sent):
                                 break
                             await asyncio.sleep(0.2)
                 except TimeoutError:
@@ -173,10 +188,20 @@ async def test_three_workers_answer_every_message_once_in_order_when_one_is_kill
                         f"{len(sent)}; runs {states}\n{logs}"
                     ) from None
                 runs = await store.runs(limit=1000)
+                # A turn killed after its whole answer was posted as a preview, before the
+                # preview was recorded, leaves it in the chat: it cannot be retracted.
+                both = set(answers) & set(interrupted)
+                unrecorded = {
+                    run.text
+                    for run in runs
+                    if run.text in both
+                    and "channel.preview.posted" not in [e[1] for e in await store.events(run.id)]
+                }
+                story = [await history(store, slack, sent[text], runs) for text in sorted(both)]
             assert await first.stop() == 0
             assert await third.stop() == 0
     assert set(answers) | set(interrupted) == set(sent), "a message was lost"
-    assert not set(answers) & set(interrupted), "an interrupted message was also answered"
+    assert both == unrecorded, "an interrupted message was also answered:\n" + "\n".join(story)
     assert set(answers.values()) == {1}, "a message was answered twice"
     assert set(notices.values()) == {1}, "an interruption was announced twice"
     assert interrupted, "the killed worker was running nothing: the test proves nothing"
@@ -187,7 +212,8 @@ async def test_three_workers_answer_every_message_once_in_order_when_one_is_kill
             if m.channel == f"D{c}" and m.text.startswith("pong: ")
         ]
         wanted = [f"c{c} m{n}" for n in range(PER_CONVERSATION)]
-        assert replies == [t for t in wanted if t not in interrupted], f"D{c} out of order"
+        answered = [t for t in wanted if t not in interrupted or t in unrecorded]
+        assert replies == answered, f"D{c} out of order"
     assert len(runs) == len(sent)
     assert {r.state for r in runs} <= {"completed", "timed_out"}
     retracted = [m for m in slack.live_messages() if m.text == PREVIEW_RETRACTED]

@@ -271,7 +271,8 @@ async def test_a_resume_sent_to_two_workers_at_once_goes_on_once(
                 *(a.submit(inbound("/resume", key=("test", "c1", "")), end) for a in agents)
             )
             await until(lambda: end.finals == ["resumed"] and len(end.sent) == 1)
-            assert "already going on" in end.sent[0]
+            # the other one finds it going on, or no longer resumable: either way, once
+            assert any(s in end.sent[0] for s in ("already going on", "no interrupted run"))
             assert len(fake_llm.requests) == 1
 
 
