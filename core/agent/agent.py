@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from core.agent.approvals import ApprovalDesk
+from core.agent.approvals import ApprovalDesk, LaneApprover
 from core.agent.commands import Commands
 from core.agent.conversation import Conversation, ConversationFactory
 from core.agent.goals import drive_goal
@@ -32,7 +32,7 @@ from core.clock import Clock, SystemClock
 from core.command_table import parse_command
 from core.config import GoalsConfig
 from core.eventlog import EventLog
-from core.messages import Message, ToolCall
+from core.messages import Message
 from core.store import Store
 from core.tools.base import Approver
 
@@ -280,7 +280,7 @@ class Agent:
 
     def approver(self, lane: Lane) -> Approver:
         """Asks through the lane's current responder, keyed by its run and the call."""
-        return _LaneApprover(self, lane)
+        return LaneApprover(self.approvals, lane, lambda: self.approval_timeout)
 
     async def answer_approval(
         self, request_id: str, allow: bool, user_name: str
@@ -343,6 +343,11 @@ class Agent:
         console's Ctrl-C); True if one was running."""
         lane = self.lanes.get(key)
         return lane is not None and await lane.stop()
+
+    async def status_elsewhere(self, lane: Lane) -> str:
+        """`core.agent.lane.LaneHost.status_elsewhere`."""
+        shared = self.workers is not None and self.workers.shares(lane.key)
+        return await self.workers.status(lane) if self.workers and shared else ""
 
     async def stop_elsewhere(self, lane: Lane) -> tuple[int, bool]:
         """`core.agent.lane.LaneHost.stop_elsewhere`: nothing to do in one process."""
@@ -452,28 +457,6 @@ class Agent:
         await self.store.flush()
         if self.workers is not None:
             await self.workers.close()
-
-
-class _LaneApprover:
-    """A lane's approver (`core.tools.base.CallApprover`): asks through the lane's current
-    responder, keyed by the lane's running run and the tool call."""
-
-    __slots__ = ("agent", "lane")
-
-    def __init__(self, agent: Agent, lane: Lane) -> None:
-        self.agent, self.lane = agent, lane
-
-    async def __call__(self, tool: str, summary: str, reason: str) -> bool:
-        """A call without an id (outside the loop): asked, but not taken up after a restart."""
-        return await self.approve_call(ToolCall(id="", name=tool), summary, reason)
-
-    async def approve_call(self, call: ToolCall, summary: str, reason: str) -> bool:
-        lane, agent = self.lane, self.agent
-        if lane.responder is None:
-            return False
-        return await agent.approvals.ask(
-            lane.responder, lane.conv_id, lane.run_id, call, summary, reason, agent.approval_timeout
-        )
 
 
 def _not_run(run_id: str, why: str) -> RunReport:

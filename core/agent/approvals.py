@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.agent.lane import Lane
 from core.chat import ApprovalRequest, PromptRef, Responder
 from core.errors import StoreError
 from core.eventlog import EventLog
@@ -220,4 +221,26 @@ class ApprovalDesk:
         return ApprovalRequest(row.id, row.tool, row.summary, row.reason, 0.0, prompt=row.prompt)
 
 
-__all__ = ["ApprovalDesk"]
+class LaneApprover:
+    """A lane's approver (`core.tools.base.CallApprover`): asks through the lane's current
+    responder, keyed by the lane's running run and the tool call."""
+
+    __slots__ = ("desk", "lane", "timeout")
+
+    def __init__(self, desk: ApprovalDesk, lane: Lane, timeout: Callable[[], float]) -> None:
+        self.desk, self.lane, self.timeout = desk, lane, timeout
+
+    async def __call__(self, tool: str, summary: str, reason: str) -> bool:
+        """A call without an id (outside the loop): asked, but not taken up after a restart."""
+        return await self.approve_call(ToolCall(id="", name=tool), summary, reason)
+
+    async def approve_call(self, call: ToolCall, summary: str, reason: str) -> bool:
+        lane = self.lane
+        if lane.responder is None:
+            return False
+        return await self.desk.ask(
+            lane.responder, lane.conv_id, lane.run_id, call, summary, reason, self.timeout()
+        )
+
+
+__all__ = ["ApprovalDesk", "LaneApprover"]

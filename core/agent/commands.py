@@ -75,6 +75,8 @@ class Commands:
             run += f" (last run: {lane.last_state})"
         if lane.queue:
             run += f", {len(lane.queue)} queued"
+        if elsewhere := await self.agent.status_elsewhere(lane):
+            run = f"{'busy' if lane.busy else 'idle here'}; {elsewhere}"
         return "\n".join(
             [
                 f"Provider: {lane.provider_name} ({provider.model})",

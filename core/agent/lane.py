@@ -203,6 +203,11 @@ class LaneHost(Protocol):
         self, lane: Lane, responder: Responder, *, user_text: str | None, trigger: str = "user"
     ) -> RunReport | None: ...
 
+    async def status_elsewhere(self, lane: Lane) -> str:
+        """What `/status` adds beyond this process (several workers): the run on another
+        worker, the messages queued in the store; "" if nothing."""
+        ...
+
     async def stop_elsewhere(self, lane: Lane) -> tuple[int, bool]:
         """`/stop` beyond this process (several workers): how many of the conversation's
         queued runs were dropped, and whether a run on another worker was told to stop."""

@@ -8,6 +8,7 @@ were still queued get their turn; tool process groups that outlived their proces
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -65,6 +66,38 @@ async def reconcile(host: RecoveryHost) -> list[str]:
             await host.requeue(run.id, run.conv, run.text or "")
     await host.store.flush()
     return [run.id for run in interrupted]
+
+
+async def take_over(
+    host: RecoveryHost,
+    worker_id: str,
+    dead: str | None,
+    created_before: float,
+    publish: Callable[[str, str], None],
+) -> list[str]:
+    """Several workers (`core.agent.workers`): the runs worker `dead` left running become
+    `worker_id`'s and `timed_out` — those that waited on an approver go on at once, the
+    others are announced for `/resume` — and a message whose turn never got going is
+    queued again (and announced with `publish`). Returns the ids of the interrupted runs."""
+    store, events = host.store, host.events
+    taken = await store.take_over_runs(dead, worker_id, created_before=created_before)
+    runs = [run for run in taken if run.state != "queued"]
+    for run in taken:
+        if run.state == "queued":  # it never got going: any worker answers it afresh
+            events.emit("agent_run.requeued", {"worker": dead}, run_id=run.id, conv=run.conv)
+            publish("queued", run.conv)
+        else:
+            data = {"resumable": run.resumable, "worker": dead}
+            events.emit("agent_run.reconcile", data, run_id=run.id, conv=run.conv)
+    if not runs:
+        return []
+    ids = {run.id for run in runs}
+    pending = [a for a in await store.pending_approvals(before=math.inf) if a.run_id in ids]
+    waiting = await resume_waiting(host, pending)
+    store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
+    await announce_interrupted(host, [r for r in runs if r.resumable and r.id not in waiting])
+    await store.flush()
+    return sorted(ids)
 
 
 async def announce_interrupted(host: RecoveryHost, interrupted: list[RunRow]) -> None:
@@ -136,4 +169,5 @@ __all__ = [
     "parse_conv",
     "reconcile",
     "resume_waiting",
+    "take_over",
 ]

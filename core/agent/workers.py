@@ -38,7 +38,7 @@ from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.journal import RunJournal
 from core.agent.lane import Lane, Queued, RunReport, RunState
-from core.agent.recovery import RecoveryHost, announce_interrupted, parse_conv, resume_waiting
+from core.agent.recovery import RecoveryHost, parse_conv, take_over
 from core.agent.responders import safe_send
 from core.agent.tasks import spawn
 from core.agent.turn import new_run_id
@@ -119,6 +119,7 @@ class Workers:
         self._waiters: dict[str, Queued] = {}  # runs taken in here, until they start or end
         self.listening = asyncio.Event()
         self.sweeps = 0  # sweeps done (for status and tests)
+        self.listens = 0  # times listening (re)started
         self._start: asyncio.Task[list[str]] | None = None
 
     def shares(self, key: ConversationKey) -> bool:
@@ -358,6 +359,16 @@ class Workers:
         await self.notices.publish("stop", lane.conv_id)  # a goal driver elsewhere stops too
         return len(dropped), bool(running)
 
+    async def status(self, lane: Lane) -> str:
+        """`/status`: the conversation's run on another worker and its queued messages."""
+        store = self.host.store
+        running = [] if lane.busy else await store.runs(conv=lane.conv_id, states=["running"])
+        queued = await store.runs(conv=lane.conv_id, states=["queued"], limit=1000)
+        parts = [f"running on {running[0].worker} (run {running[0].id})"] if running else []
+        if queued:
+            parts.append(f"{len(queued)} queued")
+        return ", ".join(parts)
+
     async def take_resumable(self, lane: Lane, run_id: str) -> str | None:
         """`/resume` here: take the interrupted run through the store (so no other worker
         goes on with it too) and load the lane as the store has it; a message for the
@@ -405,6 +416,7 @@ class Workers:
         stale and queued runs may wait."""
         for lane in self.host.lanes.values():
             lane.stale = True
+        self.listens += 1
         self.listening.set()
         self._wake.set()
 
@@ -462,30 +474,8 @@ class Workers:
         return taken
 
     async def _take_over(self, dead: str | None, created_before: float = math.inf) -> list[str]:
-        """The runs `dead` left running become this worker's and `timed_out`: those that
-        waited on an approver go on at once, the others are announced for `/resume`; a
-        message whose turn never got going is queued again instead."""
-        store, events = self.host.store, self.host.events
-        taken = await store.take_over_runs(dead, self.id, created_before=created_before)
-        runs = [run for run in taken if run.state != "queued"]
-        for run in taken:
-            if run.state == "queued":  # it never got going: any worker answers it afresh
-                events.emit("agent_run.requeued", {"worker": dead}, run_id=run.id, conv=run.conv)
-                self._publish("queued", run.conv)
-            else:
-                data = {"resumable": run.resumable, "worker": dead}
-                events.emit("agent_run.reconcile", data, run_id=run.id, conv=run.conv)
-        if not runs:
-            return []
-        ids = {run.id for run in runs}
-        pending = [a for a in await store.pending_approvals(before=math.inf) if a.run_id in ids]
-        waiting = await resume_waiting(self.host, pending)
-        store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
-        await announce_interrupted(
-            self.host, [r for r in runs if r.resumable and r.id not in waiting]
-        )
-        await store.flush()
-        return sorted(ids)
+        """See `core.agent.recovery.take_over`."""
+        return await take_over(self.host, self.id, dead, created_before, self._publish)
 
 
 async def _stop_lane(lane: Lane) -> None:

@@ -149,6 +149,8 @@ async def test_a_stop_on_one_worker_cancels_the_run_on_another(
         holder = next(a for a in agents if a.workers and a.workers.id == run.worker)
         other = next(a for a in agents if a is not holder)
         await agents[1].submit(inbound("next one"), end)  # queued behind the run: dropped
+        await other.submit(inbound("/status"), end)
+        assert f"Run: idle here; running on {run.worker} (run {run.id}), 1 queued" in end.sent[0]
         t0 = time.monotonic()
         await other.submit(inbound("/stop"), end)
         await until(lambda: end.streams[0].final is not None)
@@ -312,3 +314,27 @@ async def test_a_worker_wrongly_taken_for_dead_does_not_deliver_the_run_taken_ov
         run = await slow.store.run(taken.id)
         assert run is not None
         assert (run.state, run.worker) == ("timed_out", "other:1:x")  # not "completed"
+
+
+async def test_workers_listen_again_after_losing_the_server_and_miss_nothing(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    import psycopg
+
+    fake_llm.responder = lambda request: Reply(text=f"re: {last_user_text(request)}")
+    platform = Platform()
+    async with postgres_schema() as url, workers(fake_llm, tmp_path, url, platform, 2) as agents:
+        sweeping = [a.workers for a in agents if a.workers]
+        schema = url.rsplit("application_name=", 1)[1]
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+            await admin.execute(  # what a server restart or a network cut does to listeners
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s AND query LIKE 'LISTEN%%' AND pid <> pg_backend_pid()",
+                (schema,),
+            )
+        await until(lambda: all(w.listens >= 2 for w in sweeping))
+        end = platform(("test", "c1", ""))
+        await agents[0].submit(inbound("still there?"), end)
+        await agents[1].submit(inbound("/status"), end)
+        await until(lambda: end.finals == ["re: still there?"])
+        assert "Provider: fake" in end.sent[0]
