@@ -138,7 +138,16 @@ async def test_three_workers_answer_every_message_once_in_order_when_one_is_kill
             sent: dict[str, str] = {}  # message text → its DM channel
 
             async def kill_midway() -> None:
-                await asyncio.sleep(0.1)  # deliveries are on their way to it, turns running
+                """Once a turn of the second worker is past its first checkpoint (while
+                deliveries are on their way to it), SIGKILL it."""
+                mark = f":{second.proc.pid}:"
+                async with await open_store(url) as watch, asyncio.timeout(30):
+                    while True:
+                        running = await watch.runs(states=["running"], limit=100)
+                        mine = [r for r in running if mark in (r.worker or "")]
+                        if [r for r in mine if await watch.last_checkpoint(r.id)]:
+                            break
+                        await asyncio.sleep(0.01)
                 await second.kill()
 
             for n in range(PER_CONVERSATION):
