@@ -50,16 +50,15 @@ async def workers(
     url: str,
     responders: Callable[[Any], Any],
     count: int,
-    **store: Any,
+    **config: Any,
 ) -> AsyncIterator[list[Agent]]:
     """`count` agents sharing the store at `url`, each joined (`reconcile`)."""
     apps: list[App] = []
     agents: list[Agent] = []
     try:
         for n in range(count):
-            cfg = agent_config(
-                fake_llm, tmp_path, store={"path": None, "url": url, **FAST, **store}
-            )
+            store = {"path": None, "url": url, **FAST}
+            cfg = agent_config(fake_llm, tmp_path, store=store, **config)
             app = App(cfg, {}, build_registry(cfg, {}))
             apps.append(app)
             agent = await app.open_agent(
@@ -338,3 +337,28 @@ async def test_workers_listen_again_after_losing_the_server_and_miss_nothing(
         await agents[1].submit(inbound("/status"), end)
         await until(lambda: end.finals == ["re: still there?"])
         assert "Provider: fake" in end.sent[0]
+
+
+async def test_the_queue_cap_counts_the_messages_queued_on_every_worker(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="word " * 600, chunk_size=5, chunk_delay=0.05))
+    platform = Platform()
+    limits = {"agent": {"max_queued": 2}}
+    async with (
+        postgres_schema() as url,
+        workers(fake_llm, tmp_path, url, platform, 2, **limits) as agents,
+    ):
+        end = platform(("test", "c1", ""))
+        await agents[0].submit(inbound("talk a lot"), end)
+        await until(lambda: bool(end.streams and end.streams[0].deltas))
+        for n, agent in enumerate([agents[0], agents[1], agents[0]]):
+            await agent.submit(inbound(f"more {n}"), end)
+        assert end.sent == [
+            "I already have 2 messages waiting in this conversation, so I did not queue that "
+            "one. Send it again once I have caught up (/stop drops the queue)."
+        ]
+        queued = await agents[1].store.runs(conv="test:c1:", states=["queued"])
+        assert sorted(r.text for r in queued) == ["more 0", "more 1"]
+        await agents[1].submit(inbound("/stop"), end)
+        await until(lambda: end.streams[0].final == "Stopped.")
