@@ -128,6 +128,9 @@ class Workers:
 
     async def start(self) -> list[str]:
         """Join the workers (once; see `_join`); the ids of the runs taken over."""
+        failed = self._start is not None and self._start.done() and not self._start.cancelled()
+        if failed and self._start is not None and self._start.exception() is not None:
+            self._start = None  # the store was unreachable: try again
         first = self._start is None
         if self._start is None:
             self._start = asyncio.ensure_future(self._join())
@@ -141,6 +144,8 @@ class Workers:
         process before) left running, and claim what is queued. Returns the ids of the
         runs taken over."""
         store = self.host.store
+        for task in self._tasks:  # of an earlier attempt that failed halfway
+            task.cancel()
         await store.worker_heartbeat(self.id)
         self.notices = await open_notices(store)
         self.host.approvals.notices = self.notices
