@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -12,6 +12,7 @@ from bot.config import ParleyConfig
 from core.agent import Agent
 from core.agent.conversation import Conversation
 from core.agent.journal import JournalBox
+from core.agent.workers import SharedSettings
 from core.chat import ConversationKey, Responder
 from core.config import StoreConfig
 from core.context.manager import ContextManager
@@ -63,6 +64,20 @@ def _redactor(config: ParleyConfig, environ: Mapping[str, str], registry: ToolRe
         if isinstance(tool, CliTool):
             values += tool.env.values()
     return Redactor(values)
+
+
+def shared_settings(config: StoreConfig, channels: Collection[str]) -> SharedSettings | None:
+    """Several workers may share a PostgreSQL store (SPEC §14), answering the conversations
+    of `channels` whichever of them took a message in; SQLite is one process's."""
+    if config.backend() != "postgresql":
+        return None
+    return SharedSettings(
+        heartbeat=config.heartbeat_seconds,
+        timeout=config.worker_timeout_seconds,
+        sweep=config.sweep_seconds,
+        max_runs=config.worker_max_runs,
+        channels=frozenset(channels),
+    )
 
 
 async def open_configured_store(config: StoreConfig, environ: Mapping[str, str]) -> Store:
@@ -244,9 +259,13 @@ class App:
         )
 
     async def open_agent(
-        self, responders: Callable[[ConversationKey], Responder | None] | None = None
+        self,
+        responders: Callable[[ConversationKey], Responder | None] | None = None,
+        shared_channels: Collection[str] = (),
     ) -> Agent:
-        """The durable agent on the configured store (call `close_agent` when done)."""
+        """The durable agent on the configured store (call `close_agent` when done). On a
+        PostgreSQL store it is one of the workers sharing it; it claims the messages of
+        `shared_channels` (the platforms `parley run` serves) taken in by any worker."""
 
         store = await open_configured_store(self.config.store, self.environ)
         REAPER.ledger = store  # live tool process groups, for a start-up after a crash
@@ -258,6 +277,7 @@ class App:
             responders=responders,
             goal_settings=self.config.goals,
             max_queued=self.config.agent.max_queued,
+            shared=shared_settings(self.config.store, shared_channels),
         )
         self.memory = Memory(store, agent.events, self.config.memory)
         return agent

@@ -62,7 +62,8 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
     """Start everything, wait for SIGTERM/SIGINT (or the console's /exit), stop cleanly."""
     out = out or sys.stderr
     all_channels, console_channel = _channels(app, console, out)
-    agent = await app.open_agent(responders_of(all_channels))
+    platforms = [name for name in all_channels if name != "console"]  # the console is local
+    agent = await app.open_agent(responders_of(all_channels), shared_channels=platforms)
     scheduler = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -123,7 +124,8 @@ def _singletons(
     leased = Singletons(
         agent.store,
         found,
-        worker=worker_id(),
+        # one id for heartbeats and leases: the agent's, when it joined as a worker
+        worker=agent.workers.id if agent.workers is not None else worker_id(),
         lease_seconds=store.lease_seconds,
         events=agent.events,
         out=out,

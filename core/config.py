@@ -150,6 +150,17 @@ class StoreConfig(_Section):
         "platform's one connection, the scheduler) lasts unless renewed; renewed every third "
         "of it, so a dead holder is replaced within about this long.",
     )
+    # Several workers on one PostgreSQL store (SPEC §14); unused on SQLite.
+    heartbeat_seconds: float = Field(
+        2.0, gt=0, le=60, description="Seconds between a worker's heartbeats (PostgreSQL)."
+    )
+    worker_timeout_seconds: float = Field(
+        10.0, gt=0, description="A worker silent this long is dead; its runs are taken over."
+    )
+    sweep_seconds: float = Field(
+        5.0, gt=0, le=300, description="Seconds between sweeps for dead workers and lost work."
+    )
+    worker_max_runs: int = Field(32, ge=1, description="Runs one worker claims at once.")
 
     @field_validator("url")
     @classmethod
@@ -166,6 +177,13 @@ class StoreConfig(_Section):
     def _one_store(self) -> StoreConfig:
         if self.url is not None and "path" in self.model_fields_set:
             raise FixableError("both `path` and `url` are set", "keep one of them")
+        if self.worker_timeout_seconds < 2 * self.heartbeat_seconds:
+            raise FixableError(
+                f"`worker_timeout_seconds` ({self.worker_timeout_seconds:g}) is less than two "
+                f"heartbeats ({self.heartbeat_seconds:g} s each): live workers would be "
+                "taken for dead",
+                "make `worker_timeout_seconds` at least 2 × `heartbeat_seconds` (5 × is safer)",
+            )
         return self
 
     def backend(self) -> Literal["sqlite", "postgresql"]:

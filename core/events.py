@@ -138,6 +138,7 @@ EventName = Literal[
     "agent.command",
     "agent.queue.full",
     "agent.tool_groups_killed",
+    "agent.worker.dead",
     "agent.approval.answered",
     "agent.approval.resumed",
     "agent.goal.verdict",

@@ -12,12 +12,10 @@ after a restart (`core.agent.approvals`).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
-from core.agent.approvals import ApprovalDesk
+from core.agent.approvals import ApprovalDesk, LaneApprover
 from core.agent.children import delegator_for
 from core.agent.commands import Commands
 from core.agent.conversation import Conversation, ConversationFactory
@@ -27,18 +25,18 @@ from core.agent.lane import Lane, Queued, RunReport
 from core.agent.recovery import parse_conv, reconcile
 from core.agent.responders import QuietResponder, safe_send
 from core.agent.runs import resume_blocker
+from core.agent.tasks import spawn as _spawn
 from core.agent.turn import Turn, new_run_id
+from core.agent.workers import SharedSettings, Workers
 from core.chat import ApprovalRequest, ConversationKey, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.command_table import parse_command
 from core.config import GoalsConfig
 from core.eventlog import EventLog
-from core.messages import Message, ToolCall
+from core.messages import Message
 from core.store import Store
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
-
-log = logging.getLogger(__name__)
 
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
 
@@ -62,6 +60,8 @@ class Agent:
         responders: Callable[[ConversationKey], Responder | None] | None = None,
         goal_settings: GoalsConfig | None = None,
         max_queued: int = 20,
+        shared: SharedSettings | None = None,
+        worker_id: str | None = None,
     ) -> None:
         self.store = store
         self.max_queued = max_queued  # messages waiting per conversation; more are turned away
@@ -79,6 +79,8 @@ class Agent:
         self.max_lanes = MAX_LANES
         self.commands = Commands(self)
         self.approvals = ApprovalDesk(store, self.events, lambda: self._closing)
+        # Several workers on one store (`core.agent.workers`); None: one process.
+        self.workers = Workers(self, shared, worker_id) if shared is not None else None
 
     # --- input ------------------------------------------------------------------------
 
@@ -107,6 +109,8 @@ class Agent:
         """A cron run: `prompt` in a fresh lane pinned to the conversation `build` makes
         with the lane's journal (the job's policy and limits), with nobody to stream to;
         the lane is dropped after."""
+        if self.workers is not None:
+            await self.workers.start()  # its run is this worker's: others notice if it dies
         lane = await self.lane(key)
         try:
             lane.pin(build(lane.journal), provider_name)
@@ -124,6 +128,8 @@ class Agent:
             await safe_send(responder, "Parley is restarting; please send that again soon.")
             _settle(done, _not_run("", "closing"))
             return True
+        if self.workers is not None:
+            await self.workers.start()  # joins the other workers on first use
         event = (inbound.channel, inbound.event_id)
         if inbound.event_id:
             duplicate = event in self._taking_in  # checked and claimed with no await between
@@ -134,14 +140,22 @@ class Agent:
                 self.events.emit("channel.event.duplicate", {"channel": event[0], "id": event[1]})
                 _settle(done, _not_run("", "duplicate"))
                 return False
+        workers = self.workers if self.workers and self.workers.shares(inbound.key) else None
+        if workers is not None and parse_command(inbound.text) is None:
+            try:  # queued in the store, for whichever worker is free
+                return await workers.take_in(inbound, responder, done)
+            finally:
+                self._taking_in.discard(event)
         lane = await self.lane(inbound.key)
         lane.users += 1  # not evicted while this message is being taken in
         try:
             lane.responder = responder
-            if parse_command(inbound.text) is not None:
+            if (command := parse_command(inbound.text)) is not None:
                 if inbound.event_id:
                     await self.store.mark_seen(*event)
                 await self.commands.handle(lane, inbound, responder)
+                if workers is not None and command[0] in _CHANGING:
+                    workers.changed(lane)
                 _settle(done, _not_run("", "command"))
                 return True
             if len(lane.queue) >= self.max_queued:
@@ -269,9 +283,13 @@ class Agent:
             parts.append(f"Active goal: {goal.text}")
         return "\n".join(parts)
 
+    async def owns_run(self, run_id: str) -> bool:
+        """`core.agent.turn.TurnHost.owns_run`: always, in one process."""
+        return self.workers is None or await self.workers.owns(run_id)
+
     def approver(self, lane: Lane) -> Approver:
         """Asks through the lane's current responder, keyed by its run and the call."""
-        return _LaneApprover(self, lane)
+        return LaneApprover(self.approvals, lane, lambda: self.approval_timeout)
 
     def delegator(self, turn: Turn) -> Delegator | None:
         """The child runs `turn` may start with `delegate` (see `core.agent.children`)."""
@@ -322,7 +340,7 @@ class Agent:
             task = asyncio.create_task(turn.run(), name=f"run {lane.conv_id}")
             lane.run_task = task
             try:
-                return await asyncio.shield(task)
+                report = await asyncio.shield(task)
             except asyncio.CancelledError:
                 me = asyncio.current_task()
                 if me is not None and me.cancelling():  # the caller itself is cancelled
@@ -333,13 +351,27 @@ class Agent:
                 if run_id is not None:
                     self.store.set_run_state(run_id, "cancelled", "stopped")
                 lane.finished("cancelled")
-                return _not_run(run_id or "", "cancelled")
+                report = _not_run(run_id or "", "cancelled")
+            if self.workers is not None:
+                self.workers.run_ended(lane, report.run_id or None)
+            return report
 
     async def cancel_running(self, key: ConversationKey) -> bool:
         """`core.chat.AgentPort.cancel_running`: stop the conversation's running run (the
         console's Ctrl-C); True if one was running."""
         lane = self.lanes.get(key)
         return lane is not None and await lane.stop()
+
+    async def status_elsewhere(self, lane: Lane) -> str:
+        """`core.agent.lane.LaneHost.status_elsewhere`."""
+        shared = self.workers is not None and self.workers.shares(lane.key)
+        return await self.workers.status(lane) if self.workers and shared else ""
+
+    async def stop_elsewhere(self, lane: Lane) -> tuple[int, bool]:
+        """`core.agent.lane.LaneHost.stop_elsewhere`: nothing to do in one process."""
+        if self.workers is None or not self.workers.shares(lane.key):
+            return (0, False)
+        return await self.workers.stop_elsewhere(lane)
 
     # --- autonomous goals ---------------------------------------------------------------
 
@@ -359,6 +391,8 @@ class Agent:
 
     async def resume_run(self, lane: Lane, responder: Responder, run_id: str) -> str | None:
         """Continue run `run_id` in the lane, or say why it cannot safely go on."""
+        if self.workers is not None and (why := await self.workers.take_resumable(lane, run_id)):
+            return why
         conversation = await self.conversation_of(lane)
         why = await resume_blocker(self.store, run_id, conversation)
         if why is not None:
@@ -388,7 +422,10 @@ class Agent:
         await self._drain(lane)
 
     async def reconcile(self) -> list[str]:
-        """At start-up: what a crash or a restart left behind (see `core.agent.recovery`)."""
+        """At start-up: what a crash or a restart left behind (see `core.agent.recovery`);
+        with several workers, join them (see `core.agent.workers`)."""
+        if self.workers is not None:
+            return await self.workers.start()
         return await reconcile(self)
 
     async def requeue(self, run_id: str, conv: str, text: str) -> None:
@@ -420,6 +457,8 @@ class Agent:
         """Stop taking input; let running turns reach a checkpoint (up to `grace`
         seconds), then cancel what is left (those runs stay resumable)."""
         self._closing = True
+        if self.workers is not None:
+            self.workers.stop_claiming()
         lanes = list(self.lanes.values())  # submits after this point are turned away
         for lane in lanes:
             await lane.stop_goal()
@@ -434,28 +473,8 @@ class Agent:
             for queued in lane.queue:  # stored: they run after the restart, not here
                 queued.settle(_not_run(queued.run_id, "closing"))
         await self.store.flush()
-
-
-class _LaneApprover:
-    """A lane's approver (`core.tools.base.CallApprover`): asks through the lane's current
-    responder, keyed by the lane's running run and the tool call."""
-
-    __slots__ = ("agent", "lane")
-
-    def __init__(self, agent: Agent, lane: Lane) -> None:
-        self.agent, self.lane = agent, lane
-
-    async def __call__(self, tool: str, summary: str, reason: str) -> bool:
-        """A call without an id (outside the loop): asked, but not taken up after a restart."""
-        return await self.approve_call(ToolCall(id="", name=tool), summary, reason)
-
-    async def approve_call(self, call: ToolCall, summary: str, reason: str) -> bool:
-        lane, agent = self.lane, self.agent
-        if lane.responder is None:
-            return False
-        return await agent.approvals.ask(
-            lane.responder, lane.conv_id, lane.run_id, call, summary, reason, agent.approval_timeout
-        )
+        if self.workers is not None:
+            await self.workers.close()
 
 
 def _not_run(run_id: str, why: str) -> RunReport:
@@ -468,16 +487,7 @@ def _settle(done: asyncio.Future[RunReport] | None, report: RunReport) -> None:
         done.set_result(report)
 
 
-def _spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-    """A task whose failure is logged, never lost ("exception was never retrieved")."""
-    task = asyncio.create_task(coro, name=name)
-    task.add_done_callback(_log_failure)
-    return task
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        log.error("%s failed", task.get_name(), exc_info=exc)
+_CHANGING = frozenset({"clear", "compact", "goal", "provider"})  # other workers reload
 
 
 __all__ = [

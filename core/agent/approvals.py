@@ -19,34 +19,39 @@ has run nothing, so resuming its run is always safe.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from core.agent.lane import Lane
 from core.chat import ApprovalRequest, PromptRef, Responder
 from core.errors import StoreError
 from core.eventlog import EventLog
 from core.messages import ToolCall
 from core.store import ApprovalRow, Store
+from core.store.notify import Notices
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Record:
     """`core.chat.ApprovalRecord` of one stored request."""
 
     store: Store
     approval_id: str
     closing: Callable[[], bool]
+    elsewhere: bool = False  # answered through another worker, which settles the prompt
 
     def posted(self, prompt: PromptRef) -> None:
         self.store.approval_posted(self.approval_id, prompt)
 
     def outlives_cancellation(self) -> bool:
-        return self.closing()
+        return self.closing() or self.elsewhere
 
 
 class ApprovalDesk:
@@ -60,6 +65,10 @@ class ApprovalDesk:
         self._lock = asyncio.Lock()
         self._waiting: set[str] = set()  # requests a run of this process waits on
         self.held: set[str] = set()  # runs whose request a shutdown left pending
+        # Several workers (`core.agent.workers`): an answer stored by another worker is
+        # announced, and wakes the run waiting here.
+        self.notices: Notices | None = None
+        self._answers: dict[str, asyncio.Future[str]] = {}
 
     async def ask(
         self,
@@ -86,17 +95,15 @@ class ApprovalDesk:
             self._waiting.discard(row.id)
             self.store.approval_resolved(row.id, "denied")
             return False
+        record = _Record(self.store, row.id, self._closing)
         request = ApprovalRequest(
-            row.id,
-            call.name,
-            summary,
-            reason,
-            max(0.0, left),
-            prompt=row.prompt,
-            record=_Record(self.store, row.id, self._closing),
+            row.id, call.name, summary, reason, max(0.0, left), prompt=row.prompt, record=record
         )
         try:
-            allowed = await responder.approve(request)
+            if self.notices is None:
+                allowed = await responder.approve(request)
+            else:
+                allowed = await self._approve_shared(responder, request, record)
         except asyncio.CancelledError:
             if self._closing() and run_id is not None:
                 self.held.add(run_id)  # pending still: the next process takes it up
@@ -110,6 +117,45 @@ class ApprovalDesk:
             self._waiting.discard(row.id)
         self.store.approval_resolved(row.id, "approved" if allowed else "denied")
         return allowed
+
+    async def _approve_shared(
+        self, responder: Responder, request: ApprovalRequest, record: _Record
+    ) -> bool:
+        """`responder.approve`, or the answer another worker stored meanwhile (a click
+        that arrived there): then the prompt is that worker's to settle."""
+        answered: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._answers[request.id] = answered
+        asking: asyncio.Future[bool] = asyncio.ensure_future(responder.approve(request))
+        try:
+            row = await self.store.approval(request.id)  # answered before we listened?
+            if row is not None and row.answer is not None and not answered.done():
+                answered.set_result(row.answer)
+            either: set[asyncio.Future[Any]] = {asking, answered}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if asking.done():
+                return asking.result()
+            record.elsewhere = True
+            asking.cancel()
+            await asyncio.wait({asking})
+            return bool(answered.result() == "approved")
+        except asyncio.CancelledError:
+            asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asking
+            raise
+        finally:
+            self._answers.pop(request.id, None)
+            answered.cancel()
+
+    async def answered_elsewhere(self, request_id: str) -> None:
+        """A notice: another worker stored an answer to `request_id`; if a run here
+        waits on it, it has its answer."""
+        waiter = self._answers.get(request_id)
+        if waiter is None or waiter.done():
+            return
+        row = await self.store.approval(request_id)
+        if row is not None and row.answer is not None and not waiter.done():
+            waiter.set_result(row.answer)
 
     async def _take_up(
         self,
@@ -167,10 +213,34 @@ class ApprovalDesk:
                 return None  # not one a run takes up again, or too late
             answer = "approved" if allow else "denied"
             await self.store.answer_approval(row.id, answer, user_name)
+            if self.notices is not None:  # the run may wait on another worker
+                await self.notices.publish("approval", row.id)
         self.events.emit(
             "agent.approval.answered", {"answer": answer}, run_id=row.run_id, conv=row.conv
         )
         return ApprovalRequest(row.id, row.tool, row.summary, row.reason, 0.0, prompt=row.prompt)
 
 
-__all__ = ["ApprovalDesk"]
+class LaneApprover:
+    """A lane's approver (`core.tools.base.CallApprover`): asks through the lane's current
+    responder, keyed by the lane's running run and the tool call."""
+
+    __slots__ = ("desk", "lane", "timeout")
+
+    def __init__(self, desk: ApprovalDesk, lane: Lane, timeout: Callable[[], float]) -> None:
+        self.desk, self.lane, self.timeout = desk, lane, timeout
+
+    async def __call__(self, tool: str, summary: str, reason: str) -> bool:
+        """A call without an id (outside the loop): asked, but not taken up after a restart."""
+        return await self.approve_call(ToolCall(id="", name=tool), summary, reason)
+
+    async def approve_call(self, call: ToolCall, summary: str, reason: str) -> bool:
+        lane = self.lane
+        if lane.responder is None:
+            return False
+        return await self.desk.ask(
+            lane.responder, lane.conv_id, lane.run_id, call, summary, reason, self.timeout()
+        )
+
+
+__all__ = ["ApprovalDesk", "LaneApprover"]

@@ -85,6 +85,8 @@ class Commands:
         if lane.queue:
             run += f", {len(lane.queue)} queued"
         subgoal = context.subgoal_status() if context is not None else None
+        if elsewhere := await self.agent.status_elsewhere(lane):
+            run = f"{'busy' if lane.busy else 'idle here'}; {elsewhere}"
         return "\n".join(
             [
                 f"Provider: {lane.provider_name} ({provider.model})",
@@ -104,9 +106,11 @@ class Commands:
         for item in queued:  # never re-queued after a restart
             self.agent.store.set_run_state(item.run_id, "cancelled", "dropped by /stop")
             item.settle(RunReport(item.run_id, "cancelled", "", stop_reason="dropped"))
+        dropped_elsewhere, stopped_elsewhere = await self.agent.stop_elsewhere(lane)
+        dropped += dropped_elsewhere
         stopped = await lane.stop()
         goal_stopped = await lane.stop_goal()
-        if not stopped and not goal_stopped:
+        if not (stopped or goal_stopped or stopped_elsewhere or dropped_elsewhere):
             return "Nothing is running."
         extra = f" ({dropped} queued message{'s' * (dropped != 1)} dropped)" if dropped else ""
         return f"Stopped{extra}."

@@ -90,6 +90,10 @@ class Lane:
     stoppable: bool = False  # the run is in its loop; after it, /stop lets it deliver
     pinned: bool = False  # a conversation built by its owner (a cron job): never rebuilt
     users: int = 0  # submits in progress
+    # Several workers (`core.agent.workers`): the last run this worker ran here, and
+    # whether another worker changed the conversation since (then it is loaded again).
+    seen_run: str | None = None
+    stale: bool = False
 
     @property
     def busy(self) -> bool:
@@ -198,6 +202,16 @@ class LaneHost(Protocol):
     async def run_in_lane(
         self, lane: Lane, responder: Responder, *, user_text: str | None, trigger: str = "user"
     ) -> RunReport | None: ...
+
+    async def status_elsewhere(self, lane: Lane) -> str:
+        """What `/status` adds beyond this process (several workers): the run on another
+        worker, the messages queued in the store; "" if nothing."""
+        ...
+
+    async def stop_elsewhere(self, lane: Lane) -> tuple[int, bool]:
+        """`/stop` beyond this process (several workers): how many of the conversation's
+        queued runs were dropped, and whether a run on another worker was told to stop."""
+        ...
 
 
 __all__ = ["TERMINAL_STATES", "Lane", "LaneHost", "Queued", "RunReport", "RunState"]

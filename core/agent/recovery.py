@@ -8,6 +8,7 @@ were still queued get their turn; tool process groups that outlived their proces
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -17,7 +18,7 @@ from core.agent.responders import safe_send
 from core.agent.runs import reconcile_runs, reopen_calls
 from core.chat import ConversationKey, Responder
 from core.eventlog import EventLog
-from core.store import ApprovalRow, Store
+from core.store import ApprovalRow, RunRow, Store
 from core.tools.reaper import kill_leftovers
 
 PREVIEW_RETRACTED = "(interrupted by a restart — the answer continues below)"
@@ -57,10 +58,53 @@ async def reconcile(host: RecoveryHost) -> list[str]:
     if killed:
         host.events.emit("agent.tool_groups_killed", {"count": killed})
     pending = await host.store.pending_approvals(before=host.started_at)
-    waiting = await _resume_waiting(host, pending)
+    waiting = await resume_waiting(host, pending)
     host.store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
+    await announce_interrupted(host, [run for run in interrupted if run.id not in waiting])
+    for run in reversed(await host.store.runs(states=["queued"], limit=10_000)):
+        if run.created_at < host.started_at:
+            await host.requeue(run.id, run.conv, run.text or "")
+    await host.store.flush()
+    return [run.id for run in interrupted]
+
+
+async def take_over(
+    host: RecoveryHost,
+    worker_id: str,
+    dead: str | None,
+    created_before: float,
+    publish: Callable[[str, str], None],
+) -> list[str]:
+    """Several workers (`core.agent.workers`): the runs worker `dead` left running become
+    `worker_id`'s and `timed_out` — those that waited on an approver go on at once, the
+    others are announced for `/resume` — and a message whose turn never got going is
+    queued again (and announced with `publish`). Returns the ids of the interrupted runs."""
+    store, events = host.store, host.events
+    taken = await store.take_over_runs(dead, worker_id, created_before=created_before)
+    runs = [run for run in taken if run.state != "queued"]
+    for run in taken:
+        if run.state == "queued":  # it never got going: any worker answers it afresh
+            events.emit("agent_run.requeued", {"worker": dead}, run_id=run.id, conv=run.conv)
+            publish("queued", run.conv)
+        else:
+            data = {"resumable": run.resumable, "worker": dead}
+            events.emit("agent_run.reconcile", data, run_id=run.id, conv=run.conv)
+    if not runs:
+        return []
+    ids = {run.id for run in runs}
+    pending = [a for a in await store.pending_approvals(before=math.inf) if a.run_id in ids]
+    waiting = await resume_waiting(host, pending)
+    store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
+    await announce_interrupted(host, [r for r in runs if r.resumable and r.id not in waiting])
+    await store.flush()
+    return sorted(ids)
+
+
+async def announce_interrupted(host: RecoveryHost, interrupted: list[RunRow]) -> None:
+    """Tell each run's conversation that it was interrupted and `/resume` goes on, after
+    retracting the half-streamed preview it left."""
     for run in interrupted:
-        if run.id in waiting or run.parent_run_id is not None:
+        if run.parent_run_id is not None:
             continue  # a child run goes on when its parent is resumed (core.agent.children)
         responder = host.responders(parse_conv(run.conv))
         if responder is not None:
@@ -70,14 +114,9 @@ async def reconcile(host: RecoveryHost) -> list[str]:
                 f"I was interrupted while working on your last request (run {run.id}). "
                 "Send /resume to continue where I stopped.",
             )
-    for run in reversed(await host.store.runs(states=["queued"], limit=10_000)):
-        if run.created_at < host.started_at:
-            await host.requeue(run.id, run.conv, run.text or "")
-    await host.store.flush()
-    return [run.id for run in interrupted]
 
 
-async def _resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[str]:
+async def resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[str]:
     """Resume the interrupted runs that were waiting on the `pending` requests; returns
     their ids. A run that cannot safely go on says why in its conversation."""
     calls: dict[str, set[str]] = {}
@@ -125,4 +164,12 @@ async def _retract_previews(store: Store, run_id: str, responder: Responder) -> 
         await retract(posted, PREVIEW_RETRACTED)
 
 
-__all__ = ["PREVIEW_RETRACTED", "RecoveryHost", "parse_conv", "reconcile"]
+__all__ = [
+    "PREVIEW_RETRACTED",
+    "RecoveryHost",
+    "announce_interrupted",
+    "parse_conv",
+    "reconcile",
+    "resume_waiting",
+    "take_over",
+]

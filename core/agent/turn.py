@@ -21,8 +21,9 @@ from typing import Protocol
 from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.lane import Lane, RunReport, RunState
+from core.agent.recovery import PREVIEW_RETRACTED
 from core.agent.runs import RunRecorder, close_unanswered, reopen_resumable
-from core.chat import Asker, Inbound, Responder
+from core.chat import Asker, Inbound, ReplyStream, Responder
 from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.events import EventName
@@ -92,6 +93,11 @@ class TurnHost(Protocol):
 
     def delegator(self, turn: Turn) -> Delegator | None:
         """Starts `turn`'s child runs (`delegate`), or None if it may not delegate."""
+
+    async def owns_run(self, run_id: str) -> bool:
+        """Whether the run is still this process's to deliver (another worker may have
+        taken it over, wrongly thinking this one dead)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +172,8 @@ class Turn:
             with contextlib.suppress(StoreError):
                 await store.flush()
         lane.finished(ending.state)
+        if not await self.host.owns_run(self.run_id):
+            return await self._taken_over(stream, ending)
         try:
             await stream.finish(ending.text)
         except DeliveryFailed:
@@ -292,6 +300,18 @@ class Turn:
             output_tokens=sink.output_tokens,
         )
         sink.emit(RUN_ENDED[ending.state], {"reason": ending.reason})
+
+    async def _taken_over(self, stream: ReplyStream, ending: _Ending) -> RunReport:
+        """Another worker took the run over and told the conversation it was interrupted:
+        the answer is not delivered, and the preview says so (the other worker may not
+        have known of it)."""
+        log.warning("run %s was taken over by another worker; its answer is withheld", self.run_id)
+        retract = getattr(stream, "retract", None)
+        ids = getattr(stream, "message_ids", None)
+        if retract is not None and ids:
+            with contextlib.suppress(DeliveryFailed):
+                await retract(list(ids), PREVIEW_RETRACTED)
+        return self._report(_Ending("timed_out", "", "taken_over", iterations=ending.iterations))
 
     def _report(self, ending: _Ending) -> RunReport:
         return RunReport(

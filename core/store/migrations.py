@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -126,6 +126,11 @@ _MIGRATIONS: dict[int, str] = {
         INSERT INTO memories_fts (memories_fts, rowid, text) VALUES ('delete', old.id, old.text);
         INSERT INTO memories_fts (rowid, text) VALUES (new.id, new.text);
     END;
+    """,
+    # Several workers (SPEC §14): whose tool process groups, and runs by worker.
+    7: """
+    ALTER TABLE tool_groups ADD COLUMN worker TEXT;
+    CREATE INDEX runs_worker ON runs (worker, state);
     """,
 }
 

@@ -84,7 +84,9 @@ class PostgresStore(PostgresWorkerTables, PostgresMemoryTables):
                 f"cannot open the PostgreSQL store at {where(url)}: {str(exc).strip()}",
                 "check that the server is up and the URL, user and `store.password_env` are right",
             ) from exc
-        return cls(pool)
+        store = cls(pool)
+        store.url, store.connect_kwargs = url, kwargs  # for the listener (`notify.py`)
+        return store
 
     # --- conversations, messages, snapshots -----------------------------------------
 

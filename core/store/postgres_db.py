@@ -41,6 +41,8 @@ class PostgresDatabase(GroupCommit):
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
+        self.url = ""  # what `open` connected to, and how: a listener connects the same way
+        self.connect_kwargs: dict[str, Any] = {}
         super().__init__()
 
     async def aclose(self) -> None:
@@ -90,6 +92,11 @@ class PostgresDatabase(GroupCommit):
             raise failed_write(exc, sql) from exc
 
     # --- reads ------------------------------------------------------------------------
+
+    async def location(self) -> str:
+        """`database/schema`: where this store's tables are."""
+        row = await self._one("SELECT current_database(), current_schema()")
+        return f"{row[0]}/{row[1]}" if row else ""
 
     async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[TupleRow]:
         try:

@@ -33,11 +33,27 @@ _TOOL_STARTED = upsert(
     "run_id, call_id",
     reset="completed_at, result, is_error",
 )
-_TOOL_GROUP = upsert("tool_groups", "pgid, start_ticks, boot_id", "boot_id, pgid")
+_TOOL_GROUP = upsert("tool_groups", "pgid, start_ticks, boot_id, worker", "boot_id, pgid")
+_FENCE = " AND (%s::text IS NULL OR worker = %s)"  # a run taken over is left alone
+_TAKE_HOST_GROUPS = """
+DELETE FROM tool_groups g
+WHERE substr(g.worker, 1, length(%s)) = %s
+  AND NOT EXISTS (
+      SELECT 1 FROM workers w
+      WHERE w.id = g.worker
+        AND w.beat_at >= extract(epoch FROM clock_timestamp())::double precision - %s
+  )
+RETURNING pgid, start_ticks, boot_id
+"""
 
 
 class PostgresRunTables(PostgresDatabase):
     """`RunStore` and `JobStore` on PostgreSQL (`PostgresStore` adds the rest)."""
+
+    _worker_id: str | None = None  # `set_worker`: whose runs and tool groups these are
+
+    def _fence(self) -> tuple[str | None, str | None]:
+        return (self._worker_id, self._worker_id)
 
     # --- runs and checkpoints -------------------------------------------------------
 
@@ -50,22 +66,16 @@ class PostgresRunTables(PostgresDatabase):
         state: str = "running",
         text: str = "",
         parent_run_id: str | None = None,
+        shared: bool = False,
     ) -> None:
         now = time.time()
+        queued = state == "queued"
         await self.write(
             "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text, "
-            "parent_run_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                run_id,
-                conv,
-                state,
-                trigger,
-                now,
-                None if state == "queued" else now,
-                text,
-                parent_run_id,
-            ),
-        )
+            "parent_run_id, worker) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (run_id, conv, state, trigger, now, None if queued else now, text, parent_run_id,
+             None if shared else self._worker_id),
+        )  # fmt: skip
 
     def start_run(self, run_id: str) -> None:
         self.write_soon(
@@ -75,8 +85,9 @@ class PostgresRunTables(PostgresDatabase):
 
     def resume_run(self, run_id: str) -> None:
         self.write_soon(
-            "UPDATE runs SET state = 'running', resumable = FALSE, ended_at = NULL WHERE id = %s",
-            (run_id,),
+            "UPDATE runs SET state = 'running', resumable = FALSE, ended_at = NULL, "
+            "worker = COALESCE(%s, worker) WHERE id = %s",
+            (self._worker_id, run_id),
         )
 
     def set_run_state(
@@ -84,14 +95,14 @@ class PostgresRunTables(PostgresDatabase):
     ) -> None:
         if resumable is None:
             self.write_soon(
-                "UPDATE runs SET state = %s, reason = %s, ended_at = %s WHERE id = %s",
-                (state, reason, time.time(), run_id),
+                "UPDATE runs SET state = %s, reason = %s, ended_at = %s WHERE id = %s" + _FENCE,
+                (state, reason, time.time(), run_id, *self._fence()),
             )
         else:
             self.write_soon(
                 "UPDATE runs SET state = %s, reason = %s, ended_at = %s, resumable = %s "
-                "WHERE id = %s",
-                (state, reason, time.time(), resumable, run_id),
+                "WHERE id = %s" + _FENCE,
+                (state, reason, time.time(), resumable, run_id, *self._fence()),
             )
 
     def mark_resumable(self, run_id: str) -> None:
@@ -110,8 +121,18 @@ class PostgresRunTables(PostgresDatabase):
     ) -> None:
         self.write_soon(
             "UPDATE runs SET state = %s, ended_at = %s, reason = %s, text = %s, "
-            "iterations = %s, input_tokens = %s, output_tokens = %s WHERE id = %s",
-            (state, time.time(), reason, text, iterations, input_tokens, output_tokens, run_id),
+            "iterations = %s, input_tokens = %s, output_tokens = %s WHERE id = %s" + _FENCE,
+            (
+                state,
+                time.time(),
+                reason,
+                text,
+                iterations,
+                input_tokens,
+                output_tokens,
+                run_id,
+                *self._fence(),
+            ),
         )
 
     def forget_resumable(self, conv: str) -> None:
@@ -191,14 +212,22 @@ class PostgresRunTables(PostgresDatabase):
     # --- the tool process-group ledger ------------------------------------------------
 
     def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
-        self.write_soon(_TOOL_GROUP, (pgid, start_ticks, boot_id))
+        self.write_soon(_TOOL_GROUP, (pgid, start_ticks, boot_id, self._worker_id))
 
     def tool_group_ended(self, pgid: int) -> None:
-        self.write_soon("DELETE FROM tool_groups WHERE pgid = %s", (pgid,))
+        self.write_soon(
+            "DELETE FROM tool_groups WHERE pgid = %s AND worker IS NOT DISTINCT FROM %s",
+            (pgid, self._worker_id),
+        )
 
-    async def take_tool_groups(self) -> list[tuple[int, int, str]]:
-        """The listed groups, removed from the ledger: only those read (a group listed
-        meanwhile stays)."""
+    async def take_tool_groups(
+        self, *, host: str | None = None, stale: float = 0.0
+    ) -> list[tuple[int, int, str]]:
+        """The listed groups (only those of `host`'s silent workers, if given), removed
+        from the ledger: only those read (a group listed meanwhile stays)."""
+        if host is not None:
+            taken = await self._write_now(_TAKE_HOST_GROUPS, (host + ":", host + ":", stale))
+            return [(int(r[0]), int(r[1]), str(r[2])) for r in taken]
         rows = await self._all(
             "SELECT pgid, start_ticks, boot_id FROM tool_groups ORDER BY boot_id, pgid"
         )

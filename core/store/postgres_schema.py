@@ -127,6 +127,11 @@ _MIGRATIONS: dict[int, str] = {
     CREATE INDEX memories_scope ON memories (scope_kind, scope_id, id);
     CREATE INDEX memories_tsv ON memories USING GIN (tsv);
     """,
+    # Several workers (SPEC §14): whose tool process groups, and runs by worker.
+    7: """
+    ALTER TABLE tool_groups ADD COLUMN worker TEXT;
+    CREATE INDEX runs_worker ON runs (worker, state);
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 

@@ -11,6 +11,8 @@ effect: the workers' clocks may differ.
 
 from __future__ import annotations
 
+import math
+
 from core.store.postgres_runs import PostgresRunTables
 from core.store.rows import RUN_COLUMNS, RunRow, run_row
 
@@ -20,7 +22,7 @@ _CLAIM_QUEUED_RUN = f"""
 UPDATE runs SET state = 'running', started_at = {_NOW}, worker = %s
 WHERE id = (
     SELECT q.id FROM runs q
-    WHERE q.state = 'queued'
+    WHERE q.state = 'queued' AND q.worker IS NULL
       AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.conv = q.conv AND r.state = 'running')
       AND NOT EXISTS (
           SELECT 1 FROM runs e
@@ -32,6 +34,30 @@ WHERE id = (
     FOR UPDATE OF q SKIP LOCKED
 )
 RETURNING {RUN_COLUMNS}
+"""
+_HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
+_REQUEUE = f"(runs.trigger = 'user' AND NOT {_HAS_CHECKPOINT})"  # it never got going
+_TAKE_OVER_RUNS = f"""
+UPDATE runs SET
+    state = CASE WHEN {_REQUEUE} THEN 'queued' ELSE 'timed_out' END,
+    reason = CASE WHEN {_REQUEUE} THEN reason ELSE 'interrupted' END,
+    started_at = CASE WHEN {_REQUEUE} THEN NULL ELSE started_at END,
+    ended_at = CASE WHEN {_REQUEUE} THEN NULL ELSE {_NOW} END,
+    worker = CASE WHEN {_REQUEUE} THEN NULL ELSE %s END,
+    resumable = COALESCE((
+        SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
+        ORDER BY c.seq DESC LIMIT 1
+    ), FALSE)
+WHERE state = 'running' AND worker IS NOT DISTINCT FROM %s AND created_at < %s
+RETURNING {RUN_COLUMNS}
+"""
+_TAKE_RESUMABLE = """
+UPDATE runs SET state = 'running', resumable = FALSE, ended_at = NULL, worker = %s
+WHERE id = %s AND resumable AND state NOT IN ('running', 'queued')
+  AND NOT EXISTS (
+      SELECT 1 FROM runs o WHERE o.conv = runs.conv AND o.state IN ('running', 'queued')
+  )
+RETURNING id
 """
 _TAKE_LEASE = f"""
 INSERT INTO leases (name, holder, expires_at) VALUES (%s, %s, {_NOW} + %s)
@@ -47,6 +73,33 @@ class PostgresWorkerTables(PostgresRunTables):
     async def claim_queued_run(self, worker_id: str) -> RunRow | None:
         rows = await self._write_now(_CLAIM_QUEUED_RUN, (worker_id,))
         return run_row(rows[0]) if rows else None
+
+    def set_worker(self, worker_id: str | None) -> None:
+        self._worker_id = worker_id
+
+    async def unclaim_run(self, run_id: str) -> None:
+        await self.write(
+            "UPDATE runs SET state = 'queued', started_at = NULL, worker = NULL "
+            "WHERE id = %s AND state = 'running'",
+            (run_id,),
+        )
+
+    async def take_over_runs(
+        self, dead: str | None, worker_id: str, *, created_before: float = math.inf
+    ) -> list[RunRow]:
+        rows = await self._write_now(_TAKE_OVER_RUNS, (worker_id, dead, created_before))
+        return sorted((run_row(r) for r in rows), key=lambda r: (r.created_at, r.id))
+
+    async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
+        return bool(await self._write_now(_TAKE_RESUMABLE, (worker_id, run_id)))
+
+    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
+        rows = await self._write_now(
+            f"UPDATE runs SET state = 'cancelled', reason = %s, ended_at = {_NOW} "
+            "WHERE conv = %s AND state = 'queued' RETURNING id, created_at",
+            (reason, conv),
+        )
+        return [str(r[0]) for r in sorted(rows, key=lambda r: (r[1], r[0]))]
 
     async def worker_heartbeat(self, worker_id: str) -> None:
         await self.write(

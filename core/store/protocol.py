@@ -18,6 +18,7 @@ text cannot hold one). Several stores may be open on the same data at once (work
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, Self
 
@@ -50,9 +51,12 @@ class RunStore(Protocol):
         state: str = "running",
         text: str = "",
         parent_run_id: str | None = None,
+        shared: bool = False,
     ) -> None:
         """A new run, committed. A `queued` run keeps the user's message in `text` and has
-        no `started_at` until `start_run`; a child run names the run that delegated it."""
+        no `started_at` until `start_run`; a child run names the run that delegated it. The
+        run is this store's worker's (`set_worker`), unless it is `shared`: a queued run any
+        worker may claim."""
         ...
 
     def start_run(self, run_id: str) -> None:
@@ -69,7 +73,8 @@ class RunStore(Protocol):
     ) -> None:
         """Queued: a run ends (or waits) without an answer of its own — cancelled, failed,
         waiting on a human, interrupted. `ended_at` is now; `resumable` changes only if
-        given."""
+        given. With a worker set (`set_worker`), only a run still that worker's changes (a
+        run another worker took over is left alone)."""
         ...
 
     def mark_resumable(self, run_id: str) -> None:
@@ -87,7 +92,8 @@ class RunStore(Protocol):
         input_tokens: int,
         output_tokens: int,
     ) -> None:
-        """Queued: a run's final row — how it ended, its answer and what it used."""
+        """Queued: a run's final row — how it ended, its answer and what it used. With a
+        worker set (`set_worker`), only a run still that worker's changes."""
         ...
 
     def forget_resumable(self, conv: str) -> None:
@@ -139,16 +145,20 @@ class RunStore(Protocol):
 
     def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
         """Queued: a tool's process group is live (the reaper's ledger; see
-        core/tools/reaper.py)."""
+        core/tools/reaper.py), recorded as this store's worker's (`set_worker`)."""
         ...
 
     def tool_group_ended(self, pgid: int) -> None:
-        """Queued: the process group is gone."""
+        """Queued: this store's worker's process group is gone."""
         ...
 
-    async def take_tool_groups(self) -> list[tuple[int, int, str]]:
+    async def take_tool_groups(
+        self, *, host: str | None = None, stale: float = 0.0
+    ) -> list[tuple[int, int, str]]:
         """The groups (pgid, start ticks, boot id) a crashed process left listed, removed
-        from the ledger."""
+        from the ledger. With `host`: only the groups of workers on `host` (ids
+        `host:…`) that have not beaten in the last `stale` seconds or are not listed at
+        all; the groups of live workers, and of other machines, stay."""
         ...
 
 
@@ -336,10 +346,44 @@ class WorkerStore(Protocol):
     Like the other `async` writes, each also commits what was queued before it."""
 
     async def claim_queued_run(self, worker_id: str) -> RunRow | None:
-        """Committed: the oldest queued run whose conversation has no running run becomes
-        `running` (`started_at` now) on `worker_id`; None if there is none. No two claims,
+        """Committed: the oldest queued run of no worker (see `create_run`) whose
+        conversation has no running run becomes `running` (`started_at` now) on
+        `worker_id`; None if there is none. No two claims,
         from any workers, get the same run, nor two runs of one conversation while one
         runs; a conversation's runs are handed out in the order they were created."""
+        ...
+
+    def set_worker(self, worker_id: str | None) -> None:
+        """Runs this store creates running or resumes, and the tool groups it lists,
+        are `worker_id`'s from now on (None: one process, nobody's)."""
+        ...
+
+    async def unclaim_run(self, run_id: str) -> None:
+        """Committed: a claimed run that never began goes back to the queue (`queued`,
+        no worker), unless it is no longer running."""
+        ...
+
+    async def take_over_runs(
+        self, dead: str | None, worker_id: str, *, created_before: float = math.inf
+    ) -> list[RunRow]:
+        """Committed: the runs worker `dead` left running (None: runs of no worker, created
+        before `created_before`) become `timed_out` ("interrupted") and `worker_id`'s,
+        resumable if their last checkpoint is not the final one — except a user's run
+        with no checkpoint at all (it never got going): it goes back to the queue, as a
+        run any worker may claim. Returns them all, oldest first. Of workers taking over
+        at once, each run goes to one."""
+        ...
+
+    async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
+        """Committed: the interrupted run `run_id` (resumable, neither running nor
+        queued) goes on: `running` on `worker_id`, no longer resumable — only if nothing
+        else of its conversation is running or queued; whether it did. Of several takers
+        at once, one gets it."""
+        ...
+
+    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
+        """Committed: `conv`'s queued runs become `cancelled` (`reason`); their ids,
+        oldest first. A run claimed meanwhile is not among them."""
         ...
 
     async def worker_heartbeat(self, worker_id: str) -> None:

@@ -25,9 +25,22 @@ from core.store.rows import (
 )
 from core.store.sqlite_db import SqliteDatabase
 
+_FENCE = " AND (? IS NULL OR worker = ?)"  # a run another worker took over is left alone
+_TAKE_HOST_GROUPS = """
+DELETE FROM tool_groups
+WHERE substr(worker, 1, length(?)) = ?
+  AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = tool_groups.worker AND w.beat_at >= ?)
+RETURNING pgid, start_ticks, boot_id
+"""
+
 
 class SqliteRunTables(SqliteDatabase):
     """`RunStore` and `JobStore` on SQLite (`SqliteStore` adds the rest)."""
+
+    _worker_id: str | None = None  # `set_worker`: whose runs and tool groups these are
+
+    def _fence(self) -> tuple[str | None, str | None]:
+        return (self._worker_id, self._worker_id)
 
     # --- runs and checkpoints -------------------------------------------------------
 
@@ -40,24 +53,18 @@ class SqliteRunTables(SqliteDatabase):
         state: str = "running",
         text: str = "",
         parent_run_id: str | None = None,
+        shared: bool = False,
     ) -> None:
         """A new run, committed (`queued` ones keep the user's message in `text` until
         they start)."""
         now = time.time()
+        queued = state == "queued"
         await self.write(
             "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text, "
-            "parent_run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                conv,
-                state,
-                trigger,
-                now,
-                None if state == "queued" else now,
-                text,
-                parent_run_id,
-            ),
-        )
+            "parent_run_id, worker) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, conv, state, trigger, now, None if queued else now, text, parent_run_id,
+             None if shared else self._worker_id),
+        )  # fmt: skip
 
     def start_run(self, run_id: str) -> None:
         """A queued run begins."""
@@ -68,8 +75,9 @@ class SqliteRunTables(SqliteDatabase):
     def resume_run(self, run_id: str) -> None:
         """An interrupted run goes on (`/resume`)."""
         self.write_soon(
-            "UPDATE runs SET state = 'running', resumable = 0, ended_at = NULL WHERE id = ?",
-            (run_id,),
+            "UPDATE runs SET state = 'running', resumable = 0, ended_at = NULL, "
+            "worker = COALESCE(?, worker) WHERE id = ?",
+            (self._worker_id, run_id),
         )
 
     def set_run_state(
@@ -79,13 +87,14 @@ class SqliteRunTables(SqliteDatabase):
         waiting on a human, interrupted."""
         if resumable is None:
             self.write_soon(
-                "UPDATE runs SET state = ?, reason = ?, ended_at = ? WHERE id = ?",
-                (state, reason, time.time(), run_id),
+                "UPDATE runs SET state = ?, reason = ?, ended_at = ? WHERE id = ?" + _FENCE,
+                (state, reason, time.time(), run_id, *self._fence()),
             )
         else:
             self.write_soon(
-                "UPDATE runs SET state = ?, reason = ?, ended_at = ?, resumable = ? WHERE id = ?",
-                (state, reason, time.time(), int(resumable), run_id),
+                "UPDATE runs SET state = ?, reason = ?, ended_at = ?, resumable = ? WHERE id = ?"
+                + _FENCE,
+                (state, reason, time.time(), int(resumable), run_id, *self._fence()),
             )
 
     def mark_resumable(self, run_id: str) -> None:
@@ -105,8 +114,18 @@ class SqliteRunTables(SqliteDatabase):
         """A run's final row: how it ended, its answer and what it used."""
         self.write_soon(
             "UPDATE runs SET state = ?, ended_at = ?, reason = ?, text = ?, iterations = ?, "
-            "input_tokens = ?, output_tokens = ? WHERE id = ?",
-            (state, time.time(), reason, text, iterations, input_tokens, output_tokens, run_id),
+            "input_tokens = ?, output_tokens = ? WHERE id = ?" + _FENCE,
+            (
+                state,
+                time.time(),
+                reason,
+                text,
+                iterations,
+                input_tokens,
+                output_tokens,
+                run_id,
+                *self._fence(),
+            ),
         )
 
     def forget_resumable(self, conv: str) -> None:
@@ -204,17 +223,28 @@ class SqliteRunTables(SqliteDatabase):
     def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
         """A tool's process group is live (the reaper's ledger; see core/tools/reaper.py)."""
         self.write_soon(
-            "INSERT OR REPLACE INTO tool_groups (pgid, start_ticks, boot_id) VALUES (?, ?, ?)",
-            (pgid, start_ticks, boot_id),
+            "INSERT OR REPLACE INTO tool_groups (pgid, start_ticks, boot_id, worker) "
+            "VALUES (?, ?, ?, ?)",
+            (pgid, start_ticks, boot_id, self._worker_id),
         )
 
     def tool_group_ended(self, pgid: int) -> None:
-        self.write_soon("DELETE FROM tool_groups WHERE pgid = ?", (pgid,))
+        self.write_soon(
+            "DELETE FROM tool_groups WHERE pgid = ? AND worker IS ?", (pgid, self._worker_id)
+        )
 
-    async def take_tool_groups(self) -> list[tuple[int, int, str]]:
-        """The groups a crashed process left listed, removed from the ledger."""
-        rows = await self._all("SELECT pgid, start_ticks, boot_id FROM tool_groups")
-        await self.write("DELETE FROM tool_groups")
+    async def take_tool_groups(
+        self, *, host: str | None = None, stale: float = 0.0
+    ) -> list[tuple[int, int, str]]:
+        """The groups a crashed process left listed (only those of `host`'s silent
+        workers, if given), removed from the ledger."""
+        if host is None:
+            rows = await self._all("SELECT pgid, start_ticks, boot_id FROM tool_groups")
+            await self.write("DELETE FROM tool_groups")
+        else:
+            rows = await self._write_now(
+                _TAKE_HOST_GROUPS, lambda: (host + ":", host + ":", time.time() - stale)
+            )
         return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
 
     # --- scheduled jobs -----------------------------------------------------------------

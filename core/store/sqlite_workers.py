@@ -4,6 +4,7 @@ write lock; each is one statement under that lock, so processes sharing the file
 
 from __future__ import annotations
 
+import math
 import time
 
 from core.store.rows import RUN_COLUMNS, RunRow, run_row
@@ -13,12 +14,36 @@ _CLAIM_QUEUED_RUN = f"""
 UPDATE runs SET state = 'running', started_at = ?, worker = ?
 WHERE id = (
     SELECT q.id FROM runs q
-    WHERE q.state = 'queued'
+    WHERE q.state = 'queued' AND q.worker IS NULL
       AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.conv = q.conv AND r.state = 'running')
     ORDER BY q.created_at, q.rowid
     LIMIT 1
 )
 RETURNING {RUN_COLUMNS}
+"""
+_HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
+_REQUEUE = f"(runs.trigger = 'user' AND NOT {_HAS_CHECKPOINT})"  # it never got going
+_TAKE_OVER_RUNS = f"""
+UPDATE runs SET
+    state = CASE WHEN {_REQUEUE} THEN 'queued' ELSE 'timed_out' END,
+    reason = CASE WHEN {_REQUEUE} THEN reason ELSE 'interrupted' END,
+    started_at = CASE WHEN {_REQUEUE} THEN NULL ELSE started_at END,
+    ended_at = CASE WHEN {_REQUEUE} THEN NULL ELSE ? END,
+    worker = CASE WHEN {_REQUEUE} THEN NULL ELSE ? END,
+    resumable = COALESCE((
+        SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
+        ORDER BY c.seq DESC LIMIT 1
+    ), 0)
+WHERE state = 'running' AND worker IS ? AND created_at < ?
+RETURNING {RUN_COLUMNS}
+"""
+_TAKE_RESUMABLE = """
+UPDATE runs SET state = 'running', resumable = 0, ended_at = NULL, worker = ?
+WHERE id = ? AND resumable AND state NOT IN ('running', 'queued')
+  AND NOT EXISTS (
+      SELECT 1 FROM runs o WHERE o.conv = runs.conv AND o.state IN ('running', 'queued')
+  )
+RETURNING id
 """
 _TAKE_LEASE = """
 INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)
@@ -35,6 +60,36 @@ class SqliteWorkerTables(SqliteRunTables):
         # The oldest eligible queued run is its conversation's oldest: order holds.
         rows = await self._write_now(_CLAIM_QUEUED_RUN, lambda: (time.time(), worker_id))
         return run_row(rows[0]) if rows else None
+
+    def set_worker(self, worker_id: str | None) -> None:
+        self._worker_id = worker_id
+
+    async def unclaim_run(self, run_id: str) -> None:
+        await self.write(
+            "UPDATE runs SET state = 'queued', started_at = NULL, worker = NULL "
+            "WHERE id = ? AND state = 'running'",
+            (run_id,),
+        )
+
+    async def take_over_runs(
+        self, dead: str | None, worker_id: str, *, created_before: float = math.inf
+    ) -> list[RunRow]:
+        rows = await self._write_now(
+            _TAKE_OVER_RUNS,
+            lambda: (time.time(), worker_id, dead, created_before),
+        )
+        return sorted((run_row(r) for r in rows), key=lambda r: (r.created_at, r.id))
+
+    async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
+        return bool(await self._write_now(_TAKE_RESUMABLE, lambda: (worker_id, run_id)))
+
+    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
+        rows = await self._write_now(
+            "UPDATE runs SET state = 'cancelled', reason = ?, ended_at = ? "
+            "WHERE conv = ? AND state = 'queued' RETURNING id, created_at",
+            lambda: (reason, time.time(), conv),
+        )
+        return [str(r[0]) for r in sorted(rows, key=lambda r: (r[1], r[0]))]
 
     async def worker_heartbeat(self, worker_id: str) -> None:
         now = time.time()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bot.app import shared_settings
 from bot.config import ParleyConfig, parse_config
 from bot.inspect import runs_command
 from core.errors import ConfigError
@@ -79,6 +80,33 @@ def test_a_path_and_a_url_at_once_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="both `path` and `url`") as err:
         config(path="/tmp/parley.db", url="postgresql://db/parley")
     assert err.value.key == "store"
+
+
+def test_a_worker_timeout_shorter_than_two_heartbeats_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as err:
+        config(heartbeat_seconds=5, worker_timeout_seconds=6)
+    assert err.value.key == "store"
+    assert "`worker_timeout_seconds` (6)" in err.value.problem
+    assert "2 × `heartbeat_seconds`" in err.value.fix
+    with pytest.raises(ConfigError) as err:
+        config(heartbeat_seconds=0)
+    assert err.value.key == "store.heartbeat_seconds"
+
+
+def test_workers_share_only_on_postgresql() -> None:
+    assert shared_settings(config().store, ["slack"]) is None
+    settings = shared_settings(
+        config(url="postgresql://db/parley", heartbeat_seconds=1, worker_max_runs=4).store,
+        ["slack", "telegram"],
+    )
+    assert settings is not None
+    assert (settings.heartbeat, settings.timeout, settings.sweep, settings.max_runs) == (
+        1.0,
+        10.0,
+        5.0,
+        4,
+    )
+    assert settings.channels == {"slack", "telegram"}
 
 
 async def test_a_turn_on_the_postgresql_store_is_kept_there(

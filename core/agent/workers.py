@@ -1,0 +1,491 @@
+"""Several workers on one PostgreSQL store (SPEC §14): the agent's shared mode.
+
+In one process (SQLite) a conversation's messages wait in its lane's queue in memory. With
+several `parley run` workers on one PostgreSQL every promise must hold across them, so in
+shared mode:
+
+- a message is stored as a `queued` run (as always) and announced (`NOTIFY queued`); it is
+  not queued in memory. Whichever worker is free claims it (`claim_queued_run`: a
+  conversation's oldest queued run, only while nothing of it runs anywhere), builds the
+  lane — loaded again from the store if another worker ran or changed the conversation
+  since — and answers through the channel's responder for that conversation
+  (`agent.responders(key)`: every worker has every channel's outbound side);
+- a worker wakes on a notice, not by polling; a safety sweep every `sweep` seconds claims
+  what a lost notice left queued and looks for dead workers;
+- `/stop` drops the conversation's queued runs in the store and tells the worker whose run
+  it is (`NOTIFY stop`); an approval answered on one worker wakes the run waiting on
+  another (`core.agent.approvals`); `/resume` takes the interrupted run through the store,
+  so two workers cannot both go on with it;
+- every worker beats (`worker_heartbeat`) every `heartbeat` seconds; one not heard from for
+  `timeout` seconds is dead: one live worker takes its running runs over atomically
+  (`take_over_runs`) and they become resumable as after a crash of one process (SPEC §7:
+  `timed_out`, the preview retracted, the "interrupted — /resume" notice posted once), or
+  go on at once if they were waiting on an approver. Its queued runs were never its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from typing import Protocol
+
+from core.agent.approvals import ApprovalDesk
+from core.agent.conversation import Conversation
+from core.agent.journal import RunJournal
+from core.agent.lane import Lane, Queued, RunReport, RunState
+from core.agent.recovery import RecoveryHost, parse_conv, take_over
+from core.agent.responders import safe_send
+from core.agent.tasks import spawn
+from core.agent.turn import new_run_id
+from core.chat import ConversationKey, Inbound, Responder
+from core.errors import StoreError
+from core.store.notify import Notices, open_notices
+from core.tools.reaper import kill_leftovers
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedSettings:
+    """How workers on one store keep track of each other (`[store]` in config.toml).
+
+    Attributes:
+        heartbeat: seconds between a worker's heartbeats.
+        timeout: a worker not heard from for this long is dead; its runs are taken over.
+        sweep: seconds between safety sweeps (dead workers; queued runs a lost notice left).
+        max_runs: runs one worker claims at once; more wait for another worker.
+        channels: the channels whose conversations any worker may answer (every worker
+            has their outbound side); messages of others (the terminal console) are
+            answered by the worker that took them in, as in one process.
+    """
+
+    heartbeat: float = 2.0
+    timeout: float = 10.0
+    sweep: float = 5.0
+    max_runs: int = 32
+    channels: frozenset[str] = frozenset()
+
+
+def new_worker_id() -> str:
+    """`host:pid:random`: unique, and says where the worker runs."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class WorkerHost(RecoveryHost, Protocol):
+    """What the shared mode needs of the agent."""
+
+    lanes: dict[ConversationKey, Lane]
+    max_queued: int
+    approvals: ApprovalDesk
+
+    @property
+    def closing(self) -> bool: ...
+
+    async def run_in_lane(
+        self,
+        lane: Lane,
+        responder: Responder,
+        *,
+        user_text: str | None,
+        trigger: str = "user",
+        run_id: str | None = None,
+        resume: bool = False,
+    ) -> RunReport | None: ...
+
+
+class Workers:
+    """The shared mode of one agent: its worker id, heartbeats, notices, the claim loop
+    and the takeover of dead workers' runs."""
+
+    def __init__(
+        self, host: WorkerHost, settings: SharedSettings, worker_id: str | None = None
+    ) -> None:
+        self.host, self.settings = host, settings
+        self.id = worker_id or new_worker_id()
+        self.machine = self.id.split(":", 1)[0]
+        host.store.set_worker(self.id)
+        self.notices: Notices | None = None
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._claiming: asyncio.Task[None] | None = None
+        self._running: dict[str, asyncio.Task[None]] = {}  # claimed run id → its task here
+        self._starting: dict[str, str] = {}  # conversation → its claimed run, until it runs
+        self._stopped: set[str] = set()  # conversations whose claimed run /stop reached early
+        self._waiters: dict[str, Queued] = {}  # runs taken in here, until they start or end
+        self.listening = asyncio.Event()
+        self.sweeps = 0  # sweeps done (for status and tests)
+        self.listens = 0  # times listening (re)started
+        self._start: asyncio.Task[list[str]] | None = None
+
+    def shares(self, key: ConversationKey) -> bool:
+        """Whether any worker may answer the conversation `key`."""
+        return key[0] in self.settings.channels
+
+    async def start(self) -> list[str]:
+        """Join the workers (once; see `_join`); the ids of the runs taken over."""
+        failed = self._start is not None and self._start.done() and not self._start.cancelled()
+        if failed and self._start is not None and self._start.exception() is not None:
+            self._start = None  # the store was unreachable: try again
+        first = self._start is None
+        if self._start is None:
+            self._start = asyncio.ensure_future(self._join())
+        taken = await asyncio.shield(self._start)
+        return taken if first else []
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def _join(self) -> list[str]:
+        """Join the workers: beat, listen, take over what a dead worker (or a single
+        process before) left running, and claim what is queued. Returns the ids of the
+        runs taken over."""
+        store = self.host.store
+        for task in self._tasks:  # of an earlier attempt that failed halfway
+            task.cancel()
+        await store.worker_heartbeat(self.id)
+        self.notices = await open_notices(store)
+        self.host.approvals.notices = self.notices
+        self._tasks = [
+            spawn(self.notices.listen(self._on_notice, self._on_listening), "notices"),
+            spawn(self._beat(), "heartbeat"),
+        ]
+        try:
+            await asyncio.wait_for(self.listening.wait(), timeout=10)
+        except TimeoutError:
+            log.warning("not listening for notices yet; the sweep claims queued runs")
+        if not self.settings.channels:
+            # `parley chat` and the like: they beat (their own runs are taken over if they
+            # die) but take nothing over nor claim: they cannot answer on the platforms.
+            return []
+        # Runs of no worker: a single process's, from before this database was shared.
+        taken = await self._take_over(None, created_before=self.host.started_at)
+        taken += await self._sweep()
+        self._tasks.append(spawn(self._sweeping(), "sweep"))
+        self._claiming = spawn(self._claim_loop(), "claim")
+        self._wake.set()
+        return taken
+
+    def stop_claiming(self) -> None:
+        """Shutdown: claim nothing more (heartbeats go on until the runs here end)."""
+        if self._claiming is not None:
+            self._claiming.cancel()
+
+    async def close(self) -> None:
+        """Stop beating and listening. The worker's row stays until another worker finds
+        it silent (and finds nothing left running)."""
+        self.stop_claiming()
+        if self._start is not None and not self._start.done():
+            self._start.cancel()
+            await asyncio.wait({self._start})
+        tasks = [t for t in (*self._tasks, self._claiming) if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        for queued in self._waiters.values():
+            queued.settle(RunReport(queued.run_id, "cancelled", "", stop_reason="closing"))
+        self._waiters.clear()
+
+    # --- input ----------------------------------------------------------------------------
+
+    async def take_in(
+        self,
+        inbound: Inbound,
+        responder: Responder,
+        done: asyncio.Future[RunReport] | None,
+    ) -> bool:
+        """Text: a queued run in the store, announced to every worker."""
+        store, conv = self.host.store, ":".join(inbound.key)
+        waiting = await store.runs(conv=conv, states=["queued"], limit=self.host.max_queued)
+        if len(waiting) >= self.host.max_queued:
+            return await self._turn_away(inbound, responder, conv, len(waiting), done)
+        run_id = new_run_id()
+        if inbound.event_id:
+            store.mark_seen_soon(inbound.channel, inbound.event_id)
+        await store.create_run(run_id, conv, "user", state="queued", text=inbound.text, shared=True)
+        self._waiters[run_id] = Queued(inbound, responder, run_id, done)
+        self._publish("queued", conv)
+        self._wake.set()
+        return True
+
+    async def _turn_away(
+        self,
+        inbound: Inbound,
+        responder: Responder,
+        conv: str,
+        waiting: int,
+        done: asyncio.Future[RunReport] | None,
+    ) -> bool:
+        if inbound.event_id:
+            await self.host.store.mark_seen(inbound.channel, inbound.event_id)
+        if done is not None and not done.done():
+            done.set_result(RunReport("", "cancelled", "", stop_reason="queue_full"))
+        self.host.events.emit("agent.queue.full", {"queued": waiting}, conv=conv)
+        await safe_send(
+            responder,
+            f"I already have {waiting} messages waiting in this conversation, so I did not "
+            "queue that one. Send it again once I have caught up (/stop drops the queue).",
+        )
+        return True
+
+    def changed(self, lane: Lane) -> None:
+        """A command changed the conversation here: other workers load it again."""
+        self._publish("conv", f"{self.id} {lane.conv_id}")
+
+    # --- claiming and running -------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while not self.host.closing and len(self._running) < self.settings.max_runs:
+                try:
+                    row = await self.host.store.claim_queued_run(self.id)
+                except StoreError:
+                    log.warning("claiming a queued run failed", exc_info=True)
+                    break
+                if row is None:
+                    break
+                task = spawn(self._run_claimed(row.id, row.conv, row.text or ""), f"run {row.id}")
+                self._running[row.id] = task
+                task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running = {k: t for k, t in self._running.items() if t is not task}
+        self._wake.set()  # a slot is free
+
+    async def _run_claimed(self, run_id: str, conv: str, text: str) -> None:
+        """Run a run this worker claimed, in its lane, answering through the channel."""
+        host, key = self.host, parse_conv(conv)
+        queued = self._waiters.pop(run_id, None)
+        responder = queued.responder if queued is not None else host.responders(key)
+        if responder is None:
+            host.store.set_run_state(run_id, "failed", "no channel to answer in")
+            self._publish("ended", run_id)
+            if queued is not None:
+                queued.settle(RunReport(run_id, "failed", "", stop_reason="failed"))
+            return
+        fresh = key not in host.lanes
+        self._starting[conv] = run_id
+        try:
+            lane = await host.lane(key)
+        except StoreError:
+            log.warning("run %s: its conversation did not load", run_id, exc_info=True)
+            self._starting.pop(conv, None)
+            await host.store.unclaim_run(run_id)  # another worker (or this one) tries again
+            return
+        lane.users += 1
+        report: RunReport | None = None
+        try:
+            if not fresh:
+                await self._refresh(lane, run_id)
+            lane.worker = asyncio.current_task()
+            lane.responder = responder
+            self._starting.pop(conv, None)
+            if conv in self._stopped:  # /stop came between the claim and now
+                self._stopped.discard(conv)
+                host.store.set_run_state(run_id, "cancelled", "stopped")
+                report = RunReport(run_id, "cancelled", "", stop_reason="cancelled")
+                host.events.emit("agent_run.cancelled", {"reason": "stopped"}, run_id=run_id)
+                self.run_ended(lane, run_id)
+            else:
+                report = await host.run_in_lane(lane, responder, user_text=text, run_id=run_id)
+        finally:
+            self._starting.pop(conv, None)
+            lane.users -= 1
+            if report is None:  # never began (a shutdown): back to the queue for another
+                await host.store.unclaim_run(run_id)
+                if queued is not None:
+                    self._waiters[run_id] = queued
+        if report is not None and queued is not None:
+            queued.settle(report)
+
+    def run_ended(self, lane: Lane, run_id: str | None) -> None:
+        """Any run of this worker ended: its conversation's next run may be claimed, by
+        this worker or another, and whoever awaits it hears."""
+        if run_id is not None:
+            lane.seen_run = run_id
+            self._publish("ended", run_id)
+        self._wake.set()
+
+    async def owns(self, run_id: str) -> bool:
+        """Whether run `run_id` is still this worker's (not taken over by another)."""
+        try:
+            row = await self.host.store.run(run_id)
+        except StoreError:
+            return True  # deliver: a store that cannot be read cannot say otherwise
+        return row is None or row.worker in (None, self.id)
+
+    async def _refresh(self, lane: Lane, run_id: str) -> None:
+        """Load the lane again if another worker ran or changed its conversation since
+        this one last did."""
+        recent = await self.host.store.runs(conv=lane.conv_id, limit=self.host.max_queued + 10)
+        latest = next((r.id for r in recent if r.id != run_id and r.state != "queued"), None)
+        if lane.stale or latest != lane.seen_run:
+            async with lane.lock:
+                await self.reload(lane)
+            lane.seen_run = latest
+
+    async def reload(self, lane: Lane) -> Conversation:
+        """The lane's history, journal, totals and goal, as the store has them."""
+        store, conv = self.host.store, lane.conv_id
+        data = await store.journal(conv)
+        lane.journal.journal = RunJournal.model_validate(data) if data else RunJournal()
+        row = await store.conversation(conv)
+        lane.input_tokens = row.input_tokens if row else 0
+        lane.output_tokens = row.output_tokens if row else 0
+        lane.last_compaction = row.last_compaction if row else None
+        lane.goal = await store.goal(conv)
+        conversation = await self.host.conversation_of(lane)
+        conversation.messages = await store.load_messages(conv)
+        lane.stale = False
+        return conversation
+
+    # --- /stop and /resume ----------------------------------------------------------------
+
+    async def stop_elsewhere(self, lane: Lane) -> tuple[int, bool]:
+        """`/stop`: drop the conversation's queued runs (wherever they were taken in) and,
+        unless the run is this worker's, tell every worker to stop it."""
+        store = self.host.store
+        dropped = await store.cancel_queued(lane.conv_id, "dropped by /stop")
+        for run_id in dropped:
+            queued = self._waiters.pop(run_id, None)
+            if queued is not None:
+                queued.settle(RunReport(run_id, "cancelled", "", stop_reason="dropped"))
+            self._publish("ended", run_id)
+        if lane.busy:
+            return len(dropped), False
+        running = await store.runs(conv=lane.conv_id, states=["running"], limit=1)
+        assert self.notices is not None
+        await self.notices.publish("stop", lane.conv_id)  # a goal driver elsewhere stops too
+        return len(dropped), bool(running)
+
+    async def status(self, lane: Lane) -> str:
+        """`/status`: the conversation's run on another worker and its queued messages."""
+        store = self.host.store
+        running = [] if lane.busy else await store.runs(conv=lane.conv_id, states=["running"])
+        queued = await store.runs(conv=lane.conv_id, states=["queued"], limit=1000)
+        parts = [f"running on {running[0].worker} (run {running[0].id})"] if running else []
+        if queued:
+            parts.append(f"{len(queued)} queued")
+        return ", ".join(parts)
+
+    async def take_resumable(self, lane: Lane, run_id: str) -> str | None:
+        """`/resume` here: take the interrupted run through the store (so no other worker
+        goes on with it too) and load the lane as the store has it; a message for the
+        user if the run cannot be taken."""
+        if not await self.host.store.take_resumable_run(run_id, self.id):
+            return (
+                "That run is already going on, or a message is waiting here; send /resume "
+                "again once it is answered."
+            )
+        async with lane.lock:
+            await self.reload(lane)
+        return None
+
+    # --- notices --------------------------------------------------------------------------
+
+    def _publish(self, topic: str, payload: str) -> None:
+        if self.notices is not None:
+            self.notices.publish_soon(topic, payload)
+
+    def _on_notice(self, topic: str, payload: str) -> None:
+        host = self.host
+        if topic == "queued":
+            self._wake.set()
+        elif topic == "ended":
+            self._wake.set()
+            queued = self._waiters.pop(payload, None)
+            if queued is not None and queued.done is not None:
+                spawn(self._settle_from_store(queued), f"report {payload}")
+        elif topic == "stop":
+            if payload in self._starting:
+                self._stopped.add(payload)
+            lane = host.lanes.get(parse_conv(payload))
+            if lane is not None:
+                spawn(_stop_lane(lane), f"stop {payload}")
+        elif topic == "approval":
+            spawn(host.approvals.answered_elsewhere(payload), f"approval {payload}")
+        elif topic == "conv":
+            sender, _, conv = payload.partition(" ")
+            lane = host.lanes.get(parse_conv(conv))
+            if lane is not None and sender != self.id:
+                lane.stale = True
+
+    def _on_listening(self) -> None:
+        """Listening (again): notices sent meanwhile were missed, so every lane may be
+        stale and queued runs may wait."""
+        for lane in self.host.lanes.values():
+            lane.stale = True
+        self.listens += 1
+        self.listening.set()
+        self._wake.set()
+
+    async def _settle_from_store(self, queued: Queued) -> None:
+        row = await self.host.store.run(queued.run_id)
+        if row is None:
+            return
+        state: RunState = row.state  # type: ignore[assignment]
+        queued.settle(
+            RunReport(
+                row.id,
+                state,
+                row.text or "",
+                row.input_tokens,
+                row.output_tokens,
+                row.iterations,
+                row.reason or "",
+            )
+        )
+
+    # --- heartbeats and dead workers ------------------------------------------------------
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat)
+            try:
+                await self.host.store.worker_heartbeat(self.id)
+            except StoreError:
+                log.warning("heartbeat of %s failed", self.id, exc_info=True)
+
+    async def _sweeping(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.sweep)
+            try:
+                await self._sweep()
+            except StoreError:
+                log.warning("the sweep for dead workers failed", exc_info=True)
+            self.sweeps += 1
+            self._wake.set()  # what a lost notice left queued
+
+    async def _sweep(self) -> list[str]:
+        """Take over the runs of workers not heard from for `timeout` seconds, and kill
+        the tool process groups that dead workers of this machine left."""
+        store, taken = self.host.store, []
+        for dead in await store.dead_workers(self.settings.timeout):
+            if dead == self.id:
+                continue
+            runs = await self._take_over(dead)
+            self.host.events.emit("agent.worker.dead", {"worker": dead, "runs": len(runs)})
+            taken += runs
+            await store.forget_worker(dead)
+        groups = await store.take_tool_groups(host=self.machine, stale=self.settings.timeout)
+        if killed := kill_leftovers(groups):
+            self.host.events.emit("agent.tool_groups_killed", {"count": killed})
+        return taken
+
+    async def _take_over(self, dead: str | None, created_before: float = math.inf) -> list[str]:
+        """See `core.agent.recovery.take_over`."""
+        return await take_over(self.host, self.id, dead, created_before, self._publish)
+
+
+async def _stop_lane(lane: Lane) -> None:
+    await lane.stop()
+    await lane.stop_goal()
+
+
+__all__ = ["SharedSettings", "WorkerHost", "Workers", "new_worker_id"]
