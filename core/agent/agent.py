@@ -1,12 +1,11 @@
 """The durable conversation agent (SPEC §7, §8).
 
-`Agent` keeps one `Lane` per conversation key (its `core.agent.conversation.Conversation` holds
-the history and what a turn needs): messages queue in order and run one at a time, commands act
-at once (`/stop` reaches the running run immediately), and different lanes run
-concurrently. Every run is recorded in the store with checkpoints at its safe boundaries
-and an idempotency envelope around each tool call, so a crash is resumable with `/resume`
-without repeating a side effect. A run that was waiting on an approver goes on by itself
-after a restart (`core.agent.approvals`).
+`Agent` keeps one `Lane` per conversation key (its `Conversation` holds the history and what
+a turn needs): messages queue in order and run one at a time, commands act at once (`/stop`
+reaches the running run immediately), and different lanes run concurrently. Every run is
+recorded with checkpoints at its safe boundaries and an idempotency envelope around each tool
+call, so a crash is resumable with `/resume` without repeating a side effect; a run waiting
+on an approver goes on by itself after a restart (`core.agent.approvals`).
 """
 
 from __future__ import annotations
