@@ -77,7 +77,7 @@ class Commands:
         sandbox = jail_of(conversation.executor.ctx).describe().removeprefix("sandbox: ")
         goal = lane.goal
         goal_text = f"{goal.text} ({goal.state}{', auto' if goal.auto else ''})" if goal else "none"
-        run = "running" if lane.busy else "idle"
+        run = "running" if lane.working else "idle"  # a queued turn whose worker is starting counts
         if lane.busy and lane.run_id:
             run += f" (run {lane.run_id})"
         elif lane.last_state:

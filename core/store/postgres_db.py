@@ -84,6 +84,13 @@ class PostgresDatabase(GroupCommit):
             StoreError: the statement failed.
         """
         await self._after_queued()
+        # A caller cancelled meanwhile (a lease renewal given up on) must not cut the
+        # statement off mid-transaction: it ends in its own task, and its locks with it.
+        transaction = asyncio.ensure_future(self._transaction(sql, params))
+        transaction.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(transaction)
+
+    async def _transaction(self, sql: str, params: Sequence[Any]) -> list[TupleRow]:
         try:
             async with self._pool.connection() as conn:
                 cursor = await conn.execute(sql, text_safe(params) or None)

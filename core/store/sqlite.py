@@ -30,7 +30,7 @@ from core.store.rows import (
     approval_row,
     goal_row,
 )
-from core.store.sqlite_db import writer_connection
+from core.store.sqlite_db import reader_connection, writer_connection
 from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
 
@@ -48,7 +48,8 @@ class SqliteStore(SqliteWorkerTables, SqliteMemoryTables):
         await conn.execute("PRAGMA journal_mode=WAL")
         await migrate(conn)
         writer = await asyncio.to_thread(writer_connection, str(path))
-        return cls(conn, writer)
+        reader = await asyncio.to_thread(reader_connection, str(path))
+        return cls(conn, writer, reader)
 
     # --- conversations, messages, snapshots -----------------------------------------
 

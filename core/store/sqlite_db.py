@@ -1,5 +1,10 @@
-"""One SQLite database (WAL) behind two connections: reads go through aiosqlite, writes
-through a writer connection of their own (WAL lets it write while the reader reads).
+"""One SQLite database (WAL) behind a reader and a writer connection (WAL lets one write
+while the other reads); aiosqlite's connection only migrates the file at open.
+
+Reads run on the event loop: in WAL mode a read never waits for a writer and an indexed one
+takes µs, while a hop to aiosqlite's thread cost more than the read, and with 200
+conversations reading at once the hand-offs kept model connections busy for longer (the
+pool then opened one per conversation: three times the CPU per turn).
 
 Writes are group-committed (`group_commit.py`): 200 busy conversations cost a handful of
 commits, not thousands. A step's batch is committed on the event loop itself — in WAL mode
@@ -31,9 +36,12 @@ BUSY_TIMEOUT_MS = 5000
 class SqliteDatabase(GroupCommit):
     """The connections and the group commit that `SqliteStore`'s methods are written on."""
 
-    def __init__(self, conn: aiosqlite.Connection, writer: sqlite3.Connection) -> None:
-        self._conn = conn
+    def __init__(
+        self, conn: aiosqlite.Connection, writer: sqlite3.Connection, reader: sqlite3.Connection
+    ) -> None:
+        self._conn = conn  # migrations at open
         self._write_conn = writer
+        self._read_conn = reader
         self._connection_in_use = (
             asyncio.Lock()
         )  # the writer connection: one batch or statement at once
@@ -47,6 +55,7 @@ class SqliteDatabase(GroupCommit):
             await self._drain()
         finally:
             await self._conn.close()
+            self._read_conn.close()
             async with self._connection_in_use:
                 self._write_conn.close()
 
@@ -101,13 +110,15 @@ class SqliteDatabase(GroupCommit):
 
     # --- reads ------------------------------------------------------------------------
 
-    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
-        async with self._conn.execute(sql, params) as cursor:
-            return list(await cursor.fetchall())
+    # On the loop (see the module doc). Each read is fetched to the end, so the connection
+    # never keeps an older snapshot open across reads.
 
-    async def _one(self, sql: str, params: Sequence[Any] = ()) -> aiosqlite.Row | None:
-        async with self._conn.execute(sql, params) as cursor:
-            return await cursor.fetchone()
+    async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._read_conn.execute(sql, params).fetchall()
+
+    async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = self._read_conn.execute(sql, params).fetchall()
+        return rows[0] if rows else None
 
 
 class _LockBusy(Exception):
@@ -121,6 +132,14 @@ def writer_connection(path: str) -> sqlite3.Connection:
     _pragma(conn, "synchronous=NORMAL")  # WAL: durable at checkpoints, never corrupt
     _pragma(conn, "busy_timeout=0")
     _pragma(conn, "wal_autocheckpoint=0")
+    return conn
+
+
+def reader_connection(path: str) -> sqlite3.Connection:
+    """The connection reads run on, on the event loop (autocommit: a read is its own
+    snapshot)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    _pragma(conn, f"busy_timeout={BUSY_TIMEOUT_MS}")  # only during a WAL recovery
     return conn
 
 

@@ -228,7 +228,9 @@ async def test_telegram_offset_passes_an_update_only_once_stored_and_survives_a_
 
         async with parley_run(config, env) as parley:  # Telegram still has the update
             await telegram.wait_until(lambda: "pong: remember me" in telegram.texts(ALICE.id))
-            await telegram.wait_until(lambda: max(polled_offsets(telegram)) > uid, what="confirm")
+            await telegram.wait_until(
+                lambda: max(polled_offsets(telegram)) > uid, timeout=30, what="confirm"
+            )
             telegram.redeliver(update)  # and once more, as if the confirmation got lost
             await parley.until(lambda: duplicates(tmp_path / "events.jsonl"), "duplicate")
             assert await parley.stop() == 0
