@@ -42,9 +42,8 @@ class SqliteDatabase(GroupCommit):
         self._conn = conn  # migrations at open
         self._write_conn = writer
         self._read_conn = reader
-        self._connection_in_use = (
-            asyncio.Lock()
-        )  # the writer connection: one batch or statement at once
+        # The writer connection: one batch or statement at a time.
+        self._connection_in_use = asyncio.Lock()
         self._since_checkpoint = 0  # statements committed since the log was checkpointed
         super().__init__()
 
