@@ -39,7 +39,10 @@ class SqliteDatabase(GroupCommit):
     def __init__(
         self, conn: aiosqlite.Connection, writer: sqlite3.Connection, reader: sqlite3.Connection
     ) -> None:
-        self._conn = conn  # migrations at open
+        # The connection that migrated the file at open. Kept open for the store's life:
+        # closing it then may close the file's last connection, which checkpoints and
+        # drops the WAL while another store opens it ('database is locked').
+        self._conn = conn
         self._write_conn = writer
         self._read_conn = reader
         # The writer connection: one batch or statement at a time.
