@@ -71,6 +71,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
+import httpx2  # noqa: E402
 
 from benchmarks.loop_overhead import (  # noqa: E402
     FINAL_TEXT,
@@ -457,7 +458,7 @@ class BenchResponder:
         yield
 
 
-def make_app(fake: Fake, root: Path, state: Path, client: httpx.AsyncClient) -> App:
+def make_app(fake: Fake, root: Path, state: Path, client: httpx2.AsyncClient) -> App:
     """The App on a fresh store in `state`; the workspace (named in the system prompt, so
     in every request) is the same for every phase."""
     workspace = root / "workspace"
@@ -530,7 +531,13 @@ class StoreTimer:
 
 async def parley_phase(fake: Fake, root: Path, n: int, limits: httpx.Limits, phase: Phase) -> None:
     with tempfile.TemporaryDirectory(prefix="phase-", dir=root) as state:
-        async with httpx.AsyncClient(timeout=TIMEOUT, limits=limits, trust_env=False) as client:
+        # Parley's own HTTP stack (httpx2), with the raw loop's timeout and pool limits
+        timeout = httpx2.Timeout(TIMEOUT.read, connect=TIMEOUT.connect)
+        pool = httpx2.Limits(
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+        )
+        async with httpx2.AsyncClient(timeout=timeout, limits=pool, trust_env=False) as client:
             app = make_app(fake, root, Path(state), client)
             try:
                 agent = await app.open_agent()

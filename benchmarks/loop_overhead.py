@@ -4,7 +4,7 @@ Both sides talk to the same in-process fake LLM (``tests.fakes.llm.FakeLLM``, Op
 Completions wire format, zero latency). One user turn makes K tool iterations: the fake answers
 the first K requests of the turn with one call to a trivial read tool, then a final text answer.
 
-* **Parley**: ``core.loop.run_loop`` with a real ``openai_chat`` provider (httpx + httpx-sse +
+* **Parley**: ``core.loop.run_loop`` with a real ``openai_chat`` provider (httpx2 with its SSE +
   fragment merging + pydantic messages) and a ``ToolExecutor`` running ``LookupTool``.
 * **Baseline**: the most direct equivalent: one shared ``httpx.AsyncClient``, ``aiter_lines()``,
   ``json.loads`` of ``data:`` lines, fragments concatenated by index, a list of dicts as history,
@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
+import httpx2  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
 from core.loop import LoopConfig, run_loop  # noqa: E402
@@ -223,20 +224,22 @@ def baseline_side(client: httpx.AsyncClient, base_url: str, tool: Tool) -> Turn:
 
 
 class ConnectionCounter:
-    """httpx response hook: counts responses that arrived on a new TCP connection."""
+    """Response hook (httpx or httpx2): counts responses that arrived on a new TCP connection."""
 
     def __init__(self) -> None:
         self.last: object = None
         self.opened = 0
 
-    async def __call__(self, response: httpx.Response) -> None:
+    async def __call__(self, response: httpx.Response | httpx2.Response) -> None:
         stream = response.extensions.get("network_stream")
         if stream is not self.last:
             self.opened += 1
             self.last = stream  # kept alive, so a new connection is never the same object
 
 
-async def count_connections(client: httpx.AsyncClient, turn: Turn, k: int) -> int:
+async def count_connections(
+    client: httpx.AsyncClient | httpx2.AsyncClient, turn: Turn, k: int
+) -> int:
     """Connections opened by one turn of K iterations (untimed: hooks cost time)."""
     counter = ConnectionCounter()
     client.event_hooks = {"response": [counter]}

@@ -76,7 +76,16 @@ def _setup_logging(args: argparse.Namespace) -> str | None:
         from channels import PLATFORMS
 
         sdks = [name for platform in PLATFORMS.values() for name in platform.loggers]
-        for name in ("httpx", "httpcore", "apscheduler", "aiohttp", "hpack", *sdks):
+        for name in (
+            "httpx",
+            "httpcore",
+            "httpx2",
+            "httpcore2",
+            "apscheduler",
+            "aiohttp",
+            "hpack",
+            *sdks,
+        ):
             logging.getLogger(name).setLevel(logging.WARNING)
     return problem
 

@@ -204,7 +204,7 @@ def test_version_imports_no_platform_sdk_or_http_stack() -> None:
         "import sys\n"
         "from bot.cli import main\n"
         "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('discord', 'slack_bolt', 'telegram', 'httpx', 'pydantic',"
+        "heavy = [m for m in ('discord', 'slack_bolt', 'telegram', 'httpx', 'httpx2', 'pydantic',"
         " 'tiktoken', 'aiosqlite', 'apscheduler') if m in sys.modules]\n"
         "print(heavy)\n"
     )

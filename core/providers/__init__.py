@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-import httpx
+import httpx2
 
 from core.clock import Clock
 from core.providers.base import Provider, ProviderSettings, WireFormat
@@ -30,7 +30,7 @@ def wire_format(kind: str) -> WireFormat:
 
 def build_provider(
     settings: ProviderSettings,
-    client: httpx.AsyncClient | None = None,
+    client: httpx2.AsyncClient | None = None,
     clock: Clock | None = None,
 ) -> HTTPProvider:
     """The provider for `settings.kind`; it owns its HTTP client unless given one."""

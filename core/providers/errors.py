@@ -3,7 +3,7 @@
 An error is sorted by its code (or type) first, then by HTTP status, and only then by its
 message: one table for HTTP error answers and in-stream error events alike. Transport
 failures (timeouts, refused or cut connections, a body that is not an event stream) are
-mapped by `map_transport_errors`, as httpx maps httpcore's.
+mapped by `map_transport_errors`, as httpx2 maps httpcore2's.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
-from httpx_sse import SSEError
+import httpx2
+from httpx2 import SSEError
 
 from core.errors import (
     ContextLengthError,
@@ -54,7 +54,7 @@ CONTEXT_LENGTH_MARKERS = (
 )
 
 
-def error_from_response(status: int, body: str, headers: httpx.Headers) -> ProviderError:
+def error_from_response(status: int, body: str, headers: httpx2.Headers) -> ProviderError:
     """Map an HTTP error answer to our error tree."""
     return provider_error(
         f"HTTP {status}", _error_object(body), status=status, retry_after=_retry_after(headers)
@@ -132,7 +132,7 @@ def _error_object(body: str) -> dict[str, Any]:
     return {"message": str(error)}
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
+def _retry_after(headers: httpx2.Headers) -> float | None:
     for key, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         value = headers.get(key)
         if value is None:
@@ -146,15 +146,15 @@ def _retry_after(headers: httpx.Headers) -> float | None:
 
 @contextlib.contextmanager
 def map_transport_errors(provider: str, pool_size: int | None = None) -> Iterator[None]:
-    """Raise httpx and httpx-sse failures inside the block as `ProviderUnavailable`."""
+    """Raise httpx2 failures (transport and SSE) inside the block as `ProviderUnavailable`."""
     try:
         yield
-    except httpx.PoolTimeout as exc:
+    except httpx2.PoolTimeout as exc:
         raise ProviderUnavailable(
             f"all {pool_size} connections to {provider} stayed busy until the timeout "
             f"(raise providers.{provider}.max_connections): {exc!r}"
         ) from exc
-    except httpx.TimeoutException as exc:
+    except httpx2.TimeoutException as exc:
         raise ProviderUnavailable(f"timed out talking to {provider}: {exc!r}") from exc
-    except (httpx.TransportError, SSEError) as exc:
+    except (httpx2.TransportError, SSEError) as exc:
         raise ProviderUnavailable(f"connection to {provider} failed: {exc!r}") from exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-import httpx
+import httpx2
 
 from core.clock import Clock
 from core.errors import ProviderError, ProviderUnavailable
@@ -35,7 +35,7 @@ class HTTPProvider:
         self,
         settings: ProviderSettings,
         wire: WireFormat,
-        client: httpx.AsyncClient | None = None,
+        client: httpx2.AsyncClient | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.settings = settings
@@ -51,7 +51,7 @@ class HTTPProvider:
         return self.settings.model
 
     @property
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> httpx2.AsyncClient:
         return self.endpoint.client
 
     async def aclose(self) -> None:

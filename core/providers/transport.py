@@ -16,8 +16,8 @@ import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
-import httpx
-from httpx_sse import EventSource, ServerSentEvent, SSEError
+import httpx2
+from httpx2 import EventSource, ServerSentEvent, SSEError
 
 from core.clock import Clock, SystemClock
 from core.errors import ProviderError
@@ -31,19 +31,19 @@ CONNECT_TIMEOUT = 10.0
 OUTPUT_EVENTS = (TextDelta, ReasoningDelta, ToolCallDelta)  # what a retry must discard
 
 
-def pool_limits(max_connections: int | None) -> httpx.Limits:
+def pool_limits(max_connections: int | None) -> httpx2.Limits:
     """The connection pool for one endpoint: `max_connections` (None: no cap), and every
-    pooled connection kept alive. httpx's defaults (100, 20 kept alive) made the 101st
+    pooled connection kept alive. The defaults (100, 20 kept alive) made the 101st
     concurrent turn wait silently for a connection and opened a new TCP (and TLS)
     connection for most LLM calls of many busy conversations."""
-    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    return httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
 
 
 @functools.cache
 def tls_context() -> ssl.SSLContext:
     """One verifying TLS context for every endpoint: loading the CA bundle takes ~27 ms,
     which each client paid again. A plain-HTTP endpoint (a local model) gets none."""
-    return httpx.create_ssl_context()
+    return httpx2.create_ssl_context()
 
 
 class Endpoint:
@@ -61,7 +61,7 @@ class Endpoint:
         self,
         settings: ProviderSettings,
         headers: Mapping[str, str],
-        client: httpx.AsyncClient | None = None,
+        client: httpx2.AsyncClient | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.settings = settings
@@ -75,13 +75,13 @@ class Endpoint:
         self._owns_client = client is None
 
     @property
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> httpx2.AsyncClient:
         """The HTTP client, built on first use."""
         if self._client is None:
-            timeout = httpx.Timeout(self.settings.timeout, connect=CONNECT_TIMEOUT)
+            timeout = httpx2.Timeout(self.settings.timeout, connect=CONNECT_TIMEOUT)
             limits = pool_limits(self.settings.max_connections)
             verify = tls_context() if self.settings.base_url.startswith("https:") else False
-            self._client = httpx.AsyncClient(timeout=timeout, limits=limits, verify=verify)
+            self._client = httpx2.AsyncClient(timeout=timeout, limits=limits, verify=verify)
         return self._client
 
     async def aclose(self) -> None:
@@ -116,7 +116,7 @@ class Endpoint:
                 if resp.status_code >= 400:
                     raw = (await resp.aread()).decode("utf-8", "replace")
                     raise error_from_response(resp.status_code, raw, resp.headers)
-                events = EventSource(resp).aiter_sse()
+                events = aiter(EventSource(resp))
                 yield events
                 await _drain(events)
 
@@ -158,7 +158,7 @@ def backoff_delay(attempt: int, retry_after: float | None, *, base: float = 1.0)
 async def _drain(events: AsyncIterator[object]) -> None:
     """Read what follows the end-of-turn event, so the connection goes back to the pool
     instead of being closed."""
-    with contextlib.suppress(TimeoutError, httpx.HTTPError, SSEError):
+    with contextlib.suppress(TimeoutError, httpx2.HTTPError, SSEError):
         async with asyncio.timeout(DRAIN_SECONDS):
             async for _ in events:
                 pass

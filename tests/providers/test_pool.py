@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
+import httpx2
 import pytest
 
 from core.config import ProviderConfig
@@ -71,7 +71,7 @@ def test_a_pool_timeout_names_the_setting_to_raise() -> None:
         pytest.raises(ProviderUnavailable, match=r"all 2 connections to openai .*max_connections"),
         map_transport_errors("openai", 2),
     ):
-        raise httpx.PoolTimeout("no connection free")
+        raise httpx2.PoolTimeout("no connection free")
 
 
 def test_the_cap_is_read_from_the_provider_config() -> None:
