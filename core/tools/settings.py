@@ -77,7 +77,16 @@ class SandboxSettings(BaseModel):
     _cache: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def resolved_workspace(self) -> Path:
-        return Path(os.path.expanduser(self.workspace)).resolve()
+        """The workspace, symlinks resolved once per configuration (as the path rules
+        are): the system prompt names it every turn, and resolving took ~9 lstat calls."""
+        return self._resolved("workspace", self.workspace)
 
     def resolved_artifacts(self) -> Path:
-        return Path(os.path.expanduser(self.artifacts_dir)).resolve()
+        return self._resolved("artifacts", self.artifacts_dir)
+
+    def _resolved(self, key: str, path: Path) -> Path:
+        resolved = self._cache.get(key)
+        if resolved is None:
+            resolved = self._cache[key] = Path(os.path.expanduser(path)).resolve()
+        assert isinstance(resolved, Path)
+        return resolved
