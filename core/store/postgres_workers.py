@@ -93,11 +93,14 @@ class PostgresWorkerTables(PostgresRunTables):
     async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
         return bool(await self._write_now(_TAKE_RESUMABLE, (worker_id, run_id)))
 
-    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
+    async def cancel_queued(
+        self, conv: str, reason: str, *, run_id: str | None = None
+    ) -> list[str]:
         rows = await self._write_now(
             f"UPDATE runs SET state = 'cancelled', reason = %s, ended_at = {_NOW} "
-            "WHERE conv = %s AND state = 'queued' RETURNING id, seq",
-            (reason, conv),
+            "WHERE conv = %s AND state = 'queued' AND (%s::text IS NULL OR id = %s) "
+            "RETURNING id, seq",
+            (reason, conv, run_id, run_id),
         )
         return [str(r[0]) for r in sorted(rows, key=lambda r: int(r[1]))]
 

@@ -382,9 +382,12 @@ class WorkerStore(Protocol):
         at once, one gets it."""
         ...
 
-    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
-        """Committed: `conv`'s queued runs become `cancelled` (`reason`); their ids,
-        first stored first. A run claimed meanwhile is not among them."""
+    async def cancel_queued(
+        self, conv: str, reason: str, *, run_id: str | None = None
+    ) -> list[str]:
+        """Committed: `conv`'s queued runs (only `run_id`, if given) become `cancelled`
+        (`reason`); their ids, first stored first. A run claimed meanwhile is not among
+        them."""
         ...
 
     async def worker_heartbeat(self, worker_id: str) -> None:

@@ -83,11 +83,13 @@ class SqliteWorkerTables(SqliteRunTables):
     async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
         return bool(await self._write_now(_TAKE_RESUMABLE, lambda: (worker_id, run_id)))
 
-    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
+    async def cancel_queued(
+        self, conv: str, reason: str, *, run_id: str | None = None
+    ) -> list[str]:
         rows = await self._write_now(
             "UPDATE runs SET state = 'cancelled', reason = ?, ended_at = ? "
-            "WHERE conv = ? AND state = 'queued' RETURNING id, seq",
-            lambda: (reason, time.time(), conv),
+            "WHERE conv = ? AND state = 'queued' AND (? IS NULL OR id = ?) RETURNING id, seq",
+            lambda: (reason, time.time(), conv, run_id, run_id),
         )
         return [str(r[0]) for r in sorted(rows, key=lambda r: int(r[1]))]
 
