@@ -483,8 +483,12 @@ class Workers:
         return taken
 
     async def _take_over(self, dead: str | None, created_before: float = math.inf) -> list[str]:
-        """See `core.agent.recovery.take_over`."""
-        return await take_over(self.host, self.id, dead, created_before, self._publish)
+        """See `core.agent.recovery.take_over`; whoever awaits a run taken over (a goal
+        driver on another worker) hears that it ended."""
+        taken = await take_over(self.host, self.id, dead, created_before, self._publish)
+        for run_id in taken:
+            self._publish("ended", run_id)
+        return taken
 
 
 async def _stop_lane(lane: Lane) -> None:

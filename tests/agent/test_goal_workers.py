@@ -197,3 +197,31 @@ async def test_a_goal_cleared_while_its_turn_waits_takes_the_turn_out_of_the_que
             "the goal stopped",
         )
         assert len(fake_llm.requests) == 1
+
+
+async def test_a_goal_goes_on_when_the_worker_running_its_turn_dies(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    answers = Gated("step 1")
+    fake_llm.responder = answers
+    platform = Platform()
+    async with (
+        postgres_schema() as url,
+        workers(fake_llm, tmp_path, url, platform, 2, goals=GOALS) as agents,
+    ):
+        driver, other = agents
+        assert driver.workers is not None
+        assert other.workers is not None
+        driver.workers.stop_claiming()  # the goal's turn runs on the other worker
+        end = platform(KEY)
+        await driver.submit(inbound("/goal create write it --auto --turns 1"), end)
+        await fake_llm.wait_for_requests(1)
+        await other.workers.close()  # silent from now on: the driver's worker takes over
+        lane = driver.lanes[KEY]
+        assert lane.goal_task is not None
+        await asyncio.wait_for(asyncio.wait({lane.goal_task}), 20)
+        assert lane.goal is not None
+        assert (lane.goal.state, lane.goal.turns) == ("stopped", 1)
+        [run] = await runs_of(driver)
+        assert (run.state, run.worker) == ("timed_out", driver.workers.id)
+        answers.gates["step 1"].set()
