@@ -1,10 +1,13 @@
 """Autonomous goals (SPEC §8, `/goal create <text> --auto [--turns N]`).
 
 The driver runs turns in the conversation's own lane (queued user messages still go
-first), waits `autonomous_turn_delay_ms` between turns, and every `verify_interval` turns
-asks a supervisor model for a JSON verdict `{"achieved": bool, "reason": str}`. It stops
-when the supervisor says achieved, at the turn limit, after `max_stuck_count` identical
-answers in a row, or on `/stop`; a supervisor that keeps failing pauses the goal.
+first; with several workers each turn is a queued run of the conversation, claimed like a
+message by whichever worker is free, so it never runs beside another run of the
+conversation and keeps its place in their order), waits `autonomous_turn_delay_ms` between
+turns, and every `verify_interval` turns asks a supervisor model for a JSON verdict
+`{"achieved": bool, "reason": str}`. It stops when the supervisor says achieved, at the
+turn limit, after `max_stuck_count` identical answers in a row, or on `/stop`; a
+supervisor that keeps failing pauses the goal.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ import json
 import logging
 import re
 from dataclasses import replace
+from typing import Protocol
 
-from core.agent.lane import Lane, LaneHost
-from core.chat import Responder
+from core.agent.lane import Lane, LaneHost, Queued, RunReport
+from core.agent.turn import new_run_id
+from core.chat import ConversationKey, Inbound, Responder
+from core.errors import StoreError
 from core.messages import Message
 from core.providers.base import Provider
 from core.store import GoalRow
@@ -55,7 +61,25 @@ async def ask_supervisor(provider: Provider, goal: str, answers: list[str]) -> t
     return verdict["achieved"], str(verdict.get("reason", ""))
 
 
-async def drive_goal(agent: LaneHost, lane: Lane, responder: Responder) -> None:
+class TurnQueue(Protocol):
+    """Where a goal's turns queue when several workers share the conversation
+    (`core.agent.workers.Workers`)."""
+
+    def shares(self, key: ConversationKey) -> bool: ...
+
+    async def enqueue(self, queued: Queued, trigger: str = "user") -> None: ...
+
+    async def withdraw(self, queued: Queued, reason: str) -> None: ...
+
+
+class GoalHost(LaneHost, Protocol):
+    """What the goal driver needs of the agent."""
+
+    @property
+    def workers(self) -> TurnQueue | None: ...
+
+
+async def drive_goal(agent: GoalHost, lane: Lane, responder: Responder) -> None:
     settings = agent.goal_settings
     goal = lane.goal
     if goal is None:
@@ -71,7 +95,7 @@ async def drive_goal(agent: LaneHost, lane: Lane, responder: Responder) -> None:
                 state, note = "stopped", f"turn limit reached ({goal.max_turns} turns)"
                 break
             prompt = (FIRST_PROMPT if goal.turns == 0 else NEXT_PROMPT).format(goal=goal.text)
-            report = await agent.run_in_lane(lane, responder, user_text=prompt, trigger="goal")
+            report = await _turn(agent, lane, responder, prompt)
             goal = replace(goal, turns=goal.turns + 1)
             lane.goal = goal
             await agent.store.save_goal(goal, lane.conv_id)
@@ -111,8 +135,33 @@ async def drive_goal(agent: LaneHost, lane: Lane, responder: Responder) -> None:
     await _finish(agent, lane, responder, goal, state, note)
 
 
+async def _turn(agent: GoalHost, lane: Lane, responder: Responder, prompt: str) -> RunReport | None:
+    """One turn of the goal: in the lane here, or with several workers queued like a
+    message and run by whichever worker claims it. A driver stopped while its turn still
+    waits takes the turn out of the queue; a turn already claimed runs to its end (`/stop`
+    reaches it wherever it runs)."""
+    queue = agent.workers
+    if queue is None or not queue.shares(lane.key):
+        return await agent.run_in_lane(lane, responder, user_text=prompt, trigger="goal")
+    if agent.closing:
+        return None
+    inbound = Inbound(*lane.key, user_id="", user_name="", text=prompt)
+    done: asyncio.Future[RunReport] = asyncio.get_running_loop().create_future()
+    queued = Queued(inbound, responder, new_run_id(), done)
+    try:
+        await queue.enqueue(queued, trigger="goal")
+        return await done
+    except StoreError as exc:
+        log.warning("goal turn of %s not queued: %s", lane.conv_id, exc)
+        return RunReport(queued.run_id, "failed", "", stop_reason="failed", failure=str(exc))
+    except asyncio.CancelledError:  # also while being queued: its insert may be committed
+        with contextlib.suppress(StoreError):
+            await queue.withdraw(queued, "the goal stopped")
+        raise
+
+
 async def _finish(
-    agent: LaneHost, lane: Lane, responder: Responder, goal: GoalRow, state: str, note: str
+    agent: GoalHost, lane: Lane, responder: Responder, goal: GoalRow, state: str, note: str
 ) -> None:
     final = replace(goal, state=state, note=note)
     if lane.goal is not None and lane.goal.text == goal.text:  # not replaced or cleared

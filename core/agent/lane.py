@@ -20,7 +20,7 @@ from core.chat import ConversationKey, Inbound, Responder
 from core.clock import Clock
 from core.config import GoalsConfig
 from core.eventlog import EventLog
-from core.store import GoalRow, Store
+from core.store import GoalRow, RunRow, Store
 
 RunState = Literal[
     "queued", "running", "completed", "cancelled", "failed", "timed_out", "waiting_on_human"
@@ -49,6 +49,13 @@ class RunReport:
     iterations: int = 0
     stop_reason: str = ""
     failure: str | None = None
+
+    @classmethod
+    def of_row(cls, row: RunRow) -> RunReport:
+        """The report of a run that ended, as the store has it (it ran on another worker)."""
+        state: RunState = row.state  # type: ignore[assignment]
+        text, reason = row.text or "", row.reason or ""
+        return cls(row.id, state, text, row.input_tokens, row.output_tokens, row.iterations, reason)
 
 
 @dataclass(slots=True)

@@ -37,13 +37,14 @@ from typing import Protocol
 from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.journal import RunJournal
-from core.agent.lane import Lane, Queued, RunReport, RunState
+from core.agent.lane import Lane, Queued, RunReport
 from core.agent.recovery import RecoveryHost, parse_conv, take_over
 from core.agent.responders import safe_send
 from core.agent.tasks import spawn
 from core.agent.turn import new_run_id
 from core.chat import ConversationKey, Inbound, Responder
 from core.errors import StoreError
+from core.store import RunRow
 from core.store.notify import Notices, open_notices
 from core.tools.reaper import kill_leftovers
 
@@ -203,14 +204,28 @@ class Workers:
         waiting = await store.runs(conv=conv, states=["queued"], limit=self.host.max_queued)
         if len(waiting) >= self.host.max_queued:
             return await self._turn_away(inbound, responder, conv, len(waiting), done)
-        run_id = new_run_id()
         if inbound.event_id:
             store.mark_seen_soon(inbound.channel, inbound.event_id)
-        await store.create_run(run_id, conv, "user", state="queued", text=inbound.text, shared=True)
-        self._waiters[run_id] = Queued(inbound, responder, run_id, done)
+        await self.enqueue(Queued(inbound, responder, new_run_id(), done))
+        return True
+
+    async def enqueue(self, queued: Queued, trigger: str = "user") -> None:
+        """`queued` as a queued run in the store, announced to every worker; it hears how
+        the run ended, wherever it ran (a goal's turns queue so too: `core.agent.goals`)."""
+        conv = ":".join(queued.inbound.key)
+        await self.host.store.create_run(
+            queued.run_id, conv, trigger, state="queued", text=queued.inbound.text, shared=True
+        )
+        self._waiters[queued.run_id] = queued
         self._publish("queued", conv)
         self._wake.set()
-        return True
+
+    async def withdraw(self, queued: Queued, reason: str) -> None:
+        """`queued`'s run leaves the queue unless a worker claimed it already."""
+        self._waiters.pop(queued.run_id, None)
+        conv = ":".join(queued.inbound.key)
+        if await self.host.store.cancel_queued(conv, reason, run_id=queued.run_id):
+            self._publish("ended", queued.run_id)
 
     async def _turn_away(
         self,
@@ -250,7 +265,7 @@ class Workers:
                     break
                 if row is None:
                     break
-                task = spawn(self._run_claimed(row.id, row.conv, row.text or ""), f"run {row.id}")
+                task = spawn(self._run_claimed(row), f"run {row.id}")
                 self._running[row.id] = task
                 task.add_done_callback(self._finished)
 
@@ -258,8 +273,9 @@ class Workers:
         self._running = {k: t for k, t in self._running.items() if t is not task}
         self._wake.set()  # a slot is free
 
-    async def _run_claimed(self, run_id: str, conv: str, text: str) -> None:
+    async def _run_claimed(self, row: RunRow) -> None:
         """Run a run this worker claimed, in its lane, answering through the channel."""
+        run_id, conv, text = row.id, row.conv, row.text or ""
         host, key = self.host, parse_conv(conv)
         queued = self._waiters.pop(run_id, None)
         responder = queued.responder if queued is not None else host.responders(key)
@@ -293,7 +309,9 @@ class Workers:
                 host.events.emit("agent_run.cancelled", {"reason": "stopped"}, run_id=run_id)
                 self.run_ended(lane, run_id)
             else:
-                report = await host.run_in_lane(lane, responder, user_text=text, run_id=run_id)
+                report = await host.run_in_lane(
+                    lane, responder, user_text=text, trigger=row.trigger, run_id=run_id
+                )
         finally:
             self._starting.pop(conv, None)
             lane.users -= 1
@@ -357,9 +375,7 @@ class Workers:
             if queued is not None:
                 queued.settle(RunReport(run_id, "cancelled", "", stop_reason="dropped"))
             self._publish("ended", run_id)
-        if lane.busy:
-            return len(dropped), False
-        running = await store.runs(conv=lane.conv_id, states=["running"], limit=1)
+        running = [] if lane.busy else await store.runs(conv=lane.conv_id, states=["running"])
         assert self.notices is not None
         await self.notices.publish("stop", lane.conv_id)  # a goal driver elsewhere stops too
         return len(dropped), bool(running)
@@ -427,20 +443,8 @@ class Workers:
 
     async def _settle_from_store(self, queued: Queued) -> None:
         row = await self.host.store.run(queued.run_id)
-        if row is None:
-            return
-        state: RunState = row.state  # type: ignore[assignment]
-        queued.settle(
-            RunReport(
-                row.id,
-                state,
-                row.text or "",
-                row.input_tokens,
-                row.output_tokens,
-                row.iterations,
-                row.reason or "",
-            )
-        )
+        if row is not None:
+            queued.settle(RunReport.of_row(row))
 
     # --- heartbeats and dead workers ------------------------------------------------------
 
@@ -479,8 +483,12 @@ class Workers:
         return taken
 
     async def _take_over(self, dead: str | None, created_before: float = math.inf) -> list[str]:
-        """See `core.agent.recovery.take_over`."""
-        return await take_over(self.host, self.id, dead, created_before, self._publish)
+        """See `core.agent.recovery.take_over`; whoever awaits a run taken over (a goal
+        driver on another worker) hears that it ended."""
+        taken = await take_over(self.host, self.id, dead, created_before, self._publish)
+        for run_id in taken:
+            self._publish("ended", run_id)
+        return taken
 
 
 async def _stop_lane(lane: Lane) -> None:

@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -131,6 +131,18 @@ _MIGRATIONS: dict[int, str] = {
     7: """
     ALTER TABLE tool_groups ADD COLUMN worker TEXT;
     CREATE INDEX runs_worker ON runs (worker, state);
+    """,
+    # Runs in the order they were stored, whatever the clock of the worker that stored
+    # them (SPEC §14): `seq`, given at insert (the next after the highest, under the write
+    # lock). Existing runs keep the order they had, by `created_at`.
+    8: """
+    ALTER TABLE runs ADD COLUMN seq INTEGER;
+    UPDATE runs SET seq = o.n FROM (
+        SELECT rowid AS r, row_number() OVER (ORDER BY created_at, rowid) AS n FROM runs
+    ) AS o WHERE runs.rowid = o.r;
+    CREATE UNIQUE INDEX runs_seq ON runs (seq);
+    DROP INDEX runs_conv;
+    CREATE INDEX runs_conv ON runs (conv, seq);
     """,
 }
 

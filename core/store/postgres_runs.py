@@ -144,7 +144,7 @@ class PostgresRunTables(PostgresDatabase):
 
     async def child_runs(self, parent_run_id: str) -> list[RunRow]:
         rows = await self._all(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = %s ORDER BY created_at, id",
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = %s ORDER BY seq",
             (parent_run_id,),
         )
         return [run_row(r) for r in rows]
@@ -152,7 +152,7 @@ class PostgresRunTables(PostgresDatabase):
     async def find_runs(self, prefix: str) -> list[RunRow]:
         # ILIKE: SQLite's LIKE ignores the case of ASCII letters too
         rows = await self._all(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE id ILIKE %s ORDER BY created_at DESC",
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE id ILIKE %s ORDER BY seq DESC",
             (prefix + "%",),
         )
         return [run_row(r) for r in rows]
@@ -171,7 +171,7 @@ class PostgresRunTables(PostgresDatabase):
             params.append(states)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         rows = await self._all(
-            f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC LIMIT %s",
+            f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY seq DESC LIMIT %s",
             (*params, limit),
         )
         return [run_row(r) for r in rows]

@@ -5,8 +5,9 @@ A queued run is handed out with `FOR UPDATE SKIP LOCKED`, so workers claiming at
 wait on each other nor take the same run; a run is eligible only if it is its
 conversation's oldest queued run and nothing of that conversation is running, so a second
 worker that skips the first one's locked run cannot take the next run of the same
-conversation. Hand-outs, heartbeats and leases read the server's clock when they take
-effect: the workers' clocks may differ.
+conversation. "Oldest" is by `seq`, which the server's sequence gives each run as it is
+stored; hand-outs, heartbeats and leases read the server's clock when they take effect:
+the workers' clocks may differ.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ WHERE id = (
       AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.conv = q.conv AND r.state = 'running')
       AND NOT EXISTS (
           SELECT 1 FROM runs e
-          WHERE e.conv = q.conv AND e.state = 'queued'
-            AND (e.created_at, e.id) < (q.created_at, q.id)
+          WHERE e.conv = q.conv AND e.state = 'queued' AND e.seq < q.seq
       )
-    ORDER BY q.created_at, q.id
+    ORDER BY q.seq
     LIMIT 1
     FOR UPDATE OF q SKIP LOCKED
 )
@@ -88,18 +88,21 @@ class PostgresWorkerTables(PostgresRunTables):
         self, dead: str | None, worker_id: str, *, created_before: float = math.inf
     ) -> list[RunRow]:
         rows = await self._write_now(_TAKE_OVER_RUNS, (worker_id, dead, created_before))
-        return sorted((run_row(r) for r in rows), key=lambda r: (r.created_at, r.id))
+        return sorted((run_row(r) for r in rows), key=lambda r: r.seq)
 
     async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
         return bool(await self._write_now(_TAKE_RESUMABLE, (worker_id, run_id)))
 
-    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
+    async def cancel_queued(
+        self, conv: str, reason: str, *, run_id: str | None = None
+    ) -> list[str]:
         rows = await self._write_now(
             f"UPDATE runs SET state = 'cancelled', reason = %s, ended_at = {_NOW} "
-            "WHERE conv = %s AND state = 'queued' RETURNING id, created_at",
-            (reason, conv),
+            "WHERE conv = %s AND state = 'queued' AND (%s::text IS NULL OR id = %s) "
+            "RETURNING id, seq",
+            (reason, conv, run_id, run_id),
         )
-        return [str(r[0]) for r in sorted(rows, key=lambda r: (r[1], r[0]))]
+        return [str(r[0]) for r in sorted(rows, key=lambda r: int(r[1]))]
 
     async def worker_heartbeat(self, worker_id: str) -> None:
         await self.write(

@@ -116,8 +116,8 @@ class RunStore(Protocol):
     async def runs(
         self, *, conv: str | None = None, states: Iterable[str] = (), limit: int = 20
     ) -> list[RunRow]:
-        """At most `limit` runs, newest first; only `conv`'s and only in `states` if
-        given."""
+        """At most `limit` runs, the last stored first (`seq`); only `conv`'s and only in
+        `states` if given."""
         ...
 
     def checkpoint(self, cp: Checkpoint) -> None:
@@ -350,7 +350,8 @@ class WorkerStore(Protocol):
         conversation has no running run becomes `running` (`started_at` now) on
         `worker_id`; None if there is none. No two claims,
         from any workers, get the same run, nor two runs of one conversation while one
-        runs; a conversation's runs are handed out in the order they were created."""
+        runs; a conversation's runs are handed out in the order they were stored (`seq`,
+        the store's own order, whatever the clocks of the workers that stored them)."""
         ...
 
     def set_worker(self, worker_id: str | None) -> None:
@@ -381,9 +382,12 @@ class WorkerStore(Protocol):
         at once, one gets it."""
         ...
 
-    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
-        """Committed: `conv`'s queued runs become `cancelled` (`reason`); their ids,
-        oldest first. A run claimed meanwhile is not among them."""
+    async def cancel_queued(
+        self, conv: str, reason: str, *, run_id: str | None = None
+    ) -> list[str]:
+        """Committed: `conv`'s queued runs (only `run_id`, if given) become `cancelled`
+        (`reason`); their ids, first stored first. A run claimed meanwhile is not among
+        them."""
         ...
 
     async def worker_heartbeat(self, worker_id: str) -> None:

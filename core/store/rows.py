@@ -32,6 +32,7 @@ class RunRow:
     error: str | None
     worker: str | None = None  # the worker that claimed it (`claim_queued_run`)
     parent_run_id: str | None = None  # the run that delegated it (a child run)
+    seq: int = 0  # the store's order of runs: when it was stored, whatever the clocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +133,7 @@ StoredEvent = tuple[float, str, int | None, dict[str, Any]]
 
 RUN_COLUMNS = (
     "id, conv, state, trigger, created_at, started_at, ended_at, reason, text, iterations, "
-    "input_tokens, output_tokens, resumable, error, worker, parent_run_id"
+    "input_tokens, output_tokens, resumable, error, worker, parent_run_id, seq"
 )
 CHECKPOINT_COLUMNS = "run_id, seq, kind, iteration, cursor, persisted, prompt_hash, completed, at"
 TOOL_CALL_COLUMNS = (

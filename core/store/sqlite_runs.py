@@ -61,7 +61,8 @@ class SqliteRunTables(SqliteDatabase):
         queued = state == "queued"
         await self.write(
             "INSERT INTO runs (id, conv, state, trigger, created_at, started_at, text, "
-            "parent_run_id, worker) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "parent_run_id, worker, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "(SELECT IFNULL(MAX(seq), 0) + 1 FROM runs))",  # under the write lock: in order
             (run_id, conv, state, trigger, now, None if queued else now, text, parent_run_id,
              None if shared else self._worker_id),
         )  # fmt: skip
@@ -138,14 +139,14 @@ class SqliteRunTables(SqliteDatabase):
 
     async def child_runs(self, parent_run_id: str) -> list[RunRow]:
         rows = await self._all(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY created_at, id",
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY seq",
             (parent_run_id,),
         )
         return [run_row(r) for r in rows]
 
     async def find_runs(self, prefix: str) -> list[RunRow]:
         rows = await self._all(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE id LIKE ? ORDER BY created_at DESC",
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE id LIKE ? ORDER BY seq DESC",
             (prefix + "%",),
         )
         return [run_row(r) for r in rows]
@@ -163,7 +164,7 @@ class SqliteRunTables(SqliteDatabase):
             params.extend(states)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         rows = await self._all(
-            f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC LIMIT ?",
+            f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY seq DESC LIMIT ?",
             (*params, limit),
         )
         return [run_row(r) for r in rows]

@@ -16,7 +16,7 @@ WHERE id = (
     SELECT q.id FROM runs q
     WHERE q.state = 'queued' AND q.worker IS NULL
       AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.conv = q.conv AND r.state = 'running')
-    ORDER BY q.created_at, q.rowid
+    ORDER BY q.seq
     LIMIT 1
 )
 RETURNING {RUN_COLUMNS}
@@ -78,18 +78,20 @@ class SqliteWorkerTables(SqliteRunTables):
             _TAKE_OVER_RUNS,
             lambda: (time.time(), worker_id, dead, created_before),
         )
-        return sorted((run_row(r) for r in rows), key=lambda r: (r.created_at, r.id))
+        return sorted((run_row(r) for r in rows), key=lambda r: r.seq)
 
     async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
         return bool(await self._write_now(_TAKE_RESUMABLE, lambda: (worker_id, run_id)))
 
-    async def cancel_queued(self, conv: str, reason: str) -> list[str]:
+    async def cancel_queued(
+        self, conv: str, reason: str, *, run_id: str | None = None
+    ) -> list[str]:
         rows = await self._write_now(
             "UPDATE runs SET state = 'cancelled', reason = ?, ended_at = ? "
-            "WHERE conv = ? AND state = 'queued' RETURNING id, created_at",
-            lambda: (reason, time.time(), conv),
+            "WHERE conv = ? AND state = 'queued' AND (? IS NULL OR id = ?) RETURNING id, seq",
+            lambda: (reason, time.time(), conv, run_id, run_id),
         )
-        return [str(r[0]) for r in sorted(rows, key=lambda r: (r[1], r[0]))]
+        return [str(r[0]) for r in sorted(rows, key=lambda r: int(r[1]))]
 
     async def worker_heartbeat(self, worker_id: str) -> None:
         now = time.time()

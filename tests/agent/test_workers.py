@@ -24,6 +24,7 @@ from tests.agent.test_approvals_restart import RM, Board, PromptResponder, junk_
 from tests.agentkit import RecordingResponder, agent_config, inbound
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from tests.store.conftest import postgres_schema
+from tests.store.test_postgres import sql
 
 FAST = {"heartbeat_seconds": 0.2, "worker_timeout_seconds": 1.0, "sweep_seconds": 0.3}
 
@@ -362,3 +363,29 @@ async def test_the_queue_cap_counts_the_messages_queued_on_every_worker(
         assert sorted(r.text for r in queued) == ["more 0", "more 1"]
         await agents[1].submit(inbound("/stop"), end)
         await until(lambda: end.streams[0].final == "Stopped.")
+
+
+async def test_messages_run_in_arrival_order_whatever_the_clocks_of_the_workers(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    gate = asyncio.Event()
+
+    async def answer(request: RecordedRequest) -> Reply:
+        if last_user_text(request) == "hold on":
+            await gate.wait()  # the conversation is busy while the others arrive
+        return Reply(text=f"re: {last_user_text(request)}")
+
+    fake_llm.responder = answer
+    platform = Platform()
+    end = platform(("test", "c1", ""))
+    async with postgres_schema() as url, workers(fake_llm, tmp_path, url, platform, 2) as agents:
+        ahead, behind = agents
+        await ahead.submit(inbound("hold on"), end)
+        await fake_llm.wait_for_requests(1)
+        for n, agent in enumerate([ahead, behind, ahead, behind]):
+            await agent.submit(inbound(f"m{n}"), end)
+        # as `ahead`'s clock, an hour fast, wrote them (`behind`'s is right)
+        await sql(url, "UPDATE runs SET created_at = created_at + 3600 WHERE text IN ('m0', 'm2')")
+        gate.set()
+        await until(lambda: len(end.finals) == 5 and None not in end.finals)
+        assert end.finals == ["re: hold on", "re: m0", "re: m1", "re: m2", "re: m3"]

@@ -168,6 +168,21 @@ async def test_stop_drops_a_conversation_s_queued_runs_in_order(store: Store) ->
     assert await store.cancel_queued(CONV, "dropped by /stop") == []
 
 
+async def test_one_queued_run_is_withdrawn_unless_claimed(store: Store) -> None:
+    for run_id in ("q1", "q2", "q3"):
+        await store.create_run(run_id, CONV, "goal", state="queued", shared=True)
+    claimed = await store.claim_queued_run("w1")
+    assert claimed is not None
+    assert await store.cancel_queued(CONV, "withdrawn", run_id="q1") == []  # claimed
+    assert await store.cancel_queued(CONV, "withdrawn", run_id="q2") == ["q2"]
+    assert await store.cancel_queued(OTHER, "withdrawn", run_id="q3") == []
+    assert [(r.id, r.state) for r in await store.runs(conv=CONV)] == [
+        ("q3", "queued"),
+        ("q2", "cancelled"),
+        ("q1", "running"),
+    ]
+
+
 # --- the tool process-group ledger ------------------------------------------------------
 
 

@@ -14,9 +14,12 @@ from core.store import open_store
 from tests.store.conftest import postgres_schema
 
 OLD = 3
+# Stored out of `created_at` order (as two workers' clocks can): the older Parley handed
+# them out by `created_at`, and the migrated store keeps that order.
 QUEUED_RUN = (
-    "INSERT INTO runs (id, conv, state, trigger, created_at, text) "
-    "VALUES ('r1', 'test:c1:', 'queued', 'user', 1.0, 'from before')"
+    "INSERT INTO runs (id, conv, state, trigger, created_at, text) VALUES "
+    "('r2', 'test:c1:', 'queued', 'user', 2.0, 'then this'), "
+    "('r1', 'test:c1:', 'queued', 'user', 1.0, 'from before')"
 )
 
 
@@ -58,5 +61,11 @@ async def test_an_older_store_is_migrated_and_keeps_its_runs(old_store: str) -> 
         assert claimed is not None
         assert (claimed.id, claimed.worker) == ("r1", "w1")
         assert await store.take_lease("scheduler", "w1", 60)
+        await store.create_run("r3", "test:c1:", "user", state="queued", shared=True)
     async with await open_store(old_store) as store:  # opening a current store changes nothing
-        assert await store.claim_queued_run("w2") is None
+        assert await store.claim_queued_run("w2") is None  # r1 runs
+        store.set_run_state("r1", "completed", "")
+        second = await store.claim_queued_run("w2")
+        assert second is not None
+        assert second.id == "r2"
+        assert [r.id for r in await store.runs(conv="test:c1:")] == ["r3", "r2", "r1"]

@@ -162,6 +162,34 @@ async def test_the_tables_and_columns_are_sqlites(url: str, tmp_path: Path) -> N
     assert postgres == sqlite
 
 
+# --- several workers --------------------------------------------------------------------
+
+
+async def test_queued_runs_keep_the_order_they_were_stored_in_whatever_the_clocks(
+    url: str,
+) -> None:
+    async with await open_store(url) as fast, await open_store(url) as slow:
+        fast.set_worker("fast:1:a")
+        slow.set_worker("slow:1:b")
+        await fast.create_run("r1", "test:c1:", "user", state="queued", text="1", shared=True)
+        await slow.create_run("r2", "test:c1:", "user", state="queued", text="2", shared=True)
+        await fast.create_run("r3", "test:c1:", "user", state="queued", text="3", shared=True)
+        # what the workers' clocks wrote: `fast` an hour ahead of `slow`
+        await sql(url, "UPDATE runs SET created_at = created_at + 3600 WHERE id <> 'r2'")
+        claimed = []
+        for _ in range(3):
+            run = await slow.claim_queued_run("slow:1:b")
+            assert run is not None
+            claimed.append(run.id)
+            slow.set_run_state(run.id, "completed", "")
+        assert claimed == ["r1", "r2", "r3"]
+        assert [r.id for r in await fast.runs(conv="test:c1:")] == ["r3", "r2", "r1"]
+        await fast.create_run("r4", "test:c1:", "user", state="queued", shared=True)
+        await slow.create_run("r5", "test:c1:", "user", state="queued", shared=True)
+        await sql(url, "UPDATE runs SET created_at = created_at - 3600 WHERE id = 'r5'")
+        assert await fast.cancel_queued("test:c1:", "dropped") == ["r4", "r5"]
+
+
 # --- connections -----------------------------------------------------------------------
 
 
