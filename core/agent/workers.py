@@ -26,12 +26,9 @@ shared mode:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
-import os
-import secrets
-import socket
-from dataclasses import dataclass
 from typing import Protocol
 
 from core.agent.approvals import ApprovalDesk
@@ -40,6 +37,8 @@ from core.agent.journal import RunJournal
 from core.agent.lane import Lane, Queued, RunReport
 from core.agent.recovery import RecoveryHost, parse_conv, take_over
 from core.agent.responders import safe_send
+from core.agent.shared import SharedSettings as SharedSettings
+from core.agent.shared import new_worker_id
 from core.agent.tasks import spawn
 from core.agent.turn import new_run_id
 from core.chat import ConversationKey, Inbound, Responder
@@ -49,32 +48,6 @@ from core.store.notify import Notices, open_notices
 from core.tools.reaper import kill_leftovers
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SharedSettings:
-    """How workers on one store keep track of each other (`[store]` in config.toml).
-
-    Attributes:
-        heartbeat: seconds between a worker's heartbeats.
-        timeout: a worker not heard from for this long is dead; its runs are taken over.
-        sweep: seconds between safety sweeps (dead workers; queued runs a lost notice left).
-        max_runs: runs one worker claims at once; more wait for another worker.
-        channels: the channels whose conversations any worker may answer (every worker
-            has their outbound side); messages of others (the terminal console) are
-            answered by the worker that took them in, as in one process.
-    """
-
-    heartbeat: float = 2.0
-    timeout: float = 10.0
-    sweep: float = 5.0
-    max_runs: int = 32
-    channels: frozenset[str] = frozenset()
-
-
-def new_worker_id() -> str:
-    """`host:pid:random`: unique, and says where the worker runs."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 class WorkerHost(RecoveryHost, Protocol):
@@ -182,7 +155,10 @@ class Workers:
         if self._start is not None and not self._start.done():
             self._start.cancel()
             await asyncio.wait({self._start})
-        tasks = [t for t in (*self._tasks, self._claiming) if t is not None]
+        # and the runs claimed here still starting (not yet a lane's worker: a shutdown
+        # did not see them); they go back to the queue
+        starting = [t for r, t in self._running.items() if r in self._starting.values()]
+        tasks = [t for t in (*self._tasks, self._claiming, *starting) if t is not None]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -259,7 +235,7 @@ class Workers:
             self._wake.clear()
             while not self.host.closing and len(self._running) < self.settings.max_runs:
                 try:
-                    row = await self.host.store.claim_queued_run(self.id)
+                    row = await self._claim()
                 except StoreError:
                     log.warning("claiming a queued run failed", exc_info=True)
                     break
@@ -268,6 +244,17 @@ class Workers:
                 task = spawn(self._run_claimed(row), f"run {row.id}")
                 self._running[row.id] = task
                 task.add_done_callback(self._finished)
+
+    async def _claim(self) -> RunRow | None:
+        """One claim. A shutdown meanwhile waits for it and puts a claimed run back."""
+        claim = asyncio.ensure_future(self.host.store.claim_queued_run(self.id))
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            with contextlib.suppress(StoreError):
+                if (row := await claim) is not None:
+                    await self.host.store.unclaim_run(row.id)
+            raise
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running = {k: t for k, t in self._running.items() if t is not task}
@@ -289,10 +276,12 @@ class Workers:
         self._starting[conv] = run_id
         try:
             lane = await host.lane(key)
-        except StoreError:
-            log.warning("run %s: its conversation did not load", run_id, exc_info=True)
+        except (StoreError, asyncio.CancelledError) as exc:  # a shutdown cancels it too
             self._starting.pop(conv, None)
             await host.store.unclaim_run(run_id)  # another worker (or this one) tries again
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            log.warning("run %s: its conversation did not load", run_id, exc_info=True)
             return
         lane.users += 1
         report: RunReport | None = None

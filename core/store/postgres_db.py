@@ -43,13 +43,19 @@ class PostgresDatabase(GroupCommit):
         self._pool = pool
         self.url = ""  # what `open` connected to, and how: a listener connects the same way
         self.connect_kwargs: dict[str, Any] = {}
+        # `_write_now` statements that outlive their caller (see there), until they end
+        self._transactions: set[asyncio.Future[list[TupleRow]]] = set()
         super().__init__()
 
     async def aclose(self) -> None:
-        """Flush what is queued, then close the pool (also when the flush fails)."""
+        """Flush what is queued and let a statement whose caller gave up end (it would
+        otherwise run later on a connection the closed pool had handed out), then close
+        the pool (also when the flush fails)."""
         try:
             await self._drain()
         finally:
+            if self._transactions:
+                await asyncio.wait(set(self._transactions))
             await self._pool.close()
 
     async def __aenter__(self) -> Self:
@@ -87,8 +93,14 @@ class PostgresDatabase(GroupCommit):
         # A caller cancelled meanwhile (a lease renewal given up on) must not cut the
         # statement off mid-transaction: it ends in its own task, and its locks with it.
         transaction = asyncio.ensure_future(self._transaction(sql, params))
-        transaction.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._transactions.add(transaction)
+        transaction.add_done_callback(self._transaction_done)
         return await asyncio.shield(transaction)
+
+    def _transaction_done(self, transaction: asyncio.Future[list[TupleRow]]) -> None:
+        self._transactions.discard(transaction)
+        if not transaction.cancelled():
+            transaction.exception()  # retrieved: its caller may have gone
 
     async def _transaction(self, sql: str, params: Sequence[Any]) -> list[TupleRow]:
         try:

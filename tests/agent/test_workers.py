@@ -389,3 +389,41 @@ async def test_messages_run_in_arrival_order_whatever_the_clocks_of_the_workers(
         gate.set()
         await until(lambda: len(end.finals) == 5 and None not in end.finals)
         assert end.finals == ["re: hold on", "re: m0", "re: m1", "re: m2", "re: m3"]
+
+
+HOLD_CLAIMS = """
+CREATE FUNCTION hold_claims() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.state = 'queued' AND NEW.state = 'running' THEN
+        PERFORM pg_advisory_xact_lock(4242);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER hold_claims BEFORE UPDATE ON runs FOR EACH ROW EXECUTE FUNCTION hold_claims();
+"""
+
+
+async def test_a_shutdown_during_a_claim_puts_the_claimed_run_back_in_the_queue(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    import psycopg
+
+    platform = Platform()
+    end = platform(("test", "c1", ""))
+    async with postgres_schema() as url, workers(fake_llm, tmp_path, url, platform, 1) as agents:
+        await sql(url, HOLD_CLAIMS)
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as blocker:
+            await blocker.execute("SELECT pg_advisory_lock(4242)")  # claims wait inside
+            await agents[0].submit(inbound("hi"), end)
+            waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            async with asyncio.timeout(10):
+                while (await sql(url, waiting))[0][0] == 0:
+                    await asyncio.sleep(0.01)
+            shutdown = asyncio.ensure_future(agents[0].shutdown(grace=0.1))
+            await asyncio.sleep(0.2)
+            await blocker.execute("SELECT pg_advisory_unlock(4242)")  # the claim goes through
+            await asyncio.wait_for(shutdown, 10)
+        [(state, worker)] = await sql(url, "SELECT state, worker FROM runs")
+    # back in the queue for another worker at once, not held by a worker that has gone
+    assert (state, worker) == ("queued", None)
+    assert not fake_llm.requests

@@ -190,6 +190,34 @@ async def test_queued_runs_keep_the_order_they_were_stored_in_whatever_the_clock
         assert await fast.cancel_queued("test:c1:", "dropped") == ["r4", "r5"]
 
 
+async def test_a_claim_whose_caller_gave_up_ends_before_the_store_closes(url: str) -> None:
+    """A claim outlives its cancelled caller (it must not stop mid-transaction); closing
+    the store waits for it, instead of closing the pool under it (the statement then ran,
+    or failed, after the store was gone: seen as a worker test's teardown failing)."""
+    import psycopg
+
+    store = await open_store(url)
+    store.set_worker("w:1:a")
+    await store.create_run("r1", "test:c1:", "user", state="queued", text="1", shared=True)
+    async with await psycopg.AsyncConnection.connect(url) as blocker:
+        await blocker.execute("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")  # held until commit
+        claim = asyncio.ensure_future(store.claim_queued_run("w:1:a"))
+        schema = url.rsplit("application_name=", 1)[1]
+        waiting = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+        waiting += "WHERE NOT l.granted AND a.application_name = %s"
+        async with asyncio.timeout(10):
+            while (await sql(url, waiting, (schema,)))[0][0] == 0:
+                await asyncio.sleep(0.01)  # the claim waits for the lock, inside its transaction
+        claim.cancel()
+        closing = asyncio.ensure_future(store.aclose())
+        await asyncio.sleep(0.3)
+        assert not closing.done(), "the store closed while its claim was still running"
+        await blocker.commit()
+    await asyncio.wait_for(closing, 10)
+    [(state, worker)] = await sql(url, "SELECT state, worker FROM runs WHERE id = 'r1'")
+    assert (state, worker) == ("running", "w:1:a")  # it ended: claimed, as it began to
+
+
 # --- connections -----------------------------------------------------------------------
 
 
