@@ -160,9 +160,8 @@ class Agent:
             if len(lane.queue) >= self.max_queued:
                 _settle(done, _not_run("", "queue_full"))
                 return await self._turn_away(lane, inbound, responder)
-            # The message is durable (a queued run, marked seen in the same commit) before
-            # the platform hears "received": a crash before its turn re-queues it at
-            # start-up, and neither loses it nor answers it twice.
+            # Durable (a queued run, marked seen in the same commit) before the platform hears
+            # "received": a crash re-queues it at start-up; never lost nor answered twice.
             run_id = new_run_id()
             if inbound.event_id:
                 self.store.mark_seen_soon(*event)
@@ -201,8 +200,7 @@ class Agent:
                 return lane
             conv = conv_id(key)
             store = self.store
-            # One round of reads, not five one after the other (a new conversation's first
-            # answer waits on them).
+            # one round of reads: a new conversation's first answer waits on them
             saved, row, goal, messages = await asyncio.gather(
                 store.journal(conv),
                 store.conversation(conv),
@@ -223,7 +221,7 @@ class Agent:
             return lane
 
     def _evict_idle(self) -> None:
-        """Keep at most `max_lanes` in memory: the least recently used idle ones go (the
+        """At most `max_lanes` in memory: the least recently active idle ones go (the
         store has their history; they load again on the next message)."""
         excess = len(self.lanes) - self.max_lanes
         for key in list(self.lanes):
@@ -351,6 +349,8 @@ class Agent:
                     self.store.set_run_state(run_id, "cancelled", "stopped")
                 lane.finished("cancelled")
                 report = _not_run(run_id or "", "cancelled")
+            if self.lanes.get(lane.key) is lane:  # active just now: the last to evict
+                self.lanes[lane.key] = self.lanes.pop(lane.key)
             if self.workers is not None:
                 self.workers.run_ended(lane, report.run_id or None)
             return report

@@ -139,6 +139,30 @@ async def test_idle_lanes_beyond_the_limit_are_evicted_and_reload(
         assert [m["content"] for m in sent if m["role"] == "user"] == ["remember me", "and now?"]
 
 
+async def test_the_lane_whose_run_just_ended_is_evicted_last(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """Eviction goes by last activity, not by when a lane was first asked for: a lane
+    whose answer just went out is the likeliest to hear a follow-up."""
+    gate = asyncio.Event()
+
+    async def slow(request: object) -> Reply:
+        await gate.wait()
+        return Reply(text="done")
+
+    fake_llm.responder = slow
+    async with running_agent(fake_llm, tmp_path) as agent:
+        agent.max_lanes = 2
+        chat = RecordingResponder()
+        await agent.submit(inbound("take your time", key=("test", "a", "")), chat)
+        await fake_llm.wait_for_requests(1)
+        await agent.submit(inbound("/status", key=("test", "b", "")), chat)  # asked for later
+        gate.set()
+        await agent.wait_idle()  # a's run ends after b was last used
+        await agent.submit(inbound("/status", key=("test", "c", "")), chat)
+        assert list(agent.lanes) == [("test", "a", ""), ("test", "c", "")]
+
+
 async def test_stop_drops_queued_messages_for_good(fake_llm: FakeLLM, tmp_path: Path) -> None:
     fake_llm.script(Reply(text="long " * 300, chunk_size=3, chunk_delay=0.05))
     async with running_agent(fake_llm, tmp_path) as agent:
