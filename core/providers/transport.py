@@ -29,6 +29,11 @@ from core.providers.jsonbody import encode_body
 DRAIN_SECONDS = 1.0
 CONNECT_TIMEOUT = 10.0
 OUTPUT_EVENTS = (TextDelta, ReasoningDelta, ToolCallDelta)  # what a retry must discard
+POOL_STREAMS = 64
+"""Streams one connection pool carries before another is opened beside it. httpcore's
+pool looks at each of its connections on every request, so with one connection per
+concurrent conversation that bookkeeping grows with their square: at 1,000 at once it
+took most of the CPU (../shared/bench/run.sh --phases conc --conc-ns 1000)."""
 
 
 def pool_limits(max_connections: int | None) -> httpx2.Limits:
@@ -73,22 +78,41 @@ class Endpoint:
         self.clock: Clock = clock or SystemClock()
         self._client = client
         self._owns_client = client is None
+        self._more: list[httpx2.AsyncClient] = []  # pools opened beside the first
+        self._streams: dict[httpx2.AsyncClient, int] = {}  # streams open, per pool
 
     @property
     def client(self) -> httpx2.AsyncClient:
-        """The HTTP client, built on first use."""
+        """The HTTP client (its first pool), built on first use."""
         if self._client is None:
-            timeout = httpx2.Timeout(self.settings.timeout, connect=CONNECT_TIMEOUT)
-            limits = pool_limits(self.settings.max_connections)
-            verify = tls_context() if self.settings.base_url.startswith("https:") else False
-            self._client = httpx2.AsyncClient(timeout=timeout, limits=limits, verify=verify)
+            self._client = self._new_client()
         return self._client
 
+    def _new_client(self) -> httpx2.AsyncClient:
+        timeout = httpx2.Timeout(self.settings.timeout, connect=CONNECT_TIMEOUT)
+        limits = pool_limits(self.settings.max_connections)
+        verify = tls_context() if self.settings.base_url.startswith("https:") else False
+        return httpx2.AsyncClient(timeout=timeout, limits=limits, verify=verify)
+
+    def _pool(self) -> httpx2.AsyncClient:
+        """The client for the next stream: the first pool carrying fewer than
+        `POOL_STREAMS`, or a new one (only for an uncapped pool this endpoint owns; a cap
+        is one pool's). Filled in order, each pool finds the connections it kept alive."""
+        first = self.client
+        if not self._owns_client or self.settings.max_connections is not None:
+            return first
+        for pool in (first, *self._more):
+            if self._streams.get(pool, 0) < POOL_STREAMS:
+                return pool
+        self._more.append(self._new_client())
+        return self._more[-1]
+
     async def aclose(self) -> None:
-        """Close the client if this endpoint built it."""
+        """Close the clients if this endpoint built them."""
         if self._client is not None and self._owns_client:
-            await self._client.aclose()
-            self._client = None
+            for client in (self._client, *self._more):
+                await client.aclose()
+            self._client, self._more = None, []
 
     def url(self, path: str) -> str:
         return self.settings.base_url.rstrip("/") + path
@@ -106,19 +130,24 @@ class Endpoint:
             ProviderError: an HTTP error answer, or a transport failure while connecting
                 or reading (`ProviderUnavailable`).
         """
-        name, pool = self.settings.name, self.settings.max_connections
-        with map_transport_errors(name, pool):
-            content = encode_body(body)
-            request = self.client.stream(
-                "POST", self.url(path), content=content, headers=self.headers
-            )
-            async with request as resp:
-                if resp.status_code >= 400:
-                    raw = (await resp.aread()).decode("utf-8", "replace")
-                    raise error_from_response(resp.status_code, raw, resp.headers)
-                events = aiter(EventSource(resp))
-                yield events
-                await _drain(events)
+        name, cap = self.settings.name, self.settings.max_connections
+        client = self._pool()
+        self._streams[client] = self._streams.get(client, 0) + 1
+        try:
+            with map_transport_errors(name, cap):
+                content = encode_body(body)
+                request = client.stream(
+                    "POST", self.url(path), content=content, headers=self.headers
+                )
+                async with request as resp:
+                    if resp.status_code >= 400:
+                        raw = (await resp.aread()).decode("utf-8", "replace")
+                        raise error_from_response(resp.status_code, raw, resp.headers)
+                    events = aiter(EventSource(resp))
+                    yield events
+                    await _drain(events)
+        finally:
+            self._streams[client] -= 1
 
 
 async def retrying(

@@ -48,6 +48,32 @@ async def test_concurrent_turns_beyond_100_all_reach_the_server(fake_llm: FakeLL
     assert fake_llm.connections == BEYOND_THE_OLD_POOL
 
 
+async def test_many_streams_spread_over_pools_whose_connections_stay_alive(
+    fake_llm: FakeLLM,
+) -> None:
+    """Beyond `POOL_STREAMS` open streams another pool is opened beside the first (one
+    pool's bookkeeping grows with its connections squared); every connection of every
+    pool is used again by the next burst, and one caller's calls keep to one."""
+    from core.providers.transport import POOL_STREAMS
+
+    gate = gated(fake_llm)
+    provider = provider_for(fake_llm, max_retries=0)
+    n = POOL_STREAMS * 2 + 1
+    tasks = await burst(provider, n)
+    await fake_llm.wait_for_requests(n, timeout=30)
+    pools = [provider.client, *provider.endpoint._more]  # type: ignore[attr-defined]
+    assert len(pools) == 3
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert fake_llm.connections == n
+    await asyncio.gather(*await burst(provider, n))  # the next burst opens nothing new
+    for _ in range(3):
+        await provider.complete([Message.user("hi")])
+    assert fake_llm.connections == n
+    await provider.aclose()
+    assert all(pool.is_closed for pool in pools)
+
+
 @pytest.mark.parametrize("cap", [None, 1, 8, 500])
 def test_every_pooled_connection_is_kept_alive(cap: int | None) -> None:
     limits = pool_limits(cap)
