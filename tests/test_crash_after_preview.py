@@ -36,16 +36,14 @@ def _answer(request: RecordedRequest) -> Reply:
     return Reply(text=ANSWER, chunk_size=10, chunk_delay=0.2)  # 4 s: longer than HOLD
 
 
-def kill_on_first_post(
-    slack: FakeSlack, channel: str, victim: Callable[[], Parley]
-) -> asyncio.Event:
-    """Kill `victim()` once its first post to `channel` is in the chat, before it is told;
+def kill_on_first_post(slack: FakeSlack, channel: str, victim: Parley) -> asyncio.Event:
+    """Kill `victim` once its first post to `channel` is in the chat, before it is told;
     the event is set once it is dead."""
     dead = asyncio.Event()
 
     async def kill(params: dict[str, Any]) -> None:
         if params.get("channel") == channel and not dead.is_set():
-            await victim().kill()
+            await victim.kill()
             dead.set()
 
     slack.before_answer["chat.postMessage"] = kill
@@ -116,7 +114,7 @@ async def test_a_worker_killed_after_posting_a_preview_is_taken_over_not_answere
         async with HoldingProxy.before(url) as proxy:
             config = worker_config(tmp_path, 0, fake_llm, slack, proxy.url(url), ports[0])
             async with worker(config, env) as victim:
-                dead = kill_on_first_post(slack, "D1", lambda: victim)
+                dead = kill_on_first_post(slack, "D1", victim)
                 slack.http_target = (f"http://127.0.0.1:{ports[0]}/slack/events", SIGNING_SECRET)
                 proxy.arm(b"INSERT INTO checkpoints")  # the commit of the run's start
                 envelope = await slack.dm("ping")
@@ -196,7 +194,7 @@ async def test_a_process_killed_after_posting_a_preview_announces_the_run_after_
                     ).fetchall()
                     if state == "queued":  # no preview can have come yet: nothing awaited
                         caught = channel
-                        dead = kill_on_first_post(slack, channel, lambda: parley)
+                        dead = kill_on_first_post(slack, channel, parley)
                         await killed_within(dead, HOLD, lock.rollback)
                         break
                 await slack.until(  # missed: that message is simply answered
