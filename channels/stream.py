@@ -196,6 +196,10 @@ class ReplyStreamer:
         # Told each preview message's id as it is posted (the agent keeps them in the store,
         # so a preview left by a crash can be retracted after the restart).
         self.on_posted: Callable[[str], None] | None = None
+        # Awaited once, before the first preview is posted (the agent commits the run's
+        # start first, so that after a crash the run reads as interrupted, not as never
+        # begun and answered again). `finish`'s caller commits before it on its own.
+        self.before_preview: Callable[[], Awaitable[None]] | None = None
 
     async def retract(self, message_ids: list[str], note: str) -> None:
         """Edit previews a crashed run left behind to `note` (best effort: a message
@@ -258,6 +262,7 @@ class ReplyStreamer:
                     return
                 self._shown[i] = (piece, final)
             else:
+                await self._before_preview()
                 posted = await self._once(partial(self._surface.post, piece, final=final), "post")
                 if posted is None:
                     return
@@ -290,6 +295,15 @@ class ReplyStreamer:
             self._last_sent = self._clock.monotonic()
             if self._budget is not None:
                 self._budget.landed()
+
+    async def _before_preview(self) -> None:
+        hook, self.before_preview = self.before_preview, None  # the first post pays, once
+        if hook is None:
+            return
+        try:
+            await hook()
+        except Exception:
+            log.warning("preparing the first preview failed; posting it anyway", exc_info=True)
 
     async def _typing_again(self) -> None:
         if self._typing is None:

@@ -78,7 +78,10 @@ async def take_over(
     """Several workers (`core.agent.workers`): the runs worker `dead` left running become
     `worker_id`'s and `timed_out` — those that waited on an approver go on at once, the
     others are announced for `/resume` — and a message whose turn never got going is
-    queued again (and announced with `publish`). Returns the ids of the interrupted runs."""
+    queued again (and announced with `publish`). A run without a checkpoint has posted
+    nothing: its first post waits until its start is committed (`core.agent.turn`), so
+    one killed after a preview is announced here, never answered twice. Returns the ids
+    of the interrupted runs."""
     store, events = host.store, host.events
     taken = await store.take_over_runs(dead, worker_id, created_before=created_before)
     runs = [run for run in taken if run.state != "queued"]

@@ -159,6 +159,12 @@ class Turn:
             stream.on_posted = lambda message_id: self.sink.emit(
                 "channel.preview.posted", {"message_id": message_id}
             )
+        if hasattr(stream, "before_preview"):
+            # Nothing shows in the chat before the run's start (running, its input
+            # checkpoint) is committed: a crash after a preview then leaves a run that
+            # recovery announces as interrupted, not one it takes for never begun and
+            # answers again. (The final text waits for the flush below anyway.)
+            stream.before_preview = store.committed
         ending = await self._ending()
         lane.stoppable = False  # from here on the answer is delivered, not cut short
         self._record(ending)

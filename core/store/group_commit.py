@@ -2,10 +2,10 @@
 task commits all that are waiting as a single transaction.
 
 `write()` returns once its statement is committed (durable); `write_soon()` queues without
-waiting (events, snapshots); `flush()` waits for everything queued so far. A statement
-that fails loses only itself: the backend's `_commit` leaves it out of the batch and
-reports it, `write()` raises it to its waiter, and a queued one is raised by the next
-`flush()` of the task that owns it (`writes.write_for`), once.
+waiting (events, snapshots); `flush()` waits for everything queued so far (`committed()`
+too, raising nothing). A statement that fails loses only itself: the backend's `_commit`
+leaves it out of the batch and reports it, `write()` raises it to its waiter, and a queued
+one is raised by the next `flush()` of the task that owns it (`writes.write_for`), once.
 
 Backends supply `_commit(statements)`: run them in order in one transaction and return the
 failed ones by index (SQLite: one thread hop; PostgreSQL: one pipelined round trip).
@@ -97,15 +97,16 @@ class GroupCommit(abc.ABC):
                 call failed, and no `flush` has reported it yet.
         """
         upto, owner = self._seq, writes.write_owner()
-        await self._after_queued()
+        await self.committed()
         failed = [f for f in self._failures if f[0] <= upto and f[2] == owner]
         if failed:
             self._failures = [f for f in self._failures if f not in failed]
             raise StoreError(f"{len(failed)} store write(s) failed; the first: {failed[0][1]}")
 
-    async def _after_queued(self) -> None:
-        """Wait until everything queued so far is committed, reporting no failure (for a
-        statement run outside the group commit that must come after them)."""
+    async def committed(self) -> None:
+        """Wait until everything queued so far is committed, reporting no failure: those
+        are their owners' `flush`'s to raise (for a statement run outside the group
+        commit that must come after them, or a post the queued writes must precede)."""
         if self._pending:
             with contextlib.suppress(StoreError):  # the sentinel itself cannot fail
                 await self.write("SELECT 1")  # the writer is sequential: this commits last

@@ -89,7 +89,7 @@ class PostgresDatabase(GroupCommit):
         Raises:
             StoreError: the statement failed.
         """
-        await self._after_queued()
+        await self.committed()
         # A caller cancelled meanwhile (a lease renewal given up on) must not cut the
         # statement off mid-transaction: it ends in its own task, and its locks with it.
         transaction = asyncio.ensure_future(self._transaction(sql, params))

@@ -473,6 +473,12 @@ class Store(
         """
         ...
 
+    async def committed(self) -> None:
+        """Wait until everything queued so far is committed, as `flush` does, but raise no
+        failure (it stays for its owner's `flush`): for a caller that must not post
+        before the queued writes are durable, yet is not the one to report them."""
+        ...
+
     async def aclose(self) -> None:
         """Commit what is queued, then release the store (also when that commit fails)."""
         ...

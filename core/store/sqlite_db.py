@@ -96,7 +96,7 @@ class SqliteDatabase(GroupCommit):
         Raises:
             StoreError: the statement failed.
         """
-        await self._after_queued()
+        await self.committed()
         # A caller cancelled meanwhile must not free the writer connection while the
         # thread still uses it: the transaction ends in its own task.
         transaction = asyncio.ensure_future(self._transaction(sql, params))

@@ -154,8 +154,10 @@ async def test_a_stop_on_one_worker_cancels_the_run_on_another(
         t0 = time.monotonic()
         await other.submit(inbound("/stop"), end)
         await until(lambda: end.streams[0].final is not None)
-        elapsed = time.monotonic() - t0
-        assert elapsed < 10.0  # unstopped, it would stream for 30 s
+        # The bound, from /stop taken in here to "Stopped." there (unstopped, the
+        # run would stream for 30 s). It takes ~30 ms, also on a loaded machine: a few
+        # round trips to PostgreSQL, the notice, and the run's final commit.
+        assert time.monotonic() - t0 < 2.0
         assert end.streams[0].final == "Stopped."
         assert "Stopped (1 queued message dropped)." in end.sent
         await store.flush()

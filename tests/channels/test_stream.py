@@ -352,6 +352,28 @@ async def test_finish_waits_for_a_post_in_flight() -> None:
     assert surface.messages == {"m1": "Hello there"}
 
 
+async def test_the_first_preview_waits_for_before_preview_which_is_awaited_once() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock, limit=20)
+    streamer = ReplyStreamer(surface, clock=clock)
+    committed = asyncio.Event()
+    waits: list[int] = []
+
+    async def before_preview() -> None:  # the agent commits the run's start here
+        waits.append(len(surface.attempts))
+        await committed.wait()
+
+    streamer.before_preview = before_preview
+    streamer(TextDelta("Hello"))
+    await settle()
+    assert surface.attempts == []  # nothing shows before the commit
+    committed.set()
+    await stream_chunks(streamer, clock, [f"chunk {i} " for i in range(8)], per_batch=1)
+    assert len([c for c in surface.calls if c.op == "post"]) >= 2  # the later posts pay nothing
+    await streamer.finish("done")
+    assert waits == [0]
+
+
 async def test_typing_callback_after_each_intermediate_post_and_aclose() -> None:
     clock = FakeClock()
     surface = RecordingSurface(clock, limit=20)

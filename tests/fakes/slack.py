@@ -26,7 +26,7 @@ import re
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -138,6 +138,10 @@ class FakeSlack(LogsCalls):
         self.not_in_channel: set[str] = set()
         self.http_target: tuple[str, str] | None = None  # (events URL, signing secret)
         self.delays: dict[str, float] = {}  # method → seconds it is answered late
+        # method → awaited once a call has taken effect, before it is answered (a test
+        # can kill the caller in between: the message is in the chat, the caller never
+        # heard so)
+        self.before_answer: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {}
         self._failures = FailureQueue()
         self._sockets = _Sockets()
         self._ts = itertools.count(1)
@@ -256,6 +260,8 @@ class FakeSlack(LogsCalls):
         if failure := self._failures.take(method):
             return _fault_response(failure)
         result: dict[str, Any] = handler(params)
+        if (hook := self.before_answer.get(method)) is not None:
+            await hook(params)
         return web.json_response(result)
 
     def _api_auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
