@@ -44,8 +44,10 @@ class ManualClock:
             self._sleepers.remove(entry)
 
     def wake_times(self) -> list[float]:
-        """When the waiting sleeps are due, earliest first."""
-        return sorted(wake_at for wake_at, _ in self._sleepers)
+        """When the waiting sleeps are due, earliest first. A sleep whose task was
+        cancelled is not waiting, although it stays listed until that task runs again
+        (a holder seemed settled on a cancelled renewal before it had released)."""
+        return sorted(wake_at for wake_at, future in self._sleepers if not future.done())
 
     def advance(self, seconds: float) -> None:
         """Move time on and wake the sleeps that are due."""

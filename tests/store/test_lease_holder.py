@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,14 +94,39 @@ class Singleton:
             self.stopped += 1
 
 
+class Leases:
+    """The real store's lease calls, counted while they are under way: a holder waiting
+    on its clock may still be waiting for the store too (a renewal races its deadline)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.busy = store, 0
+
+    async def _count(self, call: Awaitable[bool | None]) -> Any:
+        self.busy += 1
+        try:
+            return await call
+        finally:
+            self.busy -= 1
+
+    async def take_lease(self, name: str, holder: str, ttl: float) -> bool:
+        return bool(await self._count(self.store.take_lease(name, holder, ttl)))
+
+    async def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
+        return bool(await self._count(self.store.renew_lease(name, holder, ttl)))
+
+    async def release_lease(self, name: str, holder: str) -> None:
+        await self._count(self.store.release_lease(name, holder))
+
+
 class Worker:
     """One holder on its own store connection, clock and body."""
 
     def __init__(self, store: Store, name: str, body: Singleton | None = None) -> None:
         self.store, self.body, self.clock = store, body or Singleton(), ManualClock()
+        self.leases = Leases(store)
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.holder = LeaseHolder(
-            store,
+            self.leases,
             LEASE,
             name,
             self.body,
@@ -115,8 +140,10 @@ class Worker:
         return [data["why"] for name, data in self.events if name == event]
 
     async def settled(self) -> None:
-        """Until the holder waits on its clock (its next step needs `advance`)."""
-        await until(lambda: self.clock.wake_times(), "holder waiting on its clock")
+        """Until the holder waits on its clock alone (its next step needs `advance`)."""
+        await until(
+            lambda: self.clock.wake_times() and not self.leases.busy, "holder waiting on its clock"
+        )
 
     async def stop(self) -> None:
         self.task.cancel()
