@@ -204,9 +204,18 @@ class Workers:
         if len(waiting) >= self.host.max_queued:
             return await self._turn_away(inbound, responder, conv, len(waiting), done)
         run_id = new_run_id()
-        if inbound.event_id:
-            store.mark_seen_soon(inbound.channel, inbound.event_id)
-        await store.create_run(run_id, conv, "user", state="queued", text=inbound.text, shared=True)
+        if not inbound.event_id:
+            await store.create_run(
+                run_id, conv, "user", state="queued", text=inbound.text, shared=True
+            )
+        elif not await store.create_queued_run(
+            run_id, conv, inbound.text, channel=inbound.channel, event_id=inbound.event_id
+        ):  # another worker took the same event in meanwhile (a redelivery)
+            event = {"channel": inbound.channel, "id": inbound.event_id}
+            self.host.events.emit("channel.event.duplicate", event)
+            if done is not None and not done.done():
+                done.set_result(RunReport("", "cancelled", "", stop_reason="duplicate"))
+            return False
         self._waiters[run_id] = Queued(inbound, responder, run_id, done)
         self._publish("queued", conv)
         self._wake.set()
