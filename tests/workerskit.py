@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,12 +31,30 @@ from tests.process import start_parley
 
 INTERRUPTED = re.compile(r"I was interrupted while working on your last request \(run (\w+)\)")
 ANSWER = "pong: "
+LLM_SECONDS = 0.3  # per answer
 Posts = Callable[[], Iterable[tuple[str, str]]]  # the bot's live messages: (conversation, text)
 
 
-async def slow_pong(request: RecordedRequest) -> Reply:
-    await asyncio.sleep(0.1)  # turns take a while: some are running when a worker dies
-    return Reply(text=f"{ANSWER}{request.json['messages'][-1]['content']}")
+class SlowPong:
+    """The fake LLM's responder: "pong: <the message>", after a while (so some turns are
+    running when a worker dies); it knows which messages it is answering, since when."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, float] = {}  # message → monotonic time it was asked
+
+    async def __call__(self, request: RecordedRequest) -> Reply:
+        text = request.json["messages"][-1]["content"]
+        self.asked[text] = time.monotonic()
+        try:
+            await asyncio.sleep(LLM_SECONDS)
+        finally:
+            del self.asked[text]
+        return Reply(text=f"{ANSWER}{text}")
+
+    def answering(self, text: str) -> bool:
+        """Whether `text` was asked lately: its turn is some way from done."""
+        asked = self.asked.get(text)
+        return asked is not None and time.monotonic() - asked < LLM_SECONDS * 0.7
 
 
 def shared_store(config: str, url: str) -> str:
@@ -61,28 +80,40 @@ async def worker(config: Path, env: dict[str, str]) -> AsyncIterator[Parley]:
             await parley.kill()
 
 
-async def _runs_a_turn(watch: Store, victim: Parley) -> bool:
-    """Whether a turn of `victim` is past its first checkpoint (it is resumable)."""
+Ready = Callable[[Store], Awaitable[bool]]
+Victim = Callable[[], Parley | None]  # the worker to kill, if any yet
+
+
+async def _always(watch: Store) -> bool:
+    return True
+
+
+async def _runs_a_turn(watch: Store, llm: SlowPong, victim: Parley) -> bool:
+    """Whether a turn of `victim` is past its first checkpoint (recorded: it is resumable)
+    and far from done (waiting on the LLM since a moment): killed now, it is interrupted."""
     mark = f":{victim.proc.pid}:"
     for run in await watch.runs(states=["running"], limit=100):
-        if mark in (run.worker or "") and await watch.last_checkpoint(run.id):
+        mine = mark in (run.worker or "") and llm.answering(run.text or "")
+        if mine and await watch.last_checkpoint(run.id) and llm.answering(run.text or ""):
             return True
     return False
 
 
-async def until_running(url: str, victim: Parley, ready: Callable[[], bool] = lambda: True) -> None:
-    """Until `ready()` and a turn of `victim` is past its first checkpoint."""
+async def until_running(url: str, llm: SlowPong, victim: Victim, ready: Ready = _always) -> Parley:
+    """Until `ready(store)` and a turn of `victim()` waits on the LLM; returns that worker."""
     async with await open_store(url) as watch, asyncio.timeout(30):
-        while not (ready() and await _runs_a_turn(watch, victim)):
-            await asyncio.sleep(0.01)
+        while True:
+            chosen = victim()
+            if chosen and await ready(watch) and await _runs_a_turn(watch, llm, chosen):
+                return chosen
+            await asyncio.sleep(0.005)
 
 
 async def kill_when_running(
-    url: str, victim: Parley, ready: Callable[[], bool] = lambda: True
+    url: str, llm: SlowPong, victim: Victim, ready: Ready = _always
 ) -> None:
-    """Once a turn of `victim` is past its first checkpoint (and `ready()`), SIGKILL it."""
-    await until_running(url, victim, ready)
-    await victim.kill()
+    """Once a turn of `victim()` waits on the LLM (and `ready(store)`), SIGKILL that worker."""
+    await (await until_running(url, llm, victim, ready)).kill()
 
 
 @dataclass
