@@ -180,9 +180,18 @@ class Workers:
         waiting = await store.runs(conv=conv, states=["queued"], limit=self.host.max_queued)
         if len(waiting) >= self.host.max_queued:
             return await self._turn_away(inbound, responder, conv, len(waiting), done)
-        if inbound.event_id:
-            store.mark_seen_soon(inbound.channel, inbound.event_id)
-        await self.enqueue(Queued(inbound, responder, new_run_id(), done))
+        queued = Queued(inbound, responder, new_run_id(), done)
+        if not inbound.event_id:
+            await self.enqueue(queued)
+            return True
+        if not await store.create_queued_run(
+            queued.run_id, conv, inbound.text, channel=inbound.channel, event_id=inbound.event_id
+        ):  # another worker took the same event in meanwhile (a redelivery)
+            event = {"channel": inbound.channel, "id": inbound.event_id}
+            self.host.events.emit("channel.event.duplicate", event)
+            queued.settle(RunReport("", "cancelled", "", stop_reason="duplicate"))
+            return False
+        self._announce(queued, conv)
         return True
 
     async def enqueue(self, queued: Queued, trigger: str = "user") -> None:
@@ -192,6 +201,9 @@ class Workers:
         await self.host.store.create_run(
             queued.run_id, conv, trigger, state="queued", text=queued.inbound.text, shared=True
         )
+        self._announce(queued, conv)
+
+    def _announce(self, queued: Queued, conv: str) -> None:
         self._waiters[queued.run_id] = queued
         self._publish("queued", conv)
         self._wake.set()

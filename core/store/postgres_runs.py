@@ -46,6 +46,15 @@ WHERE substr(g.worker, 1, length(%s)) = %s
 RETURNING pgid, start_ticks, boot_id
 """
 
+_CREATE_QUEUED_RUN = """
+WITH seen AS (
+    INSERT INTO seen_events (channel, event_id, at) VALUES (%s, %s, %s)
+    ON CONFLICT (channel, event_id) DO NOTHING RETURNING 1
+)
+INSERT INTO runs (id, conv, state, trigger, created_at, text)
+SELECT %s, %s, 'queued', 'user', %s, %s WHERE EXISTS (SELECT 1 FROM seen)
+"""
+
 
 class PostgresRunTables(PostgresDatabase):
     """`RunStore` and `JobStore` on PostgreSQL (`PostgresStore` adds the rest)."""
@@ -76,6 +85,15 @@ class PostgresRunTables(PostgresDatabase):
             (run_id, conv, state, trigger, now, None if queued else now, text, parent_run_id,
              None if shared else self._worker_id),
         )  # fmt: skip
+
+    async def create_queued_run(
+        self, run_id: str, conv: str, text: str, *, channel: str, event_id: str
+    ) -> bool:
+        # One statement: a second worker's insert of the same event waits for the first
+        # one's commit, then inserts nothing, and so creates no run.
+        now = time.time()
+        await self.write(_CREATE_QUEUED_RUN, (channel, event_id, now, run_id, conv, now, text))
+        return await self._one("SELECT 1 FROM runs WHERE id = %s", (run_id,)) is not None
 
     def start_run(self, run_id: str) -> None:
         self.write_soon(

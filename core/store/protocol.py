@@ -59,6 +59,15 @@ class RunStore(Protocol):
         worker may claim."""
         ...
 
+    async def create_queued_run(
+        self, run_id: str, conv: str, text: str, *, channel: str, event_id: str
+    ) -> bool:
+        """A `shared` queued user run for a platform event, marked seen in the same commit;
+        False (and nothing created) if the event was seen already. Of several workers
+        taking one event in at once (a redelivery while the first still stores it),
+        exactly one creates the run."""
+        ...
+
     def start_run(self, run_id: str) -> None:
         """Queued: a queued run begins (`running`, `started_at` now)."""
         ...

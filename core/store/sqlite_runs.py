@@ -67,6 +67,23 @@ class SqliteRunTables(SqliteDatabase):
              None if shared else self._worker_id),
         )  # fmt: skip
 
+    async def create_queued_run(
+        self, run_id: str, conv: str, text: str, *, channel: str, event_id: str
+    ) -> bool:
+        """A shared queued run for an event not seen before, both in one transaction (it
+        holds the write lock from its start: no other process marks the event between)."""
+        self.write_soon(
+            "INSERT INTO runs (id, conv, state, trigger, created_at, text) "
+            "SELECT ?, ?, 'queued', 'user', ?, ? WHERE NOT EXISTS "
+            "(SELECT 1 FROM seen_events WHERE channel = ? AND event_id = ?)",
+            (run_id, conv, time.time(), text, channel, event_id),
+        )
+        await self.write(
+            "INSERT OR IGNORE INTO seen_events (channel, event_id, at) VALUES (?, ?, ?)",
+            (channel, event_id, time.time()),
+        )
+        return await self._one("SELECT 1 FROM runs WHERE id = ?", (run_id,)) is not None
+
     def start_run(self, run_id: str) -> None:
         """A queued run begins."""
         self.write_soon(

@@ -133,6 +133,25 @@ async def test_messages_taken_in_anywhere_are_answered_once_in_order(
             assert user_texts(request) == [f"c{c} m{k}" for k in range(n + 1)]
 
 
+async def test_a_message_two_workers_take_in_at_once_is_answered_once(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A redelivery reaching another worker while the first still stores the message (a
+    Telegram poller that lost its lease mid-batch, a Slack retry after a slow answer):
+    both found it unseen, and each queued a run of it."""
+    fake_llm.responder = lambda request: Reply(text=f"re: {last_user_text(request)}")
+    platform = Platform()
+    key = ("test", "c1", "")
+    async with postgres_schema() as url, workers(fake_llm, tmp_path, url, platform, 2) as agents:
+        for n in range(5):
+            message = inbound(f"m{n}", key=key, event_id=f"e{n}")
+            taken = await asyncio.gather(*(a.submit(message, platform(key)) for a in agents))
+            assert sorted(taken) == [False, True]
+        await until(lambda: platform.answered() >= 5)
+        assert len(await agents[0].store.runs(limit=100)) == 5
+    assert platform(key).finals == [f"re: m{n}" for n in range(5)]
+
+
 async def test_a_stop_on_one_worker_cancels_the_run_on_another(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:

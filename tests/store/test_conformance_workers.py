@@ -103,6 +103,44 @@ async def test_workers_claiming_at_once_keep_each_conversation_to_one_run_in_ord
             await worker.aclose()
 
 
+async def test_a_queued_run_for_an_event_is_created_once_and_marks_it_seen(
+    store: Store,
+) -> None:
+    assert await store.create_queued_run("r1", CONV, "hi", channel="slack", event_id="ev1")
+    assert await store.seen("slack", "ev1")
+    run = await store.run("r1")
+    assert run is not None
+    assert (run.state, run.trigger, run.text, run.worker, run.started_at) == (
+        "queued",
+        "user",
+        "hi",
+        None,
+        None,
+    )
+    assert not await store.create_queued_run("r2", CONV, "hi", channel="slack", event_id="ev1")
+    assert await store.run("r2") is None
+    await store.mark_seen("slack", "ev2")  # seen before (a command, say): no run either
+    assert not await store.create_queued_run("r3", CONV, "hi", channel="slack", event_id="ev2")
+    assert await store.create_queued_run("r4", CONV, "hi", channel="discord", event_id="ev1")
+
+
+async def test_workers_taking_one_event_in_at_once_create_one_run(reopen: Reopen) -> None:
+    first, second = await reopen(), await reopen()
+    try:
+        for n in range(5):
+            created = await asyncio.gather(
+                *(
+                    s.create_queued_run(f"r{n}.{i}", CONV, "hi", channel="slack", event_id=f"e{n}")
+                    for i, s in enumerate([first, second] * 2)
+                )
+            )
+            assert created.count(True) == 1
+        assert len(await first.runs(limit=100)) == 5
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
 # --- heartbeats ------------------------------------------------------------------------
 
 
