@@ -26,7 +26,8 @@ from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack, Posted
 from tests.process import child_env, fake_llm_config
 from tests.store.conftest import postgres_schema
-from tests.test_workers_processes import INTERRUPTED, SIGNING_SECRET, worker, worker_config
+from tests.test_workers_processes import SIGNING_SECRET, slack_config
+from tests.workerskit import INTERRUPTED, worker
 
 ANSWER = "pong " * 40
 HOLD = 1.5  # seconds the run's first commit is held back (under SQLite's busy timeout)
@@ -112,7 +113,7 @@ async def test_a_worker_killed_after_posting_a_preview_is_taken_over_not_answere
             SLACK_SIGNING_SECRET=SIGNING_SECRET,
         )
         async with HoldingProxy.before(url) as proxy:
-            config = worker_config(tmp_path, 0, fake_llm, slack, proxy.url(url), ports[0])
+            config = slack_config(tmp_path, 0, fake_llm, slack, proxy.url(url), ports[0])
             async with worker(config, env) as victim:
                 dead = kill_on_first_post(slack, "D1", victim)
                 slack.http_target = (f"http://127.0.0.1:{ports[0]}/slack/events", SIGNING_SECRET)
@@ -124,7 +125,7 @@ async def test_a_worker_killed_after_posting_a_preview_is_taken_over_not_answere
                 proxy.drop()  # what the dead worker left unsent never arrives
         assert early or proxy.held.is_set(), "the commit was not held: the test is void"
         # Another worker finds the dead one silent and takes its run over.
-        survivor = worker_config(tmp_path, 1, fake_llm, slack, url, ports[1])
+        survivor = slack_config(tmp_path, 1, fake_llm, slack, url, ports[1])
         async with worker(survivor, env) as other, await open_store(url) as store:
             [queued] = await store.runs(conv="slack:D1:")
 
