@@ -152,6 +152,7 @@ EventName = Literal[
     "channel.event.duplicate",
     "channel.delivery.failed",
     "channel.preview.posted",
+    "channel.reply.redelivered",
     # cron jobs and the application
     "job.started",
     "job.skipped",

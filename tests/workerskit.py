@@ -174,9 +174,14 @@ async def await_outcomes(
             for r in await store.runs(limit=1000):
                 states[r.state] = states.get(r.state, 0) + 1
             logs = "\n---\n".join(w.err.decode()[-3000:] for w in workers)
+            runs = await store.runs(limit=1000)
+            lost = sorted(set(sent) - set(found.answers) - found.interrupted)
+            stories = [await history(store, posts, channel, sent[t], runs) for t in lost]
             raise AssertionError(
                 f"{len(found.answers)} answered, {len(found.interrupted)} interrupted of "
-                f"{len(sent)}; runs {states}\n{logs}"
+                f"{len(sent)}; runs {states}; no outcome for {lost}:\n"
+                + "\n".join(stories)
+                + f"\n{logs}"
             ) from None
         found.runs = await store.runs(limit=1000)
         # A turn killed after its whole answer was posted as a preview, before the preview

@@ -61,6 +61,7 @@ async def reconcile(host: RecoveryHost) -> list[str]:
     waiting = await resume_waiting(host, pending)
     host.store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
     await announce_interrupted(host, [run for run in interrupted if run.id not in waiting])
+    await deliver_owed(host, None, None, host.started_at)
     for run in reversed(await host.store.runs(states=["queued"], limit=10_000)):
         if run.created_at < host.started_at:
             await host.requeue(run.id, run.conv, run.text or "")
@@ -84,6 +85,7 @@ async def take_over(
     of the interrupted runs."""
     store, events = host.store, host.events
     taken = await store.take_over_runs(dead, worker_id, created_before=created_before)
+    await deliver_owed(host, dead, worker_id, created_before)
     runs = [run for run in taken if run.state != "queued"]
     for run in taken:
         if run.state == "queued":  # it never got going: any worker answers it afresh
@@ -117,6 +119,21 @@ async def announce_interrupted(host: RecoveryHost, interrupted: list[RunRow]) ->
                 f"I was interrupted while working on your last request (run {run.id}). "
                 "Send /resume to continue where I stopped.",
             )
+
+
+async def deliver_owed(
+    host: RecoveryHost, dead: str | None, worker_id: str | None, created_before: float
+) -> None:
+    """Post the answers runs of `dead` (None: of no worker) finished but never saw taken
+    by the platform, below their retracted preview; each is then no longer owed."""
+    owed = await host.store.take_owed_replies(dead, worker_id, created_before=created_before)
+    for reply in owed:
+        responder = host.responders(parse_conv(reply.conv))
+        if responder is not None:
+            await _retract_previews(host.store, reply.run_id, responder)
+            await safe_send(responder, reply.text)
+            host.events.emit("channel.reply.redelivered", {}, run_id=reply.run_id, conv=reply.conv)
+        await host.store.reply_delivered(reply.run_id)
 
 
 async def resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[str]:
@@ -171,6 +188,7 @@ __all__ = [
     "PREVIEW_RETRACTED",
     "RecoveryHost",
     "announce_interrupted",
+    "deliver_owed",
     "parse_conv",
     "reconcile",
     "resume_waiting",

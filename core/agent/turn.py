@@ -168,6 +168,11 @@ class Turn:
         ending = await self._ending()
         lane.stoppable = False  # from here on the answer is delivered, not cut short
         self._record(ending)
+        # Owed to the conversation until the platform takes it (a post can wait seconds
+        # in a rate limiter): a crash meanwhile leaves it to recovery, not lost.
+        owed = self.parent is None and self.trigger != "cron"
+        if owed:
+            store.owe_reply(self.run_id, ending.text)
         try:
             await store.flush()
         except StoreError as exc:  # what this run wrote may be lost: say so, loudly
@@ -185,6 +190,9 @@ class Turn:
         except DeliveryFailed:
             log.warning("reply of run %s was not delivered", self.run_id, exc_info=True)
             self.sink.emit("channel.delivery.failed", {})
+        if owed:
+            with contextlib.suppress(StoreError):  # at worst it is posted again after a crash
+                await store.reply_delivered(self.run_id)
         return self._report(ending)
 
     async def _ending(self) -> _Ending:

@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -143,6 +143,12 @@ _MIGRATIONS: dict[int, str] = {
     CREATE UNIQUE INDEX runs_seq ON runs (seq);
     DROP INDEX runs_conv;
     CREATE INDEX runs_conv ON runs (conv, seq);
+    """,
+    # The answer a run owes its conversation until the platform took it (SPEC §7): a
+    # crash between the run's end and the post leaves it to recovery, not lost.
+    9: """
+    ALTER TABLE runs ADD COLUMN reply TEXT;
+    CREATE INDEX runs_reply ON runs (worker) WHERE reply IS NOT NULL;
     """,
 }
 

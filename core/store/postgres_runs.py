@@ -18,6 +18,7 @@ from core.store.rows import (
     TOOL_CALL_COLUMNS,
     Checkpoint,
     JobRunRecord,
+    OwedReply,
     RunRow,
     ToolCallRow,
     checkpoint_row,
@@ -152,6 +153,24 @@ class PostgresRunTables(PostgresDatabase):
                 *self._fence(),
             ),
         )
+
+    def owe_reply(self, run_id: str, text: str) -> None:
+        self.write_soon(
+            "UPDATE runs SET reply = %s WHERE id = %s" + _FENCE, (text, run_id, *self._fence())
+        )
+
+    async def reply_delivered(self, run_id: str) -> None:
+        await self.write("UPDATE runs SET reply = NULL WHERE id = %s", (run_id,))
+
+    async def take_owed_replies(
+        self, dead: str | None, worker_id: str | None, *, created_before: float
+    ) -> list[OwedReply]:
+        rows = await self._write_now(
+            "UPDATE runs SET worker = %s WHERE reply IS NOT NULL "
+            "AND worker IS NOT DISTINCT FROM %s AND created_at < %s RETURNING id, conv, reply",
+            (worker_id, dead, created_before),
+        )
+        return [OwedReply(str(r[0]), str(r[1]), str(r[2])) for r in rows]
 
     def forget_resumable(self, conv: str) -> None:
         self.write_soon("UPDATE runs SET resumable = FALSE WHERE conv = %s AND resumable", (conv,))

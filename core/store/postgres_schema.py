@@ -145,6 +145,11 @@ _MIGRATIONS: dict[int, str] = {
     DROP INDEX runs_conv;
     CREATE INDEX runs_conv ON runs (conv, seq);
     """,
+    # The answer a run owes its conversation until the platform took it (SPEC §7).
+    9: """
+    ALTER TABLE runs ADD COLUMN reply TEXT;
+    CREATE INDEX runs_reply ON runs (worker) WHERE reply IS NOT NULL;
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 

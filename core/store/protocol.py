@@ -32,6 +32,7 @@ from core.store.rows import (
     ConversationRow,
     GoalRow,
     JobRunRecord,
+    OwedReply,
     RunRow,
     StoredEvent,
     ToolCallRow,
@@ -103,6 +104,24 @@ class RunStore(Protocol):
     ) -> None:
         """Queued: a run's final row — how it ended, its answer and what it used. With a
         worker set (`set_worker`), only a run still that worker's changes."""
+        ...
+
+    def owe_reply(self, run_id: str, text: str) -> None:
+        """Queued with the run's final row: its answer is owed to its conversation until
+        `reply_delivered`; a crash meanwhile leaves it to recovery (`take_owed_replies`).
+        With a worker set, only a run still that worker's."""
+        ...
+
+    async def reply_delivered(self, run_id: str) -> None:
+        """Committed: the platform took the run's answer (or refused it for good)."""
+        ...
+
+    async def take_owed_replies(
+        self, dead: str | None, worker_id: str | None, *, created_before: float
+    ) -> list[OwedReply]:
+        """Committed: the answers owed by runs of worker `dead` (None: of no worker)
+        created before `created_before`, now `worker_id`'s to post; each goes to one
+        taker."""
         ...
 
     def forget_resumable(self, conv: str) -> None:

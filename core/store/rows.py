@@ -36,6 +36,15 @@ class RunRow:
 
 
 @dataclass(frozen=True, slots=True)
+class OwedReply:
+    """A run's answer its conversation has not been shown yet (`Store.owe_reply`)."""
+
+    run_id: str
+    conv: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
     """A run's state at a safe boundary; the one with the highest `seq` is the last."""
 

@@ -16,6 +16,7 @@ from core.store.rows import (
     TOOL_CALL_COLUMNS,
     Checkpoint,
     JobRunRecord,
+    OwedReply,
     RunRow,
     ToolCallRow,
     checkpoint_row,
@@ -145,6 +146,24 @@ class SqliteRunTables(SqliteDatabase):
                 *self._fence(),
             ),
         )
+
+    def owe_reply(self, run_id: str, text: str) -> None:
+        self.write_soon(
+            "UPDATE runs SET reply = ? WHERE id = ?" + _FENCE, (text, run_id, *self._fence())
+        )
+
+    async def reply_delivered(self, run_id: str) -> None:
+        await self.write("UPDATE runs SET reply = NULL WHERE id = ?", (run_id,))
+
+    async def take_owed_replies(
+        self, dead: str | None, worker_id: str | None, *, created_before: float
+    ) -> list[OwedReply]:
+        rows = await self._write_now(
+            "UPDATE runs SET worker = ? WHERE reply IS NOT NULL AND worker IS ? "
+            "AND created_at < ? RETURNING id, conv, reply",
+            lambda: (worker_id, dead, created_before),
+        )
+        return [OwedReply(str(r[0]), str(r[1]), str(r[2])) for r in rows]
 
     def forget_resumable(self, conv: str) -> None:
         """New input in a conversation supersedes its interrupted runs."""

@@ -218,11 +218,16 @@ class FakeSlack(LogsCalls):
         times: int = 1,
         *,
         error: str | None = None,
+        where: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
-        """Answer the next `times` calls of `method` with an error: 429 (ratelimited, with a
-        `Retry-After` header), 5xx (an HTML error page), or 200 with `{"ok": false, "error"}`
-        when `error` is given."""
-        self._failures.add(method, Failure(status, retry_after, error, times=times))
+        """Answer the next `times` calls of `method` (whose params match `where`) with an
+        error: 429 (ratelimited, with a `Retry-After` header), 5xx (an HTML error page), or
+        200 with `{"ok": false, "error"}` when `error` is given."""
+        self._failures.add(method, Failure(status, retry_after, error, where, times))
+
+    def fail_no_more(self) -> None:
+        """Forget the failures not served yet."""
+        self._failures = FailureQueue()
 
     # ---- the Web API ------------------------------------------------------------------------
 
@@ -257,7 +262,7 @@ class FakeSlack(LogsCalls):
             return web.json_response({"ok": False, "error": "invalid_auth"})
         if delay := self.delays.get(method):
             await asyncio.sleep(delay)  # a slow Slack, as seen by the client
-        if failure := self._failures.take(method):
+        if failure := self._failures.take(method, params):
             return _fault_response(failure)
         result: dict[str, Any] = handler(params)
         if (hook := self.before_answer.get(method)) is not None:

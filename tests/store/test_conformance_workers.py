@@ -196,3 +196,44 @@ async def test_holders_taking_one_lease_at_once_get_it_once(reopen: Reopen) -> N
     finally:
         await first.aclose()
         await second.aclose()
+
+
+async def test_an_owed_reply_goes_to_one_taker_until_it_is_delivered(store: Store) -> None:
+    import math
+
+    await store.create_run("r1", CONV, "user", text="hi")  # a single process's: no worker
+    store.finish_run(
+        "r1",
+        state="completed",
+        reason="final",
+        text="hello",
+        iterations=1,
+        input_tokens=1,
+        output_tokens=1,
+    )
+    store.owe_reply("r1", "hello")
+    await store.flush()
+    assert await store.take_owed_replies("w:1", None, created_before=math.inf) == []
+    [owed] = await store.take_owed_replies(None, "w:2", created_before=math.inf)
+    assert (owed.run_id, owed.conv, owed.text) == ("r1", CONV, "hello")
+    assert await store.take_owed_replies(None, "w:3", created_before=math.inf) == []  # taken
+    assert await store.take_owed_replies("w:2", "w:3", created_before=0.0) == []  # too new
+    await store.reply_delivered("r1")
+    assert await store.take_owed_replies("w:2", "w:3", created_before=math.inf) == []
+
+
+async def test_a_reply_is_owed_only_by_the_worker_whose_run_it_is(store: Store) -> None:
+    import math
+
+    await store.create_run("r1", CONV, "user", state="queued", text="hi", shared=True)
+    store.set_worker("w:1")
+    assert await store.claim_queued_run("w:1") is not None
+    store.set_worker("w:2")  # a worker the run is not (any more) with
+    store.owe_reply("r1", "hello")
+    await store.flush()
+    assert await store.take_owed_replies("w:1", "w:3", created_before=math.inf) == []
+    store.set_worker("w:1")
+    store.owe_reply("r1", "hello")
+    await store.flush()
+    [owed] = await store.take_owed_replies("w:1", "w:3", created_before=math.inf)
+    assert owed.text == "hello"
