@@ -85,7 +85,8 @@ async def take_over(
     of the interrupted runs."""
     store, events = host.store, host.events
     taken = await store.take_over_runs(dead, worker_id, created_before=created_before)
-    await deliver_owed(host, dead, worker_id, created_before)
+    for conv in await deliver_owed(host, dead, worker_id, created_before):
+        publish("queued", conv)  # its next run may go now: the answer before it is out
     runs = [run for run in taken if run.state != "queued"]
     for run in taken:
         if run.state == "queued":  # it never got going: any worker answers it afresh
@@ -123,9 +124,10 @@ async def announce_interrupted(host: RecoveryHost, interrupted: list[RunRow]) ->
 
 async def deliver_owed(
     host: RecoveryHost, dead: str | None, worker_id: str | None, created_before: float
-) -> None:
+) -> list[str]:
     """Post the answers runs of `dead` (None: of no worker) finished but never saw taken
-    by the platform, below their retracted preview; each is then no longer owed."""
+    by the platform, below their retracted preview; each is then no longer owed. Returns
+    their conversations."""
     owed = await host.store.take_owed_replies(dead, worker_id, created_before=created_before)
     for reply in owed:
         responder = host.responders(parse_conv(reply.conv))
@@ -134,6 +136,7 @@ async def deliver_owed(
             await safe_send(responder, reply.text)
             host.events.emit("channel.reply.redelivered", {}, run_id=reply.run_id, conv=reply.conv)
         await host.store.reply_delivered(reply.run_id)
+    return [reply.conv for reply in owed]
 
 
 async def resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[str]:

@@ -191,8 +191,10 @@ class Turn:
             log.warning("reply of run %s was not delivered", self.run_id, exc_info=True)
             self.sink.emit("channel.delivery.failed", {})
         if owed:
-            with contextlib.suppress(StoreError):  # at worst it is posted again after a crash
+            try:
                 await store.reply_delivered(self.run_id)
+            except StoreError:  # still owed: recovery posts it again after a restart
+                log.error("run %s: its delivered answer is still recorded owed", self.run_id)
         return self._report(ending)
 
     async def _ending(self) -> _Ending:

@@ -24,7 +24,10 @@ UPDATE runs SET state = 'running', started_at = {_NOW}, worker = %s
 WHERE id = (
     SELECT q.id FROM runs q
     WHERE q.state = 'queued' AND q.worker IS NULL
-      AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.conv = q.conv AND r.state = 'running')
+      AND NOT EXISTS (
+          SELECT 1 FROM runs r
+          WHERE r.conv = q.conv AND (r.state = 'running' OR r.reply IS NOT NULL)
+      )
       AND NOT EXISTS (
           SELECT 1 FROM runs e
           WHERE e.conv = q.conv AND e.state = 'queued' AND e.seq < q.seq

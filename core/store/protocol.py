@@ -375,7 +375,8 @@ class WorkerStore(Protocol):
 
     async def claim_queued_run(self, worker_id: str) -> RunRow | None:
         """Committed: the oldest queued run of no worker (see `create_run`) whose
-        conversation has no running run becomes `running` (`started_at` now) on
+        conversation has no running run, nor an answer still owed (`owe_reply`: the next
+        answer must not overtake it), becomes `running` (`started_at` now) on
         `worker_id`; None if there is none. No two claims,
         from any workers, get the same run, nor two runs of one conversation while one
         runs; a conversation's runs are handed out in the order they were stored (`seq`,

@@ -15,7 +15,10 @@ UPDATE runs SET state = 'running', started_at = ?, worker = ?
 WHERE id = (
     SELECT q.id FROM runs q
     WHERE q.state = 'queued' AND q.worker IS NULL
-      AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.conv = q.conv AND r.state = 'running')
+      AND NOT EXISTS (
+          SELECT 1 FROM runs r
+          WHERE r.conv = q.conv AND (r.state = 'running' OR r.reply IS NOT NULL)
+      )
     ORDER BY q.seq
     LIMIT 1
 )
