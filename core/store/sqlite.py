@@ -44,11 +44,17 @@ class SqliteStore(SqliteWorkerTables, SqliteMemoryTables):
         """Open (creating and migrating) the database file at `path`."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
-        await conn.execute("PRAGMA busy_timeout=5000")  # first: another opener may hold a lock
-        await conn.execute("PRAGMA journal_mode=WAL")
-        await migrate(conn)
-        writer = await asyncio.to_thread(writer_connection, str(path))
-        reader = await asyncio.to_thread(reader_connection, str(path))
+        try:
+            await conn.execute("PRAGMA busy_timeout=5000")  # first: another opener may lock
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await migrate(conn)
+            writer = await asyncio.to_thread(writer_connection, str(path))
+            reader = await asyncio.to_thread(reader_connection, str(path))
+        except BaseException:
+            # aiosqlite's thread is not a daemon: left open, it keeps the process from
+            # ever exiting (the test suite hung at exit after a failed open)
+            await conn.close()
+            raise
         return cls(conn, writer, reader)
 
     # --- conversations, messages, snapshots -----------------------------------------

@@ -63,3 +63,25 @@ async def test_a_malformed_postgresql_url_is_a_config_error() -> None:
 async def test_a_url_that_names_no_store_is_a_config_error(url: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="fix: give a SQLite file path or a PostgreSQL URL"):
         await open_store(url)
+
+
+async def test_a_sqlite_store_that_fails_to_open_leaves_no_thread_behind(tmp_path: Path) -> None:
+    """aiosqlite's thread is not a daemon: one left open keeps the process from exiting."""
+    import sqlite3
+    import threading
+
+    from core.store.migrations import SCHEMA_VERSION
+    from core.store.sqlite import SqliteStore
+
+    db = tmp_path / "parley.db"
+    with sqlite3.connect(db) as conn:  # a database from a newer Parley: refused
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION + 1,))
+
+    def workers() -> int:
+        return sum(1 for t in threading.enumerate() if "_connection_worker" in t.name)
+
+    before = workers()
+    with pytest.raises(RuntimeError, match="newer Parley"):
+        await SqliteStore.open(db)
+    assert workers() == before
