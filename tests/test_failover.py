@@ -125,13 +125,16 @@ async def _ended(worker: Parley) -> None:
 
 
 async def until_completed(url: str, runs: int) -> None:
-    """Until `runs` runs are recorded completed in the store (a worker killed between
-    posting an answer and recording it is the workers' takeover's case, not the leases')."""
+    """Until `runs` runs are recorded completed, their answers recorded as taken by the
+    platform (a worker killed between posting an answer and recording it is the workers'
+    takeover's case — it posts the answer again — not the leases')."""
     import psycopg
 
     async def count() -> int:
         async with await psycopg.AsyncConnection.connect(url) as conn:
-            cursor = await conn.execute("SELECT count(*) FROM runs WHERE state = 'completed'")
+            cursor = await conn.execute(
+                "SELECT count(*) FROM runs WHERE state = 'completed' AND reply IS NULL"
+            )
             row = await cursor.fetchone()
             return int(row[0]) if row else 0
 
