@@ -8,6 +8,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PROVIDER_VARS = (
@@ -103,6 +104,29 @@ def fake_llm_config(base_url: str, state: Path, extra: str = "") -> str:
             events_log = "{state / "events.jsonl"}"
             """
     ) + textwrap.dedent(extra)
+
+
+def slack_run_config(
+    tmp_path: Path, llm_url: str, slack: Any, extra: str = "", secret: str = "signing-secret"
+) -> tuple[Path, dict[str, str]]:
+    """config.toml for `parley run` with the fake LLM and the fake Slack `slack`, admitting
+    U1 (`extra` TOML goes inside [channels.slack]), and the environment with its tokens."""
+    config = tmp_path / "config.toml"
+    section = f"""
+        [channels.slack]
+        enabled = true
+        base_url = "{slack.url}"
+        allow_users = ["U1"]
+        """
+    config.write_text(
+        fake_llm_config(llm_url, tmp_path, textwrap.dedent(section) + textwrap.dedent(extra))
+    )
+    env = child_env(
+        SLACK_BOT_TOKEN=slack.bot_token,
+        SLACK_APP_TOKEN=slack.app_token,
+        SLACK_SIGNING_SECRET=secret,
+    )
+    return config, env
 
 
 def telegram_run_config(

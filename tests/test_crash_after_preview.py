@@ -24,7 +24,7 @@ from tests.channels.test_stored_before_ack import Parley, free_port, parley_run
 from tests.fakes.holding_proxy import HoldingProxy
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack, Posted
-from tests.process import child_env, fake_llm_config
+from tests.process import child_env, slack_run_config
 from tests.store.conftest import postgres_schema
 from tests.test_workers_processes import SIGNING_SECRET, slack_config
 from tests.workerskit import INTERRUPTED, worker
@@ -160,26 +160,8 @@ async def test_a_process_killed_after_posting_a_preview_announces_the_run_after_
     port = free_port()
     db = tmp_path / "parley.db"
     async with FakeSlack() as slack:
-        config = tmp_path / "config.toml"
-        config.write_text(
-            fake_llm_config(
-                fake_llm.base_url,
-                tmp_path,
-                f"""
-                [channels.slack]
-                enabled = true
-                mode = "http"
-                http_port = {port}
-                base_url = "{slack.url}"
-                allow_users = ["U1"]
-                """,
-            )
-        )
-        env = child_env(
-            SLACK_BOT_TOKEN=slack.bot_token,
-            SLACK_APP_TOKEN=slack.app_token,
-            SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        )
+        extra = f'mode = "http"\nhttp_port = {port}\n'
+        config, env = slack_run_config(tmp_path, fake_llm.base_url, slack, extra, SIGNING_SECRET)
         slack.http_target = (f"http://127.0.0.1:{port}/slack/events", SIGNING_SECRET)
         caught = None
         async with parley_run(config, env) as parley:

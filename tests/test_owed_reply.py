@@ -12,10 +12,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from tests.channels.test_stored_before_ack import SIGNING_SECRET, parley_run, stored_runs
+from tests.channels.test_stored_before_ack import parley_run, stored_runs
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack
-from tests.process import child_env, fake_llm_config
+from tests.process import slack_run_config
 
 ANSWER = "pong: hold it"
 
@@ -39,24 +39,7 @@ async def test_an_answer_the_platform_had_not_taken_yet_is_posted_after_a_crash(
         return params.get("channel") == "D1"
 
     async with FakeSlack() as slack:
-        config = tmp_path / "config.toml"
-        config.write_text(
-            fake_llm_config(
-                fake_llm.base_url,
-                tmp_path,
-                f"""
-                [channels.slack]
-                enabled = true
-                base_url = "{slack.url}"
-                allow_users = ["U1"]
-                """,
-            )
-        )
-        env = child_env(
-            SLACK_BOT_TOKEN=slack.bot_token,
-            SLACK_APP_TOKEN=slack.app_token,
-            SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        )
+        config, env = slack_run_config(tmp_path, fake_llm.base_url, slack)
         for method in ("chat.postMessage", "chat.update"):  # the answer waits a minute
             slack.fail_next(method, 429, 60.0, times=5, where=answering)
         async with parley_run(config, env) as parley:
