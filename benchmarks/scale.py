@@ -59,7 +59,6 @@ import socket
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -78,6 +77,7 @@ os.environ.setdefault("PTB_TIMEDELTA", "1")
 from channels.telegram import SECRET_HEADER  # noqa: E402
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply  # noqa: E402
 from tests.fakes.telegram import FakeTelegram, TgUser  # noqa: E402
+from tests.process import fake_llm_config  # noqa: E402
 
 TOKEN = "123456:BENCH-token"
 SECRET = "bench-secret"
@@ -255,28 +255,17 @@ def worker_config(
         if port is not None
         else 'mode = "polling"\n'
     )
+    if "://" in store:
+        where += f"\nlease_seconds = {lease}"
     config = state / "config.toml"
     config.write_text(
-        textwrap.dedent(
-            f"""
-            default_provider = "fake"
-            [providers.fake]
-            kind = "openai_chat"
-            base_url = "{llm}"
-            model = "fake-model"
-            [tools]
-            workspace = "{state / "ws"}"
-            artifacts_dir = "{state / "artifacts"}"
-            tools_file = ""
-            [store]
-            {where}
-            events_log = "{state / "events.jsonl"}"
-            """
+        fake_llm_config(
+            llm,
+            state,
+            f'[channels.telegram]\nenabled = true\nopen = true\nbase_url = "{telegram}"\n'
+            f"edit_interval_seconds = {EDIT_INTERVAL}\n" + mode,
+            store=where,
         )
-        + (f"lease_seconds = {lease}\n" if "://" in store else "")
-        + f'[channels.telegram]\nenabled = true\nopen = true\nbase_url = "{telegram}"\n'
-        + f"edit_interval_seconds = {EDIT_INTERVAL}\n"
-        + mode
     )
     return config
 

@@ -85,11 +85,14 @@ async def parley(
     return proc.returncode, out.decode(), err.decode()
 
 
-def fake_llm_config(base_url: str, state: Path, extra: str = "") -> str:
+def fake_llm_config(base_url: str, state: Path, extra: str = "", *, store: str = "") -> str:
     """config.toml text whose one provider is the fake LLM at `base_url`, with the store,
-    events log, workspace and artifacts under `state`; `extra` TOML is appended."""
-    return textwrap.dedent(
-        f"""
+    events log, workspace and artifacts under `state`; `extra` TOML is appended. `store`:
+    TOML lines that say where the store is instead (a PostgreSQL `url`, its settings)."""
+    where = store or f'path = "{state / "parley.db"}"'
+    return (
+        textwrap.dedent(
+            f"""
             default_provider = "fake"
             [providers.fake]
             kind = "openai_chat"
@@ -100,10 +103,12 @@ def fake_llm_config(base_url: str, state: Path, extra: str = "") -> str:
             artifacts_dir = "{state / "artifacts"}"
             tools_file = ""
             [store]
-            path = "{state / "parley.db"}"
             events_log = "{state / "events.jsonl"}"
             """
-    ) + textwrap.dedent(extra)
+        )
+        + f"{where}\n"
+        + textwrap.dedent(extra)
+    )
 
 
 def slack_run_config(

@@ -34,7 +34,7 @@ from tests.fakes.discord import TOKEN as DISCORD_TOKEN
 from tests.fakes.discord import USER as DISCORD_USER
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.telegram import FakeTelegram, TgUser
-from tests.process import child_env, start_parley
+from tests.process import child_env, fake_llm_config, start_parley
 from tests.store.conftest import postgres_schema
 
 ALICE = TgUser(111, "Alice", "alice")
@@ -52,31 +52,17 @@ def worker_config(
     state: Path, url: str, llm: str, telegram: str, extra: str = "", lease: int = LEASE_SECONDS
 ) -> Path:
     state.mkdir(parents=True, exist_ok=True)
+    section = f"""
+        [channels.telegram]
+        enabled = true
+        base_url = "{telegram}"
+        allow_users = ["{ALICE.id}"]
+        allow_channels = ["{ALICE.id}"]
+        """
+    store = f'url = "{url}"\nlease_seconds = {lease}'
     config = state / "config.toml"
     config.write_text(
-        textwrap.dedent(
-            f"""
-            default_provider = "fake"
-            [providers.fake]
-            kind = "openai_chat"
-            base_url = "{llm}"
-            model = "fake-model"
-            [tools]
-            workspace = "{state / "ws"}"
-            artifacts_dir = "{state / "artifacts"}"
-            tools_file = ""
-            [store]
-            url = "{url}"
-            events_log = "{state / "events.jsonl"}"
-            lease_seconds = {lease}
-            [channels.telegram]
-            enabled = true
-            base_url = "{telegram}"
-            allow_users = ["{ALICE.id}"]
-            allow_channels = ["{ALICE.id}"]
-            """
-        )
-        + textwrap.dedent(extra)
+        fake_llm_config(llm, state, textwrap.dedent(section) + textwrap.dedent(extra), store=store)
     )
     return config
 
