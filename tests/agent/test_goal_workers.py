@@ -6,7 +6,9 @@ wherever its turn is. The harness is tests/agent/test_workers.py's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,26 @@ class Gated:
         return Reply(text=name if text.startswith(GOAL_PROMPT) else f"re: {text}")
 
 
+@contextlib.asynccontextmanager
+async def goal_workers(
+    fake_llm: FakeLLM, tmp_path: Path, gated: str, **goals: object
+) -> AsyncIterator[tuple[Gated, Platform, Agent, Agent]]:
+    """Two workers on a schema of their own with autonomous goals on (`goals` changes
+    GOALS), the fake LLM answering with `Gated(gated)`: the answers, the platform, the
+    worker a test drives the goal from and the other one."""
+    answers = Gated(gated)
+    fake_llm.responder = answers
+    platform = Platform()
+    settings = {**GOALS, **goals}
+    async with (
+        postgres_schema() as url,
+        workers(fake_llm, tmp_path, url, platform, 2, goals=settings) as (driver, other),
+    ):
+        assert driver.workers is not None
+        assert other.workers is not None
+        yield answers, platform, driver, other
+
+
 async def runs_of(agent: Agent) -> list[RunRow]:
     """The conversation's runs, first stored first."""
     return sorted(await agent.store.runs(conv="test:c1:", limit=100), key=lambda r: r.seq)
@@ -57,16 +79,12 @@ def assert_one_at_a_time(runs: list[RunRow]) -> None:
 async def test_a_message_taken_in_elsewhere_during_a_goal_turn_runs_after_it_alone(
     fake_llm: FakeLLM, tmp_path: Path, claimers: str
 ) -> None:
-    answers = Gated("step 1")
-    fake_llm.responder = answers
-    platform = Platform()
-    async with (
-        postgres_schema() as url,
-        workers(fake_llm, tmp_path, url, platform, 2, goals=GOALS) as agents,
+    async with goal_workers(fake_llm, tmp_path, "step 1") as (
+        answers,
+        platform,
+        driver,
+        other,
     ):
-        driver, other = agents
-        assert driver.workers is not None
-        assert other.workers is not None
         if claimers == "other":
             driver.workers.stop_claiming()  # the goal's turns run on the other worker
         end = platform(KEY)
@@ -102,16 +120,12 @@ async def test_a_message_taken_in_elsewhere_during_a_goal_turn_runs_after_it_alo
 async def test_a_goal_s_next_turn_waits_for_a_message_that_came_between_its_turns(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
-    answers = Gated("hello")
-    fake_llm.responder = answers
-    platform = Platform()
-    goals = {**GOALS, "autonomous_turn_delay_ms": 1000}
-    async with (
-        postgres_schema() as url,
-        workers(fake_llm, tmp_path, url, platform, 2, goals=goals) as agents,
+    async with goal_workers(fake_llm, tmp_path, "hello", autonomous_turn_delay_ms=1000) as (
+        answers,
+        platform,
+        driver,
+        other,
     ):
-        driver, other = agents
-        assert driver.workers is not None
         driver.workers.stop_claiming()  # hello and the goal's turns run on the other worker
         clock = driver.clock = ManualClock()  # the delay between turns, stepped by hand
         end = platform(KEY)
@@ -141,15 +155,12 @@ async def test_a_goal_s_next_turn_waits_for_a_message_that_came_between_its_turn
 async def test_a_stop_on_the_worker_running_the_goal_s_turn_stops_the_goal(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
-    answers = Gated("step 1")
-    fake_llm.responder = answers
-    platform = Platform()
-    async with (
-        postgres_schema() as url,
-        workers(fake_llm, tmp_path, url, platform, 2, goals=GOALS) as agents,
+    async with goal_workers(fake_llm, tmp_path, "step 1") as (
+        answers,
+        platform,
+        driver,
+        other,
     ):
-        driver, other = agents
-        assert driver.workers is not None
         driver.workers.stop_claiming()  # the goal's turns run on the other worker
         end = platform(KEY)
         await driver.submit(inbound("/goal create write it --auto"), end)
@@ -170,15 +181,12 @@ async def test_a_stop_on_the_worker_running_the_goal_s_turn_stops_the_goal(
 async def test_a_goal_cleared_while_its_turn_waits_takes_the_turn_out_of_the_queue(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
-    answers = Gated("hello")
-    fake_llm.responder = answers
-    platform = Platform()
-    async with (
-        postgres_schema() as url,
-        workers(fake_llm, tmp_path, url, platform, 2, goals=GOALS) as agents,
+    async with goal_workers(fake_llm, tmp_path, "hello") as (
+        answers,
+        platform,
+        driver,
+        other,
     ):
-        driver, other = agents
-        assert driver.workers is not None
         driver.workers.stop_claiming()  # hello runs on the other worker: none here
         end = platform(KEY)
         await other.submit(inbound("hello"), end)
@@ -202,16 +210,12 @@ async def test_a_goal_cleared_while_its_turn_waits_takes_the_turn_out_of_the_que
 async def test_a_goal_goes_on_when_the_worker_running_its_turn_dies(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
-    answers = Gated("step 1")
-    fake_llm.responder = answers
-    platform = Platform()
-    async with (
-        postgres_schema() as url,
-        workers(fake_llm, tmp_path, url, platform, 2, goals=GOALS) as agents,
+    async with goal_workers(fake_llm, tmp_path, "step 1") as (
+        answers,
+        platform,
+        driver,
+        other,
     ):
-        driver, other = agents
-        assert driver.workers is not None
-        assert other.workers is not None
         driver.workers.stop_claiming()  # the goal's turn runs on the other worker
         end = platform(KEY)
         await driver.submit(inbound("/goal create write it --auto --turns 1"), end)
