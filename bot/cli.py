@@ -8,9 +8,8 @@ import asyncio
 import logging
 import os
 import sys
-from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from bot.app import App
@@ -19,15 +18,28 @@ EXIT_CONFIG = 2
 
 
 def _version() -> str:
+    from importlib import metadata  # ~10 ms with its lookup: only for --version
+
     try:
         return metadata.version("parley")
     except metadata.PackageNotFoundError:  # running from a source tree
         return "0.0.0+local"
 
 
+class _VersionAction(argparse.Action):
+    """`--version`, looked up only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        sys.stdout.write(f"parley {_version()}\n")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parley", description="An LLM agent for team chat.")
-    parser.add_argument("--version", action="version", version=f"parley {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument(
         "--config", type=Path, help="config file (default: $PARLEY_CONFIG, else ./config.toml)"
     )

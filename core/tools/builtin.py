@@ -6,17 +6,19 @@ import asyncio
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ToolDenied, ToolError
 from core.tools.base import Category, Tool, ToolContext, ToolResult
-from core.tools.blocklist import check_command
 from core.tools.outputcap import cap_output
 from core.tools.paths import mentions_denied_path, resolve_path
 from core.tools.sandbox import run_in_workspace
 from core.tools.settings import SandboxSettings
+
+if TYPE_CHECKING:
+    from core.tools.commandrules import BlockVerdict
 
 DEFAULT_READ_LINES = 2000
 MAX_LIST_ENTRIES = 1000
@@ -35,6 +37,15 @@ class BashParams(BaseModel):
         le=3600,
         description="Seconds before it and its children are killed.",
     )
+
+
+def check_command(command: str) -> BlockVerdict:
+    """The seatbelt verdict on a command line (core/tools/blocklist.py). Its parser and
+    rules (tree-sitter, ~30 ms to import) load at the first `bash` call, not at start-up:
+    a turn that runs no command does not pay for them."""
+    from core.tools.blocklist import check_command as check
+
+    return check(command)
 
 
 class BashTool(Tool):

@@ -27,6 +27,9 @@ PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 HOST_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 PARAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
+# libyaml's safe loader when PyYAML was built with it (its wheels are): ~10× faster.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 class ParamSpec(BaseModel):
     """One entry under `parameters:`; keys follow JSON Schema spelling."""
@@ -293,7 +296,7 @@ def load_cli_tools(
     """
     source = str(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
         spec = ToolsFile.model_validate(raw or {})
     except OSError as exc:
         problem = f"cannot read the file: {exc}"
