@@ -217,6 +217,36 @@ def test_version_imports_no_platform_sdk_or_http_stack() -> None:
     assert result.stdout.startswith("parley ")
 
 
+async def test_a_turn_without_commands_loads_no_command_parser(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """`bash`'s seatbelt (tree-sitter, ~30 ms to import) loads at the first `bash` call, so
+    a one-shot turn that runs no command starts without it."""
+    fake_llm.script(Reply(text="no commands needed"))
+    config = write_config(tmp_path)
+    code = (
+        "import sys\n"
+        "from bot.cli import main\n"
+        f"status = main(['--config', {str(config)!r}, 'chat', '-m', 'hi'])\n"
+        "print(sorted(m for m in ('tree_sitter', 'tree_sitter_bash') if m in sys.modules))\n"
+        "sys.exit(status)\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        cwd=REPO,
+        env=child_env(OPENAI_BASE_URL=fake_llm.base_url),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert "no commands needed" in lines[0]
+    assert lines[-1] == "[]"
+
+
 async def test_run_without_channels_talks_in_the_console(fake_llm: FakeLLM, tmp_path: Path) -> None:
     fake_llm.script(Reply(text="hello from run"))
     config = write_config(tmp_path)
