@@ -369,27 +369,32 @@ class Workers:
     async def stop_elsewhere(self, lane: Lane) -> tuple[int, bool]:
         """`/stop`: drop the conversation's queued runs (wherever they were taken in) and,
         unless the run is this worker's, tell every worker to stop it."""
-        store = self.host.store
-        dropped = await store.cancel_queued(lane.conv_id, "dropped by /stop")
+        dropped = await self.host.store.cancel_queued(lane.conv_id, "dropped by /stop")
         for run_id in dropped:
             queued = self._waiters.pop(run_id, None)
             if queued is not None:
                 queued.settle(RunReport(run_id, "cancelled", "", stop_reason="dropped"))
             self._publish("ended", run_id)
-        running = [] if lane.busy else await store.runs(conv=lane.conv_id, states=["running"])
+        elsewhere = await self._running_elsewhere(lane)
         assert self.notices is not None
         await self.notices.publish("stop", lane.conv_id)  # a goal driver elsewhere stops too
-        return len(dropped), bool(running)
+        return len(dropped), elsewhere is not None
 
     async def status(self, lane: Lane) -> str:
         """`/status`: the conversation's run on another worker and its queued messages."""
-        store = self.host.store
-        running = [] if lane.busy else await store.runs(conv=lane.conv_id, states=["running"])
-        queued = await store.runs(conv=lane.conv_id, states=["queued"], limit=1000)
-        parts = [f"running on {running[0].worker} (run {running[0].id})"] if running else []
+        running = await self._running_elsewhere(lane)
+        queued = await self.host.store.runs(conv=lane.conv_id, states=["queued"], limit=1000)
+        parts = [f"running on {running.worker} (run {running.id})"] if running else []
         if queued:
             parts.append(f"{len(queued)} queued")
         return ", ".join(parts)
+
+    async def _running_elsewhere(self, lane: Lane) -> RunRow | None:
+        """The conversation's running run, when it is not this worker's."""
+        if lane.busy:
+            return None
+        rows = await self.host.store.runs(conv=lane.conv_id, states=["running"], limit=1)
+        return rows[0] if rows else None
 
     async def take_resumable(self, lane: Lane, run_id: str) -> str | None:
         """`/resume` here: take the interrupted run through the store (so no other worker
