@@ -111,21 +111,31 @@ def fake_llm_config(base_url: str, state: Path, extra: str = "", *, store: str =
     )
 
 
+def _channel_run_config(
+    tmp_path: Path, llm_url: str, platform: str, base_url: str, user: str, extra: str
+) -> Path:
+    """config.toml for `parley run` with the fake LLM and a fake `platform` at `base_url`,
+    admitting `user`; `extra` TOML goes inside [channels.<platform>] (then any further
+    sections)."""
+    config = tmp_path / "config.toml"
+    section = f"""
+        [channels.{platform}]
+        enabled = true
+        base_url = "{base_url}"
+        allow_users = ["{user}"]
+        """
+    config.write_text(
+        fake_llm_config(llm_url, tmp_path, textwrap.dedent(section) + textwrap.dedent(extra))
+    )
+    return config
+
+
 def slack_run_config(
     tmp_path: Path, llm_url: str, slack: Any, extra: str = "", secret: str = "signing-secret"
 ) -> tuple[Path, dict[str, str]]:
     """config.toml for `parley run` with the fake LLM and the fake Slack `slack`, admitting
     U1 (`extra` TOML goes inside [channels.slack]), and the environment with its tokens."""
-    config = tmp_path / "config.toml"
-    section = f"""
-        [channels.slack]
-        enabled = true
-        base_url = "{slack.url}"
-        allow_users = ["U1"]
-        """
-    config.write_text(
-        fake_llm_config(llm_url, tmp_path, textwrap.dedent(section) + textwrap.dedent(extra))
-    )
+    config = _channel_run_config(tmp_path, llm_url, "slack", slack.url, "U1", extra)
     env = child_env(
         SLACK_BOT_TOKEN=slack.bot_token,
         SLACK_APP_TOKEN=slack.app_token,
@@ -137,16 +147,5 @@ def slack_run_config(
 def telegram_run_config(
     tmp_path: Path, llm_url: str, telegram_url: str, user_id: int, extra: str = ""
 ) -> Path:
-    """config.toml for `parley run` with the fake LLM and the fake Telegram, admitting
-    `user_id`; `extra` TOML goes inside [channels.telegram] (then any further sections)."""
-    config = tmp_path / "config.toml"
-    section = f"""
-        [channels.telegram]
-        enabled = true
-        base_url = "{telegram_url}"
-        allow_users = ["{user_id}"]
-        """
-    config.write_text(
-        fake_llm_config(llm_url, tmp_path, textwrap.dedent(section) + textwrap.dedent(extra))
-    )
-    return config
+    """`_channel_run_config` for the fake Telegram at `telegram_url`, admitting `user_id`."""
+    return _channel_run_config(tmp_path, llm_url, "telegram", telegram_url, str(user_id), extra)
