@@ -54,6 +54,7 @@ WITH seen AS (
 )
 INSERT INTO runs (id, conv, state, trigger, created_at, text)
 SELECT %s, %s, 'queued', 'user', %s, %s WHERE EXISTS (SELECT 1 FROM seen)
+RETURNING 1
 """
 
 
@@ -91,10 +92,10 @@ class PostgresRunTables(PostgresDatabase):
         self, run_id: str, conv: str, text: str, *, channel: str, event_id: str
     ) -> bool:
         # One statement: a second worker's insert of the same event waits for the first
-        # one's commit, then inserts nothing, and so creates no run.
+        # one's commit, then inserts nothing, and so creates no run; it says which.
         now = time.time()
-        await self.write(_CREATE_QUEUED_RUN, (channel, event_id, now, run_id, conv, now, text))
-        return await self._one("SELECT 1 FROM runs WHERE id = %s", (run_id,)) is not None
+        params = (channel, event_id, now, run_id, conv, now, text)
+        return bool(await self._write_now(_CREATE_QUEUED_RUN, params))
 
     def start_run(self, run_id: str) -> None:
         self.write_soon(
