@@ -162,6 +162,9 @@ class Jail:
             )
         self.protected = [_resolved(p) for p in (settings.artifacts_dir, *protected)]
         self.carved: list[tuple[str, Path, Path]] = []
+        # resolved once: the start-up checks and the plan at the first spawn see the same
+        self._denied = [_resolved(d) for d in settings.denied_paths] if self.abi else []
+        self._denied += self.protected
         self._writable = self._check() if self.abi else []
         self._rules: list[landlock.Rule] | None = None if self.abi else []
         self.run_as = _run_as(settings) if self.abi else None
@@ -172,13 +175,9 @@ class Jail:
     def enforced(self) -> bool:
         return self.abi > 0
 
-    def _denied(self) -> list[Path]:
-        return [_resolved(d) for d in self.settings.denied_paths] + self.protected
-
     def _check(self) -> list[Path]:
         """The writable roots, made if missing; raises when one lies in a denied path."""
-        settings = self.settings
-        denied = self._denied()
+        settings, denied = self.settings, self._denied
         writable = [("tools.workspace", settings.resolved_workspace())] + [
             ("tools.allowed_paths", _resolved(p)) for p in settings.allowed_paths
         ]
@@ -207,16 +206,15 @@ class Jail:
         return self._rules
 
     def _plan(self) -> list[landlock.Rule]:
-        denied = self._denied()
         rules: list[landlock.Rule] = []
         readable = [Path(p) for p in SYSTEM_ROOTS] + [
             _resolved(p) for p in self.settings.read_only_paths
         ]
         for root in readable:
             if root.exists():
-                rules += _carve(root.resolve(), denied, landlock.READ_ONLY)
+                rules += _carve(root.resolve(), self._denied, landlock.READ_ONLY)
         for root in self._writable:
-            rules += _carve(root, denied, landlock.READ_WRITE)
+            rules += _carve(root, self._denied, landlock.READ_WRITE)
         rules += [landlock.Rule(Path(d), DEVICE_RIGHTS) for d in DEVICES if Path(d).exists()]
         return rules
 
