@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -30,7 +31,7 @@ from core.store.rows import (
     approval_row,
     goal_row,
 )
-from core.store.sqlite_db import reader_connection, writer_connection
+from core.store.sqlite_db import BUSY_TIMEOUT_MS, reader_connection, writer_connection
 from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
 
@@ -45,8 +46,8 @@ class SqliteStore(SqliteWorkerTables, SqliteMemoryTables):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
         try:
-            await conn.execute("PRAGMA busy_timeout=5000")  # first: another opener may lock
-            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")  # first: others may lock
+            await _switch_to_wal(conn)
             await migrate(conn)
             writer = await asyncio.to_thread(writer_connection, str(path))
             reader = await asyncio.to_thread(reader_connection, str(path))
@@ -274,3 +275,18 @@ class SqliteStore(SqliteWorkerTables, SqliteMemoryTables):
             "SELECT at, name, iteration, data FROM events WHERE run_id = ? ORDER BY id", (run_id,)
         )
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+
+async def _switch_to_wal(conn: aiosqlite.Connection) -> None:
+    """`journal_mode=WAL`. On a new file opened by several stores at once, the switch can
+    meet another opener's read lock, and SQLite answers "database is locked" at once
+    instead of waiting (waiting could deadlock): try again until `busy_timeout`."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            await conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.01)
