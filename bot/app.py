@@ -6,7 +6,7 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from bot.config import ParleyConfig
 from core.agent import Agent
@@ -63,6 +63,8 @@ def configured_secrets(
     `*_env` variable it names (API keys, bot and app tokens, the store password), and
     every variable a CLI tool receives through tools.yaml `env:`."""
     secrets = [(n, environ[n]) for n in sorted(secret_env_names(config)) if environ.get(n)]
+    if config.store.url and (password := urlsplit(config.store.url).password):
+        secrets.append(("store.url", unquote(password)))  # inline, though it should not be
     for name in registry.names():
         tool = registry.get(name)
         if isinstance(tool, CliTool):
@@ -75,8 +77,7 @@ def _redactor(config: ParleyConfig, environ: Mapping[str, str], registry: ToolRe
     that leaves the process is scrubbed of them) and masks them, with token shapes, in
     tool output."""
     secrets = configured_secrets(config, environ, registry)
-    for name, value in secrets:
-        SECRETS.add(name, value)
+    SECRETS.add_all(secrets)
     return Redactor(value for _, value in secrets)
 
 

@@ -25,7 +25,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import IO, Any
 from urllib.parse import quote, quote_plus
 
@@ -36,7 +36,7 @@ _PERCENT = re.compile(r"%[0-9A-F]{2}")
 
 
 def encodings(value: str) -> set[str]:
-    """The spellings of `value` a text may carry it in: raw (also in lower or upper case),
+    """The spellings of `value` a text may carry it in: raw (also in lower case),
     URL-quoted (`quote`, path-safe `quote`, `quote_plus`, lower-case escapes),
     JSON-escaped (ASCII or not, `\\/`, and escaped twice: a JSON body quoted inside
     another), lower-case hex, and base64.
@@ -44,7 +44,7 @@ def encodings(value: str) -> set[str]:
     A base64 encoding of a longer text holds `value` at one of three alignments; for each,
     only the characters that encode nothing but `value`'s own bits are kept, so the
     needle is found wherever the secret sat in what was encoded."""
-    spellings = {value, value.lower(), value.upper()}  # SDKs reword errors: PTB lowercases
+    spellings = {value, value.lower()}  # SDKs reword errors: PTB lower-cases Telegram's
     for quoted in (quote(value, safe=""), quote(value), quote_plus(value)):
         spellings |= {quoted, _PERCENT.sub(lambda m: m.group().lower(), quoted)}
     once = {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
@@ -127,20 +127,21 @@ class SecretRegistry:
     def add(self, name: str, value: str | None) -> None:
         """Register `value` (a secret called `name`, e.g. its environment variable);
         values shorter than `MIN_SECRET_LENGTH` and ones already known are ignored."""
-        value = (value or "").strip()
-        if len(value) < MIN_SECRET_LENGTH or value in self._values:
-            return
-        with self._lock:
-            self._values[value] = name
-            names = dict(self._matcher.names) if self._matcher is not None else {}
-            for spelling in encodings(value):
-                names.setdefault(spelling, name)
-            self._matcher = _Matcher(names)  # one assignment: readers see old or new
+        self.add_all([(name, value)])
 
-    def add_all(self, secrets: Mapping[str, str | None]) -> None:
-        """`add` each `name: value`."""
-        for name, value in secrets.items():
-            self.add(name, value)
+    def add_all(self, secrets: Iterable[tuple[str, str | None]]) -> None:
+        """`add` each `(name, value)`, building the regex once."""
+        with self._lock:
+            names = dict(self._matcher.names) if self._matcher is not None else {}
+            for name, raw in secrets:
+                value = (raw or "").strip()
+                if len(value) < MIN_SECRET_LENGTH or value in self._values:
+                    continue
+                self._values[value] = name
+                for spelling in encodings(value):
+                    names.setdefault(spelling, name)
+            if names and (self._matcher is None or len(names) != len(self._matcher.names)):
+                self._matcher = _Matcher(names)  # one assignment: readers see old or new
 
     def names(self) -> list[str]:
         """The names of the registered secrets (never their values)."""
@@ -160,12 +161,14 @@ class SecretRegistry:
     def scrub_params(self, params: Sequence[Any]) -> Sequence[Any]:
         """Statement parameters with every string scrubbed (the same sequence if none
         changed)."""
-        if self._matcher is None or not isinstance(params, list | tuple):
+        matcher = self._matcher
+        if matcher is None or not isinstance(params, list | tuple):
             return params
-        scrubbed = [self.scrub(p) if isinstance(p, str) else p for p in params]
-        if all(a is b for a, b in zip(scrubbed, params, strict=True)):
+        # One look at all of them (no spelling holds a NUL, so none spans two).
+        joined = "\0".join(p for p in params if isinstance(p, str))
+        if matcher.scrub(joined) is joined:
             return params
-        return scrubbed
+        return [matcher.scrub(p) if isinstance(p, str) else p for p in params]
 
 
 SECRETS = SecretRegistry()

@@ -276,6 +276,44 @@ async def test_a_bot_token_echoed_by_the_chat_platform_is_not_logged_or_stored(
         assert leaks((tmp_path / stored).read_bytes(), TOKEN) == [], stored
 
 
+# ---- the store's write path, on both backends ------------------------------------------
+
+STORE_CANARY = "store-canary-Kq7Wz2Rt5Yp9"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_no_store_write_path_keeps_a_registered_secret(tmp_path: Path, backend: str) -> None:
+    """Queued writes (a run's row, an event), a write that returns rows (a memory) and a
+    message: read back, each holds `[redacted:…]`."""
+    from core.messages import Message
+    from core.secrets import SECRETS
+    from core.store import Scope
+    from tests.store.conftest import BACKENDS
+
+    SECRETS.add("STORE_CANARY", STORE_CANARY)
+    said = f"echo {STORE_CANARY} {quote(STORE_CANARY)} {json.dumps({'k': STORE_CANARY})}"
+    async with BACKENDS[backend](tmp_path) as reopen:
+        store = await reopen()
+        try:
+            await store.create_run("r1", "test:c1:", "user")
+            ending = {"state": "failed", "reason": "failed", "iterations": 1}
+            store.finish_run("r1", text=said, input_tokens=0, output_tokens=0, **ending)
+            where = {"run_id": "r1", "conv": "test:c1:", "iteration": 1, "at": 1.0}
+            store.add_event("agent_run.failed", {"failure": said}, **where)
+            store.save_messages("test:c1:", [Message.user(said)])
+            memory = await store.remember(Scope("team", "test"), said, made_by="u", conv="c")
+            await store.flush()
+            run = await store.run("r1")
+            events = await store.events("r1")
+            messages = await store.load_messages("test:c1:")
+        finally:
+            await store.aclose()
+    texts = [run.text if run else "", json.dumps(events), messages[0].content, memory.text]
+    for text in texts:
+        assert leaks(text, STORE_CANARY) == [], text
+        assert "[redacted:STORE_CANARY]" in text
+
+
 # ---- the registry itself ---------------------------------------------------------------
 
 
