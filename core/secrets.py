@@ -4,8 +4,8 @@ Parley fills one registry (`SECRETS`) at start-up with every secret value its
 configuration names: API keys, bot and app tokens, the store password, `tools.yaml` `env:`
 values (and anything else through `add`). `scrub` then replaces each value with
 `[redacted:NAME]`, also when it is spelled the way an error body, a URL or a log line
-might carry it: URL-quoted, base64 (standard and URL-safe, wherever it starts in the
-encoded text), JSON-escaped (once or twice) and hex.
+might carry it: lower-cased, URL-quoted, base64 (standard and URL-safe, wherever it
+starts in the encoded text), JSON-escaped (once or twice) and hex.
 
 The edges call it: the mapping of provider and channel errors into `core.errors`, every
 `ParleyError`'s message, the store's writes, the events log, channel posts, the log
