@@ -14,7 +14,9 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    else — not `$HOME`, not `/proc`, not Parley's store, events or artifacts. From ABI 6
    the tool can neither signal nor reach abstract sockets of processes outside its
    domain (Parley, other tool calls); with `network = false`, TCP bind/connect are
-   denied (ABI 4);
+   denied (ABI 4). Right after `no_new_privs` it installs the seccomp filter of the
+   network mode (core/tools/netguard.py), whose listener, if any, Parley serves while
+   the spawn lasts;
 3. resource limits are lowered (CPU seconds, file size, processes, address space, no
    core file);
 4. the group reaper (core/tools/reaper.py) kills the tool's process group if Parley

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import logging
 import os
 import select
 import socket
@@ -42,6 +43,7 @@ from core.tools.netcall import (
 )
 from core.tools.netpolicy import unix_path
 
+log = logging.getLogger(__name__)
 TOOL_CAPS = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)  # as the tool has
 _POOL_SIZE = 32  # IP calls in flight at once, across all tool calls
 _libc = libc
@@ -116,15 +118,20 @@ class Supervisor:
     def _run(self) -> None:
         assert self._epoll is not None
         while True:
-            for fd, events in self._epoll.poll():
+            for fd, _events in self._epoll.poll():
                 entry = self._take(fd)
                 if entry is None:
                     continue
                 try:
-                    if events & select.EPOLLIN and _readable(fd):
+                    # Asked again, now: the event may be about a listener closed since,
+                    # whose number a new one took (RECV would block; HUP would end it).
+                    state = _now(fd)
+                    if state & select.POLLIN:
                         self._serve(entry)
-                    elif events & (select.EPOLLHUP | select.EPOLLERR):
+                    elif state & (select.POLLHUP | select.POLLERR):
                         self.release(entry)  # every process of the spawn has exited
+                except Exception:  # the thread must live on: every supervised tool needs it
+                    log.exception("socket supervisor: a call could not be served")
                 finally:
                     self._unref(entry)
 
@@ -138,10 +145,9 @@ class Supervisor:
             operation, as_tool = self._decide(entry.policy, notif, taken)
             if not seccomp.still_waiting(entry.fd, notif.id):
                 raise Refused(errno.EINTR)  # gone: the answer goes nowhere
-        except (Refused, OSError) as exc:
+        except Exception as exc:
             _close_all(taken)
-            code = exc.code if isinstance(exc, Refused) else (exc.errno or errno.EACCES)
-            seccomp.reply(entry.fd, notif.id, error=code)
+            seccomp.reply(entry.fd, notif.id, error=_errno_of(exc))
             return
         with self._lock:
             entry.refs += 1
@@ -191,10 +197,8 @@ class _Job:
     def run(self) -> None:
         try:
             seccomp.reply(self.entry.fd, self.notif_id, self.operation())
-        except Refused as refused:
-            seccomp.reply(self.entry.fd, self.notif_id, error=refused.code)
-        except OSError as exc:
-            seccomp.reply(self.entry.fd, self.notif_id, error=exc.errno or errno.EACCES)
+        except Exception as exc:
+            seccomp.reply(self.entry.fd, self.notif_id, error=_errno_of(exc))
         finally:
             self.supervisor.finished(self.entry, self.taken[0])
             _close_all(self.taken)
@@ -209,6 +213,17 @@ class _Job:
 
 def _refuse() -> int:
     raise Refused(errno.EACCES)
+
+
+def _errno_of(exc: Exception) -> int:
+    """The answer for a call that failed with `exc`: its errno; EACCES for anything we
+    did not expect (logged: it is a bug here, and the call is refused, not let through)."""
+    if isinstance(exc, Refused):
+        return exc.code
+    if isinstance(exc, OSError) and exc.errno:
+        return exc.errno
+    log.error("socket supervisor: refused a call after %r", exc)
+    return errno.EACCES
 
 
 # --- connect ------------------------------------------------------------------------------
@@ -248,11 +263,12 @@ def _connect_unix(sock: int, target: str) -> int:
 # --- small helpers --------------------------------------------------------------------------
 
 
-def _readable(fd: int) -> bool:
-    # RECV blocks when nothing is pending; a stale epoll event must not park the thread.
+def _now(fd: int) -> int:
+    """The listener's poll events at this moment."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
+    ready = poller.poll(0)
+    return ready[0][1] if ready else 0
 
 
 def _close_all(fds: list[int]) -> None:

@@ -21,15 +21,19 @@ What the program checks, in order:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import functools
 import os
 import platform
 import socket
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from core.tools.landlock import _libc, _syscall
+from core.tools.landlock import set_no_new_privs as _prctl_no_new_privs
 
 RET_ALLOW = 0x7FFF0000
 RET_USER_NOTIF = 0x7FC00000
@@ -322,9 +326,11 @@ def filters_available() -> bool:
     return bool(_syscall(ARCH.nr["seccomp"], GET_ACTION_AVAIL, 0, ctypes.byref(action)) == 0)
 
 
+@functools.cache
 def supervision_available() -> bool:
     """User notification (Linux 5.0) and `pidfd_getfd` (5.6): what the supervisor of
-    `connect` needs."""
+    `connect` needs; and a listener can be made here (not when a filter Parley runs
+    under already has one, as some container managers install)."""
     if not filters_available():
         return False
     assert ARCH is not None
@@ -332,7 +338,21 @@ def supervision_available() -> bool:
     if _syscall(ARCH.nr["seccomp"], GET_ACTION_AVAIL, 0, ctypes.byref(action)) != 0:
         return False
     _syscall(SYS_PIDFD_GETFD, -1, 0, 0)
-    return ctypes.get_errno() == errno.EBADF  # ENOSYS: no pidfd_getfd
+    if ctypes.get_errno() != errno.EBADF:  # ENOSYS: no pidfd_getfd
+        return False
+    made: list[int] = []
+
+    def probe() -> None:  # in a thread of its own, which the filter dies with
+        with contextlib.suppress(OSError):
+            _prctl_no_new_privs()
+            made.append(install(build(FilterSpec(SocketRules({}, other=True))), listener=True))
+
+    thread = threading.Thread(target=probe, name="parley-seccomp-probe")
+    thread.start()
+    thread.join()
+    for fd in made:
+        os.close(fd)
+    return bool(made)
 
 
 # --- what the supervisor calls ----------------------------------------------------------

@@ -378,6 +378,31 @@ async def test_an_open_network_refuses_unlisted_unix_sockets(
     assert listeners.peers == [uid]
 
 
+async def test_back_to_back_calls_each_keep_their_supervisor(
+    tmp_path: Path, listeners: Listeners
+) -> None:
+    # Each call's listener is closed as it ends and the next one may get its number: an
+    # event about the old one must not end the new one (its connects would get ENOSYS).
+    listed = listeners.path("listed.sock")
+    server = await listeners.stream("listed", listed)
+    settings = settings_for(tmp_path, unix_sockets=[listed])
+    ws = settings.resolved_workspace()
+    ws.mkdir(parents=True)
+    (ws / "connects.sh").write_text(
+        f"for i in 1 2 3 4 5; do exec 3<>/dev/tcp/127.0.0.1/{listeners.tcp_port} || exit 9; done"
+    )
+
+    async def calls() -> list[str]:
+        return [await bash_tool(settings, c) for c in ("true", "bash connects.sh") * 10]
+
+    async with server:
+        batches = await asyncio.gather(*(calls() for _ in range(4)))
+    outputs = [out for batch in batches for out in batch]
+    failed = [out for out in outputs if "exit_code: 0" not in out]
+    assert failed == [], failed[:1]
+    assert len(listeners.hits["tcp"]) == 4 * 10 * 5
+
+
 SWAP = r"""
 import os
 listed, secret, how = sys.argv[1], sys.argv[2], sys.argv[3]
