@@ -19,7 +19,7 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +55,19 @@ def _sandbox() -> None:
         return  # the code before the network wall: the attacks must show it open
     if not seccomp.supervision_available():
         _require("this kernel has no seccomp user notification", "PARLEY_REQUIRE_SANDBOX")
+
+
+_OPENED: list[SandboxSettings] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_jails() -> Iterator[None]:
+    # A jail holds a descriptor per rule: an ordinary user's 1024 would run out.
+    yield
+    while _OPENED:
+        jail = _OPENED.pop()._cache.pop("jail", None)
+        if jail is not None:
+            jail.close()
 
 
 @pytest.fixture
@@ -157,9 +170,11 @@ def report(name, attempt):
 
 
 def settings_for(root: Path, **changes: object) -> SandboxSettings:
-    return SandboxSettings(
+    settings = SandboxSettings(
         workspace=root / "ws", artifacts_dir=root / "artifacts", default_timeout=30, **changes
     )
+    _OPENED.append(settings)  # its jail, made at the first call, is closed after the test
+    return settings
 
 
 async def bash_tool(settings: SandboxSettings, command: str) -> str:
