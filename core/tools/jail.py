@@ -14,7 +14,9 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    else — not `$HOME`, not `/proc`, not Parley's store, events or artifacts. From ABI 6
    the tool can neither signal nor reach abstract sockets of processes outside its
    domain (Parley, other tool calls); with `network = false`, TCP bind/connect are
-   denied (ABI 4);
+   denied (ABI 4). Right after `no_new_privs` it installs the seccomp filter of the
+   network mode (core/tools/netguard.py), whose listener, if any, Parley serves while
+   the spawn lasts;
 3. resource limits are lowered (CPU seconds, file size, processes, address space, no
    core file);
 4. the group reaper (core/tools/reaper.py) kills the tool's process group if Parley
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.tools import landlock
+from core.tools import landlock, netguard
 from core.tools.settings import SandboxSettings
 
 SYSTEM_ROOTS = (
@@ -168,6 +170,8 @@ class Jail:
         self._writable = self._check() if self.abi else []
         self._rules: list[landlock.Rule] | None = None if self.abi else []
         self.run_as = _run_as(settings) if self.abi else None
+        user = (self.run_as.uid, self.run_as.gid) if self.run_as else None
+        self.net = netguard.guard_for(settings, self.abi, user)  # the socket rules
         self._fds: list[tuple[int, int]] | None = None
         self._tasks = (0, 0.0)  # (count, when)
 
@@ -230,9 +234,7 @@ class Jail:
         walls = ["files", "processes"]
         if self.abi >= 6:
             walls.append("signals")
-        network = "network open" if self.settings.network else "network closed (TCP)"
-        if not self.settings.network and self.abi < 4:
-            network = "network open (this kernel cannot close it)"
+        network = netguard.describe(self.settings.network, self.net, self.abi)
         user = f"; tools run as {self.run_as.name}" if self.run_as else ""
         line = f"sandbox: landlock ABI {self.abi} — {', '.join(walls)}; {network}{user}"
         for key, root, path in self.carved:
@@ -273,11 +275,13 @@ class Jail:
             ruleset = landlock.create_ruleset(
                 self.abi,
                 [*self._rule_fds(), (scratch_fd, landlock.READ_WRITE)],
-                network=self.settings.network,
+                handled_net=netguard.handled_net(self.settings.network, self.net),
             )
         finally:
             os.close(scratch_fd)
-        return Spawn(ruleset, self._limits(), self.run_as, self.settings.max_processes)
+        return Spawn(
+            ruleset, self._limits(), self.run_as, self.settings.max_processes, network=self.net
+        )
 
     def _limits(self) -> tuple[tuple[int, int], ...]:
         s = self.settings
@@ -315,6 +319,8 @@ class Spawn:
     limits: tuple[tuple[int, int], ...]
     run_as: RunAs | None
     process_budget: int = 0  # processes one call may add (the limit is the count + this)
+    network: netguard.NetGuard | None = None  # the seccomp socket rules
+    listener: netguard.Listener | None = None  # served while the spawn lasts
 
     def start(self, launch: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
         """Run `launch` in a thread confined by this spawn; return its process."""
@@ -339,6 +345,9 @@ class Spawn:
                     keep = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)
                     landlock.drop_thread_to_user(self.run_as.uid, self.run_as.gid, keep)
                 landlock.set_no_new_privs()
+                if self.network is not None:  # a retried start replaces the first listener
+                    netguard.NetGuard.release(self.listener)
+                    self.listener = self.network.install()
                 landlock.restrict_self(self.ruleset)
                 proc = _launch_counted(launch, nproc)
                 box.append(proc)
@@ -364,6 +373,8 @@ class Spawn:
 
     def close(self) -> None:
         os.close(self.ruleset)
+        netguard.NetGuard.release(self.listener)
+        self.listener = None
 
 
 _NPROC_LOCK = threading.Lock()
