@@ -216,8 +216,7 @@ def _apply_redirects(
 
 def _stdin_from(node: Node, ctx: _Ctx, stdin: _Stdin) -> _Stdin:
     if node.type == "heredoc_redirect":
-        body = next((c for c in node.named_children if c.type == "heredoc_body"), None)
-        return _Stdin("code", None if body is None else text(body))
+        return _Stdin("code", _heredoc_text(node))
     if node.type == "herestring_redirect":
         words = [w for c in node.named_children for w in expand(c, ctx.env)]
         known = all(w.known for w in words)
@@ -231,6 +230,17 @@ def _stdin_from(node: Node, ctx: _Ctx, stdin: _Stdin) -> _Stdin:
     ):
         return _Stdin("file")
     return stdin
+
+
+def _heredoc_text(node: Node) -> str:
+    """The lines between a heredoc's operator line and its end marker, from the source:
+    tree-sitter reads a body that starts with a backslash as words of the command and
+    leaves its `heredoc_body` empty."""
+    raw = node.text or b""
+    end = next((c for c in node.children if c.type == "heredoc_end"), None)
+    stop = len(raw) if end is None else end.start_byte - node.start_byte
+    start = raw.find(b"\n", 0, stop) + 1
+    return raw[start:stop].decode("utf-8", "replace") if start else ""
 
 
 def _check_redirect(node: Node, ctx: _Ctx, stdin: _Stdin) -> None:

@@ -51,6 +51,9 @@ SSH_CODE_OPTIONS = re.compile(
 )
 SOCAT_RUNS = re.compile(r"(?i)(^|!!)\s*(exec|system|shell)[:,]")
 SQLITE_RUNS = re.compile(r"(?im)^\s*\.[a-z]|load_extension")
+# psql's `\!`, `\o |cmd`, `\g |cmd`, `\w |cmd`, `COPY … PROGRAM '…'`; mysql's `\!` and
+# `system`.
+SQL_CLIENT_RUNS = re.compile(r"(?ims)\\!|\\[ogw]\s*\||\bprogram\s*'|^\s*system\s")
 
 
 def _option_values(args: list[str], short: str, long: tuple[str, ...]) -> list[str]:
@@ -142,6 +145,14 @@ def _sqlite(args: list[str], stdin_code: bool, stdin_text: str | None) -> BlockV
         return unreadable("a sqlite3 dot-command or extension can run programs")
     if stdin_code and (stdin_text is None or SQLITE_RUNS.search(stdin_text)):
         return unreadable("`sqlite3` reads dot-commands from a pipe or heredoc")
+    return OK
+
+
+def _sql_client(name: str, args: list[str], stdin_code: bool, text: str | None) -> BlockVerdict:
+    if any(SQL_CLIENT_RUNS.search(arg) for arg in args) or (
+        stdin_code and (text is None or SQL_CLIENT_RUNS.search(text))
+    ):
+        return unreadable(f"`{name}` is given client commands or SQL that run programs")
     return OK
 
 
@@ -247,6 +258,9 @@ _RULES: dict[str, _Rule] = {
     "bsdtar": lambda n, a, c, t: _tar(a, c),
     "sqlite3": lambda n, a, c, t: _sqlite(a, c, t),
     "sqlite": lambda n, a, c, t: _sqlite(a, c, t),
+    "psql": _sql_client,
+    "mysql": _sql_client,
+    "mariadb": _sql_client,
     "rsync": lambda n, a, c, t: _rsync(a),
     "ssh": lambda n, a, c, t: _ssh(a),
     "autossh": lambda n, a, c, t: _ssh(a),

@@ -45,6 +45,14 @@ INTERPRETERS: tuple[tuple[re.Pattern[str], Interpreter], ...] = tuple(
         (r"julia", Interpreter("eE", _EVAL)),
         (r"pwsh|powershell", Interpreter("c", frozenset({"-command", "-encodedcommand"}))),
         (r"tclsh[\d.]*|wish", Interpreter()),
+        (r"guile[\d.]*", Interpreter("c", takes_arg="l")),
+        (r"racket", Interpreter("e", frozenset({"--eval"}))),
+        (r"elixir", Interpreter("e", frozenset({"--eval"}))),
+        (r"erl", Interpreter(inline_long=frozenset({"-eval"}))),
+        (r"groovy", Interpreter("e")),
+        (r"gnuplot", Interpreter("e")),
+        (r"octave(-cli)?", Interpreter(inline_long=frozenset({"--eval"}))),
+        (r"ts-node|tsx", Interpreter("ep", _EVAL)),
     )
 )
 

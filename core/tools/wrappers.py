@@ -167,6 +167,9 @@ WRAPPERS: dict[str, Wrapper] = {
     ),
     "ltrace": _w(flags="bcCfhiLrStTV", values="aAeEFlnopsuwxD", no_command="-p"),
     "valgrind": _w(flags="qvsh", any_long_with_value=True),
+    "chroot": _w(longs="--skip-chdir", long_values="--userspec --groups", operands=1),
+    "ssh-agent": _w(flags="cdDsk", values="aEOPt"),
+    "dbus-run-session": _w(long_values="--config-file --dbus-daemon"),
     "setarch": _w(
         flags="RFZLXBITS3v",
         longs="--uname-2.6 --addr-no-randomize --fdpic-funcptrs --mmap-page-zero "

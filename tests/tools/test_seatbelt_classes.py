@@ -77,6 +77,15 @@ INLINE_CODE = [
     "m4 <<< 'esyscmd(rm -rf target)'",
     "script -qc 'rm -rf target' /dev/null",
     "strace -o '|rm -rf target' true",
+    "psql -c '\\! rm -rf target'",
+    "psql <<'EOF'\n\\! rm -rf target\nEOF",  # a body that starts with `\`
+    "sqlite3 db <<'EOF'\nselect 1;\n.shell rm -rf target\nEOF",
+    "psql -c \"COPY t TO PROGRAM 'rm -rf target'\"",
+    "mysql -e 'system rm -rf target'",
+    "guile -c '(system \"rm -rf target\")'",
+    "gnuplot -e 'system(\"rm -rf target\")'",
+    "octave --eval 'system(\"rm -rf target\")'",
+    "erl -noshell -eval 'os:cmd(\"rm -rf target\")'",
     "echo 'rm -rf target' | at now",
     "crontab evil.cron",
 ]
@@ -126,6 +135,9 @@ WRAPPED = [
     "eatmydata rm -rf target",
     "setarch x86_64 -R rm -rf target",
     "valgrind --trace-children=yes rm -rf target",
+    "chroot / rm -rf target",
+    "ssh-agent rm -rf target",
+    "dbus-run-session -- rm -rf target",
     # an option Parley does not know could hide the command: ask
     "chrt --made-up-option 10 ls",
     "timeout --kill-after-typo 5 ls",
@@ -313,6 +325,11 @@ STAYS_WRITE = [
     "gdb -batch -x script.gdb ./a.out",
     "sed -n '1,10p' file",
     "socat - TCP:localhost:80",
+    "psql -c 'select count(*) from users'",
+    "echo 'select 1' | psql",
+    "psql < migrate.sql",
+    "mysql -e 'show tables' app",
+    "gnuplot plot.gp",
     "awk '{print $1}' access.log | sort | uniq -c",
 ]
 
