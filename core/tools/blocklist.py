@@ -82,8 +82,12 @@ KEYWORDS = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "
                       "while", "until", "case", "esac", "function"})  # fmt: skip
 # `x='a[$(cmd)]'; echo $((x))` runs cmd: arithmetic evaluates array subscripts.
 ARITHMETIC_INJECTION = re.compile(r"\[[^\]]*(\$\(|`)")
+# `${NAME:=value}` assigns NAME while it expands.
+DEFAULT_ASSIGNMENT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=")
 # Builtins that assign variables at run time: forget what we knew about their operands.
 ASSIGNING_BUILTINS = frozenset({"read", "mapfile", "readarray", "getopts", "let", "printf"})
+# A deleting command somewhere in a script.
+DELETES = re.compile(r"(^|[\s;&|(`])(rm|unlink|shred)\s")
 _MAX_DEPTH = 8
 
 
@@ -148,6 +152,7 @@ def _check_text(source: str, depth: int) -> BlockVerdict:
         return unreadable("commands nested too deeply")
     trees, problem = parse_readings(source)
     verdicts = [unreadable(f"the command could not be parsed ({problem})")] if problem else []
+    verdicts += [code_variable(m.group(1), ["?"]) for m in DEFAULT_ASSIGNMENT.finditer(source)]
     for tree in trees:  # every reading is judged and the worst verdict wins
         _walk(tree.root, _Ctx(tree.functions, depth, verdicts=verdicts), _NO_STDIN)
     return worst(verdicts)
@@ -355,8 +360,9 @@ def _judge(argv: list[Word], ctx: _Ctx, stdin: _Stdin, depth: int) -> None:
     if name in ASSIGNING_BUILTINS:
         for word in words:
             ctx.env.pop(word, None)
+            ctx.verdicts.append(code_variable(word, ["?"]))  # `read GIT_PAGER`
     interpreter = interpreter_for(name)
-    if name in WRAPPERS or name == "parallel":
+    if name in WRAPPERS or name in {"parallel", "capsh"}:
         _wrapped(name, args, ctx, stdin, depth)
     elif name in SHELL_OPTIONS:
         script = option_value(args, SHELL_OPTIONS[name])
@@ -424,6 +430,9 @@ def _shell(name: str, args: list[Word], ctx: _Ctx, stdin: _Stdin, depth: int) ->
         if script.dynamic:
             ctx.unreadable(f"the script of `{name} -c` is computed at run time ({script.dynamic})")
         ctx.verdicts.append(_check_text(script.text, depth + 1))
+        if any(o.substituted for o in operands) and DELETES.search(script.text):
+            reason = f"`{name} -c` deletes files whose names another command passes it"
+            ctx.add("destructive", reason)  # `find … -exec sh -c 'rm "$1"' _ {} \;`
     elif from_stdin:
         _stdin_program(name, ctx, stdin, lambda code: _check_text(code, depth + 1))
     elif operands[0].substituted:

@@ -239,6 +239,15 @@ def _m4(args: list[str], stdin_code: bool, stdin_text: str | None) -> BlockVerdi
     return OK
 
 
+def _cmake(args: list[str]) -> BlockVerdict:
+    command = args[1] if len(args) > 1 and args[0] == "-E" else ""
+    if command in {"rm", "remove", "remove_directory"}:
+        return BlockVerdict("destructive", f"`cmake -E {command}` deletes files")
+    if command in {"env", "time", "chdir"}:
+        return unreadable(f"`cmake -E {command}` runs a command of its own")
+    return OK
+
+
 def _strace(args: list[str]) -> BlockVerdict:
     for value in _option_values(args, "o", ("--output",)):
         if value[:1] in {"|", "!"}:
@@ -277,6 +286,7 @@ _RULES: dict[str, _Rule] = {
     "red": lambda n, a, c, t: _ed(a, c, t),
     "m4": lambda n, a, c, t: _m4(a, c, t),
     "strace": lambda n, a, c, t: _strace(a),
+    "cmake": lambda n, a, c, t: _cmake(a),
     **{editor: lambda n, a, c, t: _vim(n, a, c) for editor in VIM},
 }
 

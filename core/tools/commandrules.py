@@ -43,6 +43,8 @@ DELETERS = frozenset({"rm", "unlink", "shred", "wipe", "srm"})
 EVERYTHING = re.compile(r"(^|/)\.?\*$")  # a glob of a whole directory: `*`, `dir/*`, `.*`
 # They keep a command to run later, outside this call and its sandbox's lifetime.
 SCHEDULERS = frozenset({"at", "batch", "crontab"})
+MULTIPLEXERS = frozenset({"tmux", "screen"})
+MULTIPLEXER_LISTINGS = frozenset({"ls", "list-sessions", "list-windows", "-V", "-ls", "-list"})
 EDITORS = frozenset(
     {"vi", "vim", "nvim", "view", "vimdiff", "rvim", "gvim", "nano", "emacs", "pico", "joe",
      "micro"}
@@ -102,10 +104,15 @@ def fixed_rules(name: str, args: list[str], *, stdin_fed: bool) -> BlockVerdict:
     if name.startswith(BLOCKED_PREFIXES) or name in DISK_TOOLS:
         return BlockVerdict("blocked", f"`{name}` formats or repartitions disks")
     verdicts = [_interactive(name, args, stdin_fed)]
+    if name.startswith("git-"):  # `/usr/lib/git-core/git-config …` is `git config …`
+        verdicts.append(git_rules([name[4:], *args]))
     if name in DESTRUCTIVE_COMMANDS:
         verdicts.append(BlockVerdict("destructive", f"`{name}` destroys processes or data"))
     elif name in SCHEDULERS and not _only_lists(name, args):
         verdicts.append(BlockVerdict("destructive", f"`{name}` runs commands later, unwatched"))
+    elif name in MULTIPLEXERS and not (set(args[:1]) & MULTIPLEXER_LISTINGS):
+        reason = f"`{name}` runs commands in a session that outlives this call"
+        verdicts.append(BlockVerdict("destructive", reason))
     elif name in _SIMPLE_RULES:
         verdicts.append(_SIMPLE_RULES[name](args))
     if name in {"tee", "cp", "mv"}:

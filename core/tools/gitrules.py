@@ -132,7 +132,7 @@ def _destroys(sub: str, rest: list[str]) -> BlockVerdict:
     opts, operands = options(rest)
     if sub == "push" and (
         opts & {"-f", "--force", "--force-with-lease", "--delete", "-d", "--mirror"}
-        or any(o.startswith("+") for o in operands)
+        or any(o.startswith(("+", ":")) for o in operands)
     ):
         return BlockVerdict("destructive", "`git push` that rewrites or deletes remote history")
     reason = _local_loss(sub, opts, operands, rest)

@@ -15,7 +15,10 @@ from core.tools.shellexpand import Word
 
 STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 # Programs that hand the value of one of their options to a shell (`script -c 'cmd'`).
-SHELL_OPTIONS: dict[str, tuple[str, ...]] = {"script": ("-c", "--command")}
+SHELL_OPTIONS: dict[str, tuple[str, ...]] = {
+    "script": ("-c", "--command"),
+    "npx": ("-c", "--call"),
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,6 +198,9 @@ def unwrap(name: str, args: list[Word]) -> Unwrapped:
     """What wrapper `name` runs, given its arguments."""
     if name == "parallel":
         return _parallel(args)
+    if name == "capsh":  # `capsh [--opt…] -- ARGS` runs `bash ARGS`
+        rest = next((args[i + 1 :] for i, a in enumerate(args) if a.text == "--"), None)
+        return Unwrapped(argv=[] if rest is None else [Word("bash"), *rest])
     spec = WRAPPERS[name]
     out = Unwrapped()
     args = args[spec.leading :]

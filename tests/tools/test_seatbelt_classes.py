@@ -88,6 +88,10 @@ INLINE_CODE = [
     "erl -noshell -eval 'os:cmd(\"rm -rf target\")'",
     "echo 'rm -rf target' | at now",
     "crontab evil.cron",
+    "tmux new-session -d 'rm -rf target'",
+    "npx -c 'rm -rf target'",
+    "cmake -E rm -rf target",
+    "cmake -E env X=1 ./evil.sh",
 ]
 
 # Wrappers: each runs the command after its own options.
@@ -138,6 +142,7 @@ WRAPPED = [
     "chroot / rm -rf target",
     "ssh-agent rm -rf target",
     "dbus-run-session -- rm -rf target",
+    "capsh --drop=cap_net_raw -- -c 'rm -rf target'",
     # an option Parley does not know could hide the command: ask
     "chrt --made-up-option 10 ls",
     "timeout --kill-after-typo 5 ls",
@@ -160,6 +165,8 @@ DELETION = [
     "find target -exec unlink {} \\;",
     "find target -exec shred -u {} +",
     "find target -name '*.c' | xargs rm",
+    "find target -type f -exec sh -c 'rm \"$1\"' _ {} \\;",
+    "find target -type f | xargs sh -c 'for f; do rm \"$f\"; done' _",
     "ls target | xargs -I{} rm target/{}",
     "rm $(cat list)",
     "rm -- *",
@@ -195,6 +202,7 @@ DELETION = [
     "git prune",
     "git update-ref -d refs/heads/feature",
     "git push --force",
+    "git push origin :feature",
 ]
 
 # git made to run a program by configuration or an option.
@@ -242,6 +250,10 @@ GIT_RUNS = [
     "PAGER='rm -rf target' man ls",
     "TAR_OPTIONS=--to-command=./evil.sh tar -xf a.tar",
     "RSYNC_RSH=./evil.sh rsync a host:b",
+    "read -r GIT_EXTERNAL_DIFF <<< ./evil.sh; export GIT_EXTERNAL_DIFF; git diff",
+    ": ${GIT_EXTERNAL_DIFF:=./evil.sh}; export GIT_EXTERNAL_DIFF; git diff",
+    "/usr/lib/git-core/git-filter-branch --tree-filter 'rm -rf target' HEAD",
+    "/usr/lib/git-core/git-config alias.x '!rm -rf target'",
 ]
 
 
@@ -326,6 +338,11 @@ STAYS_WRITE = [
     "sed -n '1,10p' file",
     "socat - TCP:localhost:80",
     "psql -c 'select count(*) from users'",
+    "tmux ls",
+    "cmake -S . -B build && cmake --build build",
+    "read -r name <<< x; echo $name",
+    'echo "${NAME:-default}"',
+    "git push origin main:main",
     "echo 'select 1' | psql",
     "psql < migrate.sql",
     "mysql -e 'show tables' app",
