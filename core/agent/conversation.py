@@ -11,6 +11,8 @@ from typing import Protocol
 from core.agent.journal import JournalBox
 from core.context.tokens import TokenCounter
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
+from core.memory.recall import SYSTEM_NOTE as MEMORY_NOTE
+from core.memory.recall import memory_of
 from core.messages import Message
 from core.providers.base import Provider
 from core.run_context import DETACHED, RunContext
@@ -42,10 +44,13 @@ class Conversation:
         return hashlib.sha256(f"{self.stable_prompt()}\0{tools}".encode()).hexdigest()[:16]
 
     def system_message(self, extra: str = "") -> Message:
-        """Rebuilt every turn: configuration, tools, today's date, and `extra` (the
-        journal digest and the goal, from the agent)."""
+        """Rebuilt every turn: configuration, tools, today's date, what a block of
+        recalled memories is (where memory is on), and `extra` (the journal digest and the
+        goal, from the agent)."""
         today = dt.datetime.now(dt.UTC).date().isoformat()
         text = f"{self.stable_prompt()} Today is {today} (UTC)."
+        if memory_of(self.executor.ctx.extra) is not None:
+            text = f"{text}\n\n{MEMORY_NOTE}"
         if extra:
             text = f"{text}\n\n{extra}"
         return Message.system(text)

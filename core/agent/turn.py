@@ -28,7 +28,7 @@ from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.events import EventName
 from core.loop import LoopOutcome, unanswered_calls
-from core.memory.recall import add_recalled
+from core.memory.recall import recalled_message
 from core.messages import Message
 from core.run_context import RunContext, RunKind
 from core.store import Store
@@ -238,10 +238,12 @@ class Turn:
         )
         if self.user_text is not None:
             extra = conversation.executor.ctx.extra
-            await add_recalled(conversation.messages, extra, ctx, self.user_text)
+            recalled = await recalled_message(extra, ctx, self.user_text)
             if pending := unanswered_calls(conversation.messages):
                 # New input supersedes an interrupted run: close its calls, never re-run.
                 close_unanswered(conversation.messages, pending, {})
+            if recalled is not None:  # quoted data, kept out of the system message
+                conversation.messages.append(recalled)
             conversation.messages.append(Message.user(self.user_text))
         recorder.cursor = len(conversation.messages)
         recorder.checkpoint("input", 0, conversation.messages)

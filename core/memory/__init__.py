@@ -4,7 +4,7 @@ where its scope does not reach.
 
     scopes.py   which scopes a run sees and may write to (the privacy rule, in one place)
     service.py  `Memory`: remember, recall (with `memory_miss` logging), list, forget
-    recall.py   the optional automatic recall into the system message
+    recall.py   recalled memories quoted as data; the optional automatic recall
     tools.py    the `remember` and `recall` tools
     command.py  the `/memory` command
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from core.chat import Asker
 from core.errors import ToolError
-from core.memory.recall import memory_of
+from core.memory.recall import memory_of, quote
 from core.memory.scopes import DESCRIPTIONS
 from core.memory.service import Memory
 from core.store import ScopeKind
@@ -62,7 +62,10 @@ class RememberTool(Tool):
 
 class RecallTool(Tool):
     name = "recall"
-    description = "Search long-term memory by words: the best matches, with ids and scopes."
+    description = (
+        "Search long-term memory by words: the best matches, quoted with their ids, scopes, "
+        "authors and dates."
+    )
     category: Category = "read"
     params = _Recall
 
@@ -74,9 +77,7 @@ class RecallTool(Tool):
             return ToolResult("Long-term memory is unavailable right now.", is_error=True)
         if not hits:
             return ToolResult(NOTHING_FOUND)
-        return ToolResult(
-            "\n".join(f"#{h.id} ({h.scope.kind}, relevance {h.score:.2f}): {h.text}" for h in hits)
-        )
+        return ToolResult(quote(hits, relevance=True))
 
 
 def memory_tools() -> list[Tool]:

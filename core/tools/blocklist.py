@@ -11,28 +11,35 @@ it does not understand is flagged instead of guessed at. (bashlex, the usual alt
 has been unmaintained since 2023 and rejects constructs it does not know.) Every simple
 command anywhere in the tree is judged: in lists, pipelines, subshells, `$( )`, `<( )`,
 function bodies, `if`/`while`/`for`/`case`, `sh -c` strings, `eval` text and through
-wrappers (`env`, `nohup`, `timeout`, `xargs`, `find -exec` …). The worst verdict wins:
-blocked > interactive > destructive > ok.
+wrappers (`env`, `nice`, `chrt`, `flock`, `xargs`, `parallel`, `find -exec` …). The worst
+verdict wins: blocked > interactive > destructive > ok.
 
 This module finds every simple command and what it runs; what its words expand to is in
-`shellexpand.py`, how programs take their arguments in `programargs.py`, and the rule
-tables and the fixed rules on one program's static words in `commandrules.py`.
+`shellexpand.py`, how programs take their arguments in `programargs.py` and `wrappers.py`,
+and the rules on one program's static words in `commandrules.py` (blocked programs,
+deletion, including without `rm`), `coderules.py` (code given in an option or a variable)
+and `gitrules.py`.
 
 Approvals fail closed: a command is at least "destructive" (a human must approve) when
 Parley cannot read what will run: a parse problem; a program name computed at run time
 (`$R`, `$(…)`, backticks, `{a,b}`, `$'…'`, globs); `eval`, `source`, `alias`, `trap`; a
 call to a shell function; a shell or interpreter reading its program from a pipe or heredoc;
 inline interpreter code (`python3 -c`, `perl -e`, `node -e` …) outside the small
-`commandrules.READ_ONLY_INLINE` table. Values that are statically knowable on the same
+`commandrules.READ_ONLY_INLINE` table; any known program given code in an option
+(`make --eval`, `gdb -ex`, `tar --to-command`, `git -c`); a wrapper option Parley does not
+know. Values that are statically knowable on the same
 line are still looked through (`R=rm; $R -rf /`, `{rm,-rf,/}`, `$(echo rm) -rf /` are
 blocked).
 Heredoc bodies are data unless a shell or interpreter reads them, and then they are code.
 A plain `rm file` (no -r/-f) stays "ok": deleting single files in the workspace is routine,
-and the filesystem walls and the `write` category already apply.
+and the filesystem walls and the `write` category already apply; so do its equals, a
+redirect that truncates a file (`: > f`) and `mv a b` over an existing `b`. What no text
+check sees is what a script file the model wrote does when it runs.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -41,32 +48,31 @@ from typing import Literal
 
 from tree_sitter import Node
 
+from core.tools.coderules import code_rules, code_variable, code_variables
 from core.tools.commandrules import (
     AWK_RUNS,
-    OK,
     SED_EXEC,
-    BlockVerdict,
-    VerdictKind,
+    deleting,
     fixed_rules,
     fork_loop,
     read_only_inline,
-    unreadable,
-    worst,
     write_target,
 )
 from core.tools.programargs import (
+    SHELL_OPTIONS,
     STDIN_PATHS,
-    WRAPPERS,
     Interpreter,
     awk_program,
     interpreter_args,
     interpreter_for,
+    option_value,
     sed_scripts,
     shell_args,
-    unwrap,
 )
 from core.tools.shellexpand import MAX_VALUE, Word, expand, static_output
 from core.tools.shellparse import parse_readings, short, text
+from core.tools.verdicts import OK, BlockVerdict, VerdictKind, unreadable, worst
+from core.tools.wrappers import WRAPPERS, unwrap
 
 # --- tables ------------------------------------------------------------------------------
 
@@ -74,12 +80,14 @@ SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "
 # Leading words that do not name the command: shell keywords and group braces.
 KEYWORDS = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done",
                       "while", "until", "case", "esac", "function"})  # fmt: skip
-# Setting these makes the shell run their value as code later (`PS4` under `set -x` …).
-CODE_VARIABLES = frozenset({"PS4", "PROMPT_COMMAND", "BASH_ENV", "ENV"})
 # `x='a[$(cmd)]'; echo $((x))` runs cmd: arithmetic evaluates array subscripts.
 ARITHMETIC_INJECTION = re.compile(r"\[[^\]]*(\$\(|`)")
+# `${NAME:=value}` assigns NAME while it expands.
+DEFAULT_ASSIGNMENT = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=")
 # Builtins that assign variables at run time: forget what we knew about their operands.
 ASSIGNING_BUILTINS = frozenset({"read", "mapfile", "readarray", "getopts", "let", "printf"})
+# A deleting command somewhere in a script.
+DELETES = re.compile(r"(^|[\s;&|(`])(rm|unlink|shred)\s")
 _MAX_DEPTH = 8
 
 
@@ -113,8 +121,24 @@ class _Ctx:
 # --- entry point -------------------------------------------------------------------------
 
 
+CACHED_CHARS = 64 * 1024  # longer commands are checked afresh each time
+
+
 def check_command(command: str) -> BlockVerdict:
-    """Classify a `bash` command string; never raises."""
+    """Classify a `bash` command string; never raises. The verdict on a command is kept
+    for the next asker: a `bash` call is checked for its category, then again as it runs."""
+    if len(command) > CACHED_CHARS:
+        return _check(command)
+    return _cached_check(command, os.path.expanduser("~"))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_check(command: str, home: str) -> BlockVerdict:
+    """`home` is part of the key: whether `rm -rf /home/me` is blocked depends on it."""
+    return _check(command)
+
+
+def _check(command: str) -> BlockVerdict:
     try:
         return _check_text(command, 0)
     except RecursionError:
@@ -128,6 +152,7 @@ def _check_text(source: str, depth: int) -> BlockVerdict:
         return unreadable("commands nested too deeply")
     trees, problem = parse_readings(source)
     verdicts = [unreadable(f"the command could not be parsed ({problem})")] if problem else []
+    verdicts += [code_variable(m.group(1), ["?"]) for m in DEFAULT_ASSIGNMENT.finditer(source)]
     for tree in trees:  # every reading is judged and the worst verdict wins
         _walk(tree.root, _Ctx(tree.functions, depth, verdicts=verdicts), _NO_STDIN)
     return worst(verdicts)
@@ -196,8 +221,7 @@ def _apply_redirects(
 
 def _stdin_from(node: Node, ctx: _Ctx, stdin: _Stdin) -> _Stdin:
     if node.type == "heredoc_redirect":
-        body = next((c for c in node.named_children if c.type == "heredoc_body"), None)
-        return _Stdin("code", None if body is None else text(body))
+        return _Stdin("code", _heredoc_text(node))
     if node.type == "herestring_redirect":
         words = [w for c in node.named_children for w in expand(c, ctx.env)]
         known = all(w.known for w in words)
@@ -211,6 +235,17 @@ def _stdin_from(node: Node, ctx: _Ctx, stdin: _Stdin) -> _Stdin:
     ):
         return _Stdin("file")
     return stdin
+
+
+def _heredoc_text(node: Node) -> str:
+    """The lines between a heredoc's operator line and its end marker, from the source:
+    tree-sitter reads a body that starts with a backslash as words of the command and
+    leaves its `heredoc_body` empty."""
+    raw = node.text or b""
+    end = next((c for c in node.children if c.type == "heredoc_end"), None)
+    stop = len(raw) if end is None else end.start_byte - node.start_byte
+    start = raw.find(b"\n", 0, stop) + 1
+    return raw[start:stop].decode("utf-8", "replace") if start else ""
 
 
 def _check_redirect(node: Node, ctx: _Ctx, stdin: _Stdin) -> None:
@@ -231,12 +266,11 @@ def _check_redirect(node: Node, ctx: _Ctx, stdin: _Stdin) -> None:
 def _assign(node: Node, ctx: _Ctx, *, persist: bool = True) -> None:
     name_node, value = node.child_by_field_name("name"), node.child_by_field_name("value")
     name = text(name_node) if name_node is not None else ""
-    if name in CODE_VARIABLES:
-        ctx.unreadable(f"setting {name}, which the shell later runs as code")
     for part in (name_node, value):  # `x[$(cmd)]=…` runs cmd too
         if part is not None:
             _walk(part, ctx, _NO_STDIN)
     words = expand(value, ctx.env) if value is not None else [Word("")]
+    ctx.verdicts.append(code_variable(name, [w.text for w in words]))
     if any(ARITHMETIC_INJECTION.search(w.text) for w in words):
         ctx.unreadable(f"`{name}` holds `[$(…)]`, which arithmetic on it would run")
     if not persist:
@@ -320,15 +354,20 @@ def _judge(argv: list[Word], ctx: _Ctx, stdin: _Stdin, depth: int) -> None:
     name = os.path.basename(head.text)
     words = [a.text for a in args]
     ctx.verdicts.append(fixed_rules(name, words, stdin_fed=stdin.source != "none"))
+    code = stdin.source == "code"
+    ctx.verdicts.append(code_rules(name, words, stdin_code=code, stdin_text=stdin.text))
+    ctx.verdicts.append(deleting(name, args))
     if name in ASSIGNING_BUILTINS:
         for word in words:
             ctx.env.pop(word, None)
+            ctx.verdicts.append(code_variable(word, ["?"]))  # `read GIT_PAGER`
     interpreter = interpreter_for(name)
-    if name in WRAPPERS:
-        inner = unwrap(name, args)
-        if name == "exec" and not inner and stdin.source == "code":
-            ctx.unreadable("`exec <<<`/`exec <<EOF` feeds that text to every later command")
-        _judge(inner, ctx, stdin, depth + 1)
+    if name in WRAPPERS or name in {"parallel", "capsh"}:
+        _wrapped(name, args, ctx, stdin, depth)
+    elif name in SHELL_OPTIONS:
+        script = option_value(args, SHELL_OPTIONS[name])
+        if script is not None:
+            _shell_text(name, script, ctx, depth)
     elif name in SHELLS:
         _shell(name, args, ctx, stdin, depth)
     elif name in {"awk", "gawk", "mawk", "nawk"}:
@@ -339,6 +378,28 @@ def _judge(argv: list[Word], ctx: _Ctx, stdin: _Stdin, depth: int) -> None:
         _find(args, ctx, depth)
     else:
         _code_builtin(name, args, ctx, depth)
+
+
+def _wrapped(name: str, args: list[Word], ctx: _Ctx, stdin: _Stdin, depth: int) -> None:
+    """A wrapper (`nice`, `flock`, `xargs` …): judge the command it runs."""
+    inner = unwrap(name, args)
+    if inner.problem:
+        ctx.unreadable(inner.problem)
+    if inner.split:
+        ctx.unreadable("`env -S` splits a string into a command by rules of its own")
+    ctx.verdicts.append(code_variables(inner.assignments))
+    if inner.shell is not None:
+        _shell_text(name, inner.shell, ctx, depth)
+    elif name == "exec" and not inner.argv and stdin.source == "code":
+        ctx.unreadable("`exec <<<`/`exec <<EOF` feeds that text to every later command")
+    _judge(inner.argv, ctx, stdin, depth + 1)
+
+
+def _shell_text(name: str, script: Word, ctx: _Ctx, depth: int) -> None:
+    """Text that `name` hands to a shell (`flock f -c '…'`, `watch '…'`, `script -c '…'`)."""
+    if script.dynamic:
+        ctx.unreadable(f"the command `{name}` runs is computed at run time ({script.dynamic})")
+    ctx.verdicts.append(_check_text(script.text, depth + 1))
 
 
 def _code_builtin(name: str, args: list[Word], ctx: _Ctx, depth: int) -> None:
@@ -369,6 +430,9 @@ def _shell(name: str, args: list[Word], ctx: _Ctx, stdin: _Stdin, depth: int) ->
         if script.dynamic:
             ctx.unreadable(f"the script of `{name} -c` is computed at run time ({script.dynamic})")
         ctx.verdicts.append(_check_text(script.text, depth + 1))
+        if any(o.substituted for o in operands) and DELETES.search(script.text):
+            reason = f"`{name} -c` deletes files whose names another command passes it"
+            ctx.add("destructive", reason)  # `find … -exec sh -c 'rm "$1"' _ {} \;`
     elif from_stdin:
         _stdin_program(name, ctx, stdin, lambda code: _check_text(code, depth + 1))
     elif operands[0].substituted:
@@ -424,5 +488,6 @@ def _find(args: list[Word], ctx: _Ctx, depth: int) -> None:
                 if arg.text in {";", "+"}:
                     break
                 found = "the file names `find` passes"
-                inner.append(Word(arg.text, found, known=False) if "{}" in arg.text else arg)
+                named = Word(arg.text, found, known=False, substituted=True)
+                inner.append(named if "{}" in arg.text else arg)
             _judge(inner, ctx, _NO_STDIN, depth + 1)

@@ -12,48 +12,43 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
+from core.tools.gitrules import git_rules
 from core.tools.programargs import options, ssh_has_command
 from core.tools.shellexpand import Word
+from core.tools.verdicts import OK, BlockVerdict, worst
 
-VerdictKind = Literal["ok", "destructive", "blocked", "interactive"]
-
-_RANK: dict[VerdictKind, int] = {"ok": 0, "destructive": 1, "interactive": 2, "blocked": 3}
-_UNREADABLE = "Parley cannot check it, so an approver must"
-
-
-@dataclass(frozen=True, slots=True)
-class BlockVerdict:
-    """How `bash` must treat a command, and why (phrased for the model)."""
-
-    kind: VerdictKind
-    reason: str = ""
-
-
-OK = BlockVerdict("ok")
-
-
-def worst(verdicts: list[BlockVerdict]) -> BlockVerdict:
-    """The verdict that ranks highest (blocked > interactive > destructive > ok)."""
-    return max(verdicts, key=lambda v: _RANK[v.kind], default=OK)
-
-
-def unreadable(what: str) -> BlockVerdict:
-    """Parley cannot tell what `what` runs: fail closed, and let an approver decide."""
-    return BlockVerdict("destructive", f"{what}; {_UNREADABLE}")
-
+__all__ = [
+    "AWK_RUNS",
+    "OK",
+    "SED_EXEC",
+    "BlockVerdict",
+    "deleting",
+    "fixed_rules",
+    "fork_loop",
+    "read_only_inline",
+    "write_target",
+]
 
 # --- tables ------------------------------------------------------------------------------
 
 BLOCKED_COMMANDS = frozenset(
-    {"sudo", "su", "doas", "pkexec", "shutdown", "reboot", "halt", "poweroff", "telinit"}
-)
+    {"sudo", "su", "doas", "pkexec", "runuser", "shutdown", "reboot", "halt", "poweroff",
+     "telinit", "systemd-run", "nsenter"}
+)  # fmt: skip
 BLOCKED_PREFIXES = ("mkfs",)  # mkfs, mkfs.ext4, mkfs.vfat …
 DISK_TOOLS = frozenset({"mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "parted"})
-DESTRUCTIVE_COMMANDS = frozenset({"pkill", "killall", "truncate", "shred"})
-EDITORS = frozenset({"vi", "vim", "nvim", "nano", "emacs", "pico", "joe", "micro"})
+DESTRUCTIVE_COMMANDS = frozenset({"pkill", "killall", "truncate", "shred", "unlink", "wipe", "srm"})
+DELETERS = frozenset({"rm", "unlink", "shred", "wipe", "srm"})
+EVERYTHING = re.compile(r"(^|/)\.?\*$")  # a glob of a whole directory: `*`, `dir/*`, `.*`
+# They keep a command to run later, outside this call and its sandbox's lifetime.
+SCHEDULERS = frozenset({"at", "batch", "crontab"})
+MULTIPLEXERS = frozenset({"tmux", "screen"})
+MULTIPLEXER_LISTINGS = frozenset({"ls", "list-sessions", "list-windows", "-V", "-ls", "-list"})
+EDITORS = frozenset(
+    {"vi", "vim", "nvim", "view", "vimdiff", "rvim", "gvim", "nano", "emacs", "pico", "joe",
+     "micro"}
+)  # fmt: skip
 PAGERS = frozenset({"less", "more", "most"})
 MONITORS = frozenset({"top", "htop", "btop", "atop", "watch"})
 REPLS = frozenset({"python", "python3", "node", "irb", "ipython", "bpython", "deno", "ghci"})
@@ -68,6 +63,10 @@ CRITICAL_TARGETS = frozenset(
 SYSTEM_PREFIXES = ("/etc/", "/usr/", "/bin/", "/sbin/", "/boot/", "/lib/", "/sys/", "/proc/")
 BLOCK_DEVICE = re.compile(r"^/dev/(sd|hd|vd|xvd|nvme|mmcblk|disk|md|dm-|loop)")
 SAFE_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+# Copying one of these over a file empties or overwrites it.
+EMPTY_SOURCES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"})
+# A move to one of these takes the file out of the workspace (or destroys it).
+AWAY = re.compile(r"^(/|~|\$HOME\b|\$\{HOME\}|\$TMPDIR\b|\$\{TMPDIR\}|\.\.(/|$))|/\.\.(/|$)")
 # Inline code that only reports versions or paths, matched (whole) against the argv joined
 # with single spaces, program name without its directory. Keep this small: each entry is a
 # hole in "inline code needs an approver". (`import x` runs x's code, but so would
@@ -95,13 +94,6 @@ SED_EXEC = re.compile(
     r"(^|[;\n{}])\s*(\d+|\$|/[^/\n]*/)?(\s*,\s*(\d+|\$|/[^/\n]*/))?\s*!?\s*e\b"
     r"|(^|[;\n{}\s])s([^\w\s\\])(\\.|(?!\6).)*\6(\\.|(?!\6).)*\6[a-zA-Z0-9]*e"
 )
-# `git -c` settings that make git run a program (a sample, not a complete list).
-GIT_RUNNING_CONFIG = re.compile(
-    r"(?i)(alias\.[^=]*=\s*!|core\.(pager|editor|sshcommand|fsmonitor|hookspath)=|"
-    r"[^=]*\.(command|cmd|program|textconv|helper|clean|smudge|process)=)"
-)
-
-
 # --- fixed rules on static words ---------------------------------------------------------
 
 
@@ -112,13 +104,36 @@ def fixed_rules(name: str, args: list[str], *, stdin_fed: bool) -> BlockVerdict:
     if name.startswith(BLOCKED_PREFIXES) or name in DISK_TOOLS:
         return BlockVerdict("blocked", f"`{name}` formats or repartitions disks")
     verdicts = [_interactive(name, args, stdin_fed)]
+    if name.startswith("git-"):  # `/usr/lib/git-core/git-config …` is `git config …`
+        verdicts.append(git_rules([name[4:], *args]))
     if name in DESTRUCTIVE_COMMANDS:
         verdicts.append(BlockVerdict("destructive", f"`{name}` destroys processes or data"))
+    elif name in SCHEDULERS and not _only_lists(name, args):
+        verdicts.append(BlockVerdict("destructive", f"`{name}` runs commands later, unwatched"))
+    elif name in MULTIPLEXERS and not (set(args[:1]) & MULTIPLEXER_LISTINGS):
+        reason = f"`{name}` runs commands in a session that outlives this call"
+        verdicts.append(BlockVerdict("destructive", reason))
     elif name in _SIMPLE_RULES:
         verdicts.append(_SIMPLE_RULES[name](args))
     if name in {"tee", "cp", "mv"}:
         verdicts += [write_target(a) for a in args if a[:1] == "/"]
     return worst(verdicts)
+
+
+def deleting(name: str, args: list[Word]) -> BlockVerdict:
+    """`rm` and kin given names no one can read before they run: the names `find -exec`,
+    `xargs` or a substitution produce, or a glob of everything (`rm *`, `rm dir/*`)."""
+    if name not in DELETERS:
+        return OK
+    for word in args:
+        if word.text.startswith("-"):
+            continue
+        if word.substituted:
+            reason = f"`{name}` deletes files whose names another command produces"
+            return BlockVerdict("destructive", f"{reason} ({word.dynamic})")
+        if word.dynamic and EVERYTHING.search(word.text):
+            return BlockVerdict("destructive", f"`{name} {word.text}` deletes every file there")
+    return OK
 
 
 def write_target(target: str) -> BlockVerdict:
@@ -178,26 +193,43 @@ def _chmod_chown(name: str, args: list[str]) -> BlockVerdict:
     return OK
 
 
-def _git(args: list[str]) -> BlockVerdict:
-    while args and args[0].startswith("-"):  # global options: -C dir, -c k=v, --no-pager
-        if args[0] == "-c" and len(args) > 1 and GIT_RUNNING_CONFIG.match(args[1]):
-            return unreadable(f"`git -c {args[1]}` runs a program")
-        args = args[2:] if args[0] in {"-C", "-c"} else args[1:]
-    if not args:
-        return OK
-    sub, rest = args[0], args[1:]
-    opts, operands = options(rest)
-    if sub == "push" and (
-        opts & {"-f", "--force", "--force-with-lease", "--delete", "-d", "--mirror"}
-        or any(o.startswith("+") for o in operands)
-    ):
-        return BlockVerdict("destructive", "`git push` that rewrites or deletes remote history")
-    if sub == "reset" and "--hard" in opts:
-        return BlockVerdict("destructive", "`git reset --hard` discards local changes")
-    if sub == "clean" and opts & {"-f", "--force"}:
-        return BlockVerdict("destructive", "`git clean -f` deletes untracked files")
-    if sub == "branch" and "-D" in opts:
-        return BlockVerdict("destructive", "`git branch -D` deletes an unmerged branch")
+def _only_lists(name: str, args: list[str]) -> bool:
+    """`crontab -l`, `at -l`: only show what is scheduled."""
+    return "-l" in args
+
+
+def _mv(args: list[str]) -> BlockVerdict:
+    opts, operands = options(args)
+    targets = [a.split("=", 1)[1] for a in args if a.startswith("--target-directory=")]
+    targets += [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-t"]
+    if not targets and "-t" not in opts:
+        targets = operands[-1:] if len(operands) > 1 else []
+    for target in targets:
+        if target.startswith("/dev/"):
+            return BlockVerdict("destructive", f"`mv` into {target} destroys the file")
+        if AWAY.search(target):
+            return BlockVerdict("destructive", f"`mv` to {target} takes files out of the workspace")
+    return OK
+
+
+def _ln(args: list[str]) -> BlockVerdict:
+    opts, _ = options(args)
+    if opts & {"-f", "--force"}:
+        return BlockVerdict("destructive", "`ln -f` replaces the file at the link's name")
+    return OK
+
+
+def _cp(args: list[str]) -> BlockVerdict:
+    _, operands = options(args)
+    if len(operands) > 1 and operands[0] in EMPTY_SOURCES:
+        return BlockVerdict("destructive", f"copying {operands[0]} over a file destroys it")
+    return OK
+
+
+def _fallocate(args: list[str]) -> BlockVerdict:
+    opts, _ = options(args)
+    if opts & {"-p", "-c", "-z", "--punch-hole", "--collapse-range", "--zero-range"}:
+        return BlockVerdict("destructive", "`fallocate` that removes or zeroes file data")
     return OK
 
 
@@ -210,11 +242,12 @@ def _kill(args: list[str]) -> BlockVerdict:
 
 def _dd(args: list[str]) -> BlockVerdict:
     for arg in args:
-        device = arg[3:]
-        if arg.startswith("of=/dev/") and not (
-            device in SAFE_DEVICES or device.startswith("/dev/fd/")
-        ):
+        target = arg[3:]
+        if not arg.startswith("of=") or target in SAFE_DEVICES or target.startswith("/dev/fd/"):
+            continue
+        if target.startswith("/dev/"):
             return BlockVerdict("blocked", "`dd` writing to a device")
+        return BlockVerdict("destructive", f"`dd of={target}` overwrites the file in place")
     return OK
 
 
@@ -241,7 +274,12 @@ def _interactive(name: str, args: list[str], stdin_fed: bool) -> BlockVerdict:
 
 _SIMPLE_RULES: dict[str, Callable[[list[str]], BlockVerdict]] = {
     "rm": _rm,
-    "git": _git,
+    "git": git_rules,
+    "mv": _mv,
+    "ln": _ln,
+    "cp": _cp,
+    "install": _cp,
+    "fallocate": _fallocate,
     "kill": _kill,
     "dd": _dd,
     "chmod": lambda a: _chmod_chown("chmod", a),

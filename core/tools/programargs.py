@@ -1,9 +1,9 @@
 """How common programs take their arguments, for the `bash` blocklist.
 
-Wrappers that run the rest of their argv (`env`, `xargs` …), `sh -c`, interpreters'
-inline-code flags (`python3 -c`, `perl -e` …), awk and sed scripts, option clusters and
-`ssh`'s remote command. Which of those are dangerous is decided in `blocklist.py` and
-`commandrules.py`, not here.
+`sh -c`, interpreters' inline-code flags (`python3 -c`, `perl -e` …), awk and sed scripts,
+option clusters and `ssh`'s remote command (wrappers such as `env` and `xargs` are in
+`wrappers.py`). Which of those are dangerous is decided in `blocklist.py`,
+`commandrules.py`, `coderules.py` and `gitrules.py`, not here.
 """
 
 from __future__ import annotations
@@ -14,24 +14,11 @@ from dataclasses import dataclass
 from core.tools.shellexpand import Word
 
 STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
-# Wrappers that run the rest of their argv; the value is the options taking an argument.
-WRAPPERS: dict[str, frozenset[str]] = {
-    "nohup": frozenset(),
-    "exec": frozenset({"-a"}),
-    "command": frozenset(),
-    "builtin": frozenset(),
-    "coproc": frozenset(),
-    "time": frozenset({"-f", "-o"}),
-    "nice": frozenset({"-n"}),
-    "ionice": frozenset({"-c", "-n", "-p"}),
-    "setsid": frozenset(),
-    "stdbuf": frozenset({"-i", "-o", "-e"}),
-    "busybox": frozenset(),
-    "xargs": frozenset({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"}),
-    "timeout": frozenset({"-s", "-k", "--signal", "--kill-after"}),
-    "env": frozenset({"-u", "-C", "--unset", "--chdir"}),
+# Programs that hand the value of one of their options to a shell (`script -c 'cmd'`).
+SHELL_OPTIONS: dict[str, tuple[str, ...]] = {
+    "script": ("-c", "--command"),
+    "npx": ("-c", "--call"),
 }
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +48,14 @@ INTERPRETERS: tuple[tuple[re.Pattern[str], Interpreter], ...] = tuple(
         (r"julia", Interpreter("eE", _EVAL)),
         (r"pwsh|powershell", Interpreter("c", frozenset({"-command", "-encodedcommand"}))),
         (r"tclsh[\d.]*|wish", Interpreter()),
+        (r"guile[\d.]*", Interpreter("c", takes_arg="l")),
+        (r"racket", Interpreter("e", frozenset({"--eval"}))),
+        (r"elixir", Interpreter("e", frozenset({"--eval"}))),
+        (r"erl", Interpreter(inline_long=frozenset({"-eval"}))),
+        (r"groovy", Interpreter("e")),
+        (r"gnuplot", Interpreter("e")),
+        (r"octave(-cli)?", Interpreter(inline_long=frozenset({"--eval"}))),
+        (r"ts-node|tsx", Interpreter("ep", _EVAL)),
     )
 )
 
@@ -114,48 +109,18 @@ def sed_scripts(words: list[str]) -> list[str]:
     return scripts
 
 
-def unwrap(name: str, args: list[Word]) -> list[Word]:
-    """The argv a wrapper runs (options, assignments and `timeout`'s duration removed)."""
-    takes_arg, replace, i = WRAPPERS[name], None, 0
-    while i < len(args):
-        arg = args[i].text
-        if arg == "--":
-            i += 1
-            break
-        if name == "env" and re.match(r"-S|--split-string", arg):  # `env -S "cmd args"`
-            attached = arg[2:] if arg.startswith("-S") else arg.partition("=")[2]
-            split = Word(attached, args[i].dynamic, args[i].known) if attached else None
-            split = split or (args[i + 1] if i + 1 < len(args) else Word(""))
-            pieces = [Word(p, split.dynamic, split.known) for p in split.text.split()]
-            return pieces + args[i + (1 if attached else 2) :]
-        if name == "command" and arg in {"-v", "-V"}:
-            return []  # only looks the name up
-        if name == "xargs" and re.fullmatch(r"-[Ii].*|--replace(=.*)?", arg):
-            replace = args[i + 1].text if arg == "-I" and i + 1 < len(args) else "{}"
-            replace = arg[2:] if arg[:2] in {"-i", "-I"} and len(arg) > 2 else replace
-            replace = arg.split("=", 1)[1] if arg.startswith("--replace=") else replace
-        if name == "env" and ASSIGNMENT.match(arg):
-            i += 1
-        elif arg.startswith("-") and len(arg) > 1:
-            i += 2 if arg in takes_arg else 1
-        else:
-            break
-    rest = args[i:]
-    if name == "timeout":
-        rest = rest[1:]
-    if name == "coproc":  # `coproc NAME { cmd; }`: tree-sitter leaves these as plain words
-        rest = rest[1:] if len(rest) > 1 and rest[1].text == "{" else rest
-        rest = rest[1:] if rest and rest[0].text == "{" else rest
-    return xargs_input(rest, replace) if name == "xargs" else rest
-
-
-def xargs_input(argv: list[Word], replace: str | None) -> list[Word]:
-    """xargs adds words read from stdin: to the end, or in place of the -I string."""
-    argv = argv or [Word("echo")]
-    read = "words read by xargs"
-    if replace is None:
-        return [*argv, Word("", read, known=False)]
-    return [Word(w.text, read, known=False) if replace in w.text else w for w in argv]
+def option_value(args: list[Word], names: tuple[str, ...]) -> Word | None:
+    """The value of the first of the options `names` in `args`: `--command=V`, `-c V`, or
+    a short one at the end of a cluster of flags (`-qc V`)."""
+    short = "".join(n[1] for n in names if len(n) == 2)
+    for i, arg in enumerate(args):
+        key, eq, value = arg.text.partition("=")
+        if key in names and key.startswith("--") and eq:
+            return Word(value, arg.dynamic, arg.known)
+        clustered = re.fullmatch(r"-[a-zA-Z]+", arg.text) and arg.text[-1] in short
+        if arg.text in names or clustered:
+            return args[i + 1] if i + 1 < len(args) else Word("")
+    return None
 
 
 def shell_args(args: list[Word]) -> tuple[Word | None, bool, list[Word]]:

@@ -13,16 +13,17 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from core.tools.base import ToolContext, ToolResult
+from core.tools.gitenv import neutralised
 from core.tools.jail import Jail
 from core.tools.process import ProcessResult, run_process
 from core.tools.settings import SandboxSettings, default_temp_root
 
 
 def tool_env(sandbox: SandboxSettings, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for a tool: allowlisted host variables plus the tool's declared env."""
-    env = {key: os.environ[key] for key in sandbox.env_allowlist if key in os.environ}
-    env.update(extra or {})
-    return env
+    """Environment for a tool: allowlisted host variables plus the tool's declared env, and
+    git's program-running settings overridden (`gitenv.py`)."""
+    host = {key: os.environ[key] for key in sandbox.env_allowlist if key in os.environ}
+    return neutralised(host, extra or {})
 
 
 def format_observation(result: ProcessResult, *, timeout: float) -> ToolResult:

@@ -210,18 +210,19 @@ async def _misses(agent: Agent, report: RunReport) -> list[dict[str, Any]]:
 # --- automatic recall --------------------------------------------------------------------
 
 
-async def test_auto_recall_puts_the_askers_memories_in_the_system_message(
+async def test_auto_recall_quotes_the_askers_memories_before_their_message(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
     async with memory_agent(fake_llm, tmp_path, memory={"auto_recall": 2}) as agent:
         await remember(agent, fake_llm, "alice's cat is called Miso", "user", ALICE_DM)
         fake_llm.script(Reply(text="Miso"), Reply(text="no idea"), Reply(text="no idea"))
         await agent.run(inbound("what is my cat called?", **ALICE_DM))
-        assert "alice's cat is called Miso" in _system(fake_llm)
+        assert "alice's cat is called Miso" in _recalled(fake_llm)
+        assert "Miso" not in _system(fake_llm)
         await agent.run(inbound("what is my cat called?", **ALICE_IN_C1))
-        assert "Miso" not in _system(fake_llm)
+        assert "Miso" not in _recalled(fake_llm) + _system(fake_llm)
         report = await agent.run(inbound("what is my cat called?", **BOB_DM))
-        assert "Miso" not in _system(fake_llm)
+        assert "Miso" not in _recalled(fake_llm) + _system(fake_llm)
         await agent.store.flush()
         assert [m["error"] for m in await _misses(agent, report)] == ["no_results"]
 
@@ -231,11 +232,19 @@ async def test_auto_recall_is_off_by_default(fake_llm: FakeLLM, tmp_path: Path) 
         await remember(agent, fake_llm, "alice's cat is called Miso", "user", ALICE_DM)
         fake_llm.script(Reply(text="no idea"))
         await agent.run(inbound("what is my cat called?", **ALICE_DM))
-        assert "Miso" not in _system(fake_llm)
+        assert "Miso" not in _recalled(fake_llm) + _system(fake_llm)
 
 
 def _system(fake_llm: FakeLLM) -> str:
     return str(fake_llm.requests[-1].json["messages"][0]["content"])
+
+
+def _recalled(fake_llm: FakeLLM) -> str:
+    """The block of recalled memories just before the user's message, or ""."""
+    messages = fake_llm.requests[-1].json["messages"]
+    before = messages[-2] if len(messages) > 1 else {}
+    content = str(before.get("content", "")) if before.get("role") == "user" else ""
+    return content if content.startswith("<memories") else ""
 
 
 async def test_memory_off_offers_no_tools(fake_llm: FakeLLM, tmp_path: Path) -> None:

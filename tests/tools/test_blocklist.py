@@ -91,6 +91,7 @@ DESTRUCTIVE = [
     "pkill python",
     "killall node",
     "truncate -s 0 log.txt",
+    "dd if=/dev/zero of=disk.img bs=1M count=1",  # dd overwrites in place: an approver sees it
     "echo 1 > /etc/hosts",
     "tee -a /etc/hosts < x",
     "echo 'unbalanced",  # unparseable: ask rather than crash
@@ -139,7 +140,6 @@ OK = [
     "git push origin main",
     "git log --format='%h#%s'",
     "kill 1234",
-    "dd if=/dev/zero of=disk.img bs=1M count=1",
     "dd if=x of=/dev/null",
     "chmod +x run.sh",
     "chmod -R u+w dir",

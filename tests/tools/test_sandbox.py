@@ -11,6 +11,7 @@ from core.messages import ToolCall
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import BashTool
 from core.tools.executor import ToolExecutor
+from core.tools.gitenv import GIT_ENV
 from core.tools.policy import ToolPolicy
 from core.tools.sandbox import tool_env
 from core.tools.settings import SandboxSettings
@@ -40,7 +41,7 @@ def test_tool_env_keeps_only_allowlisted_and_declared(
     assert "OPENAI_API_KEY" not in env
     assert env["KUBECONFIG"] == "/k"
     assert env["LANG"] == "en_GB.UTF-8"  # the tool's declaration wins
-    assert set(env) <= set(settings.env_allowlist) | {"KUBECONFIG"}
+    assert set(env) <= set(settings.env_allowlist) | {"KUBECONFIG"} | set(GIT_ENV)
 
 
 # --- the observation ---------------------------------------------------------------------
