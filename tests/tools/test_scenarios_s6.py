@@ -17,6 +17,7 @@ from core.tools.base import Tool, ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.cli import load_cli_tools
 from core.tools.executor import ToolExecutor
+from core.tools.gitenv import GIT_ENV
 from core.tools.policy import ToolPolicy
 from core.tools.settings import SandboxSettings
 from tests.helpers import wait_dead
@@ -137,15 +138,18 @@ async def test_s6_6_env_has_only_allowlisted_vars(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-must-not-leak")
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-must-not-leak")
     monkeypatch.setenv("PATH", os.environ["PATH"])
-    result = await call(executor_for(settings), "bash", command="env")
+    # git's numbered overrides are left out so the listing fits the test's output cap.
+    command = "env | grep -v '^GIT_CONFIG_KEY_\\|^GIT_CONFIG_VALUE_'"
+    result = await call(executor_for(settings), "bash", command=command)
     assert not result.is_error
     assert "OPENAI_API_KEY" not in result.content
     assert "sk-test" not in result.content
     assert "SLACK_BOT_TOKEN" not in result.content
     assert "xoxb-" not in result.content
     names = {line.split("=", 1)[0] for line in result.content.splitlines() if "=" in line}
-    # bash itself adds PWD, SHLVL and `_`.
-    assert names <= set(settings.env_allowlist) | {"PWD", "SHLVL", "_", "OLDPWD"}
+    # bash itself adds PWD, SHLVL and `_`; Parley adds git's overrides (core/tools/gitenv.py).
+    allowed = set(settings.env_allowlist) | {"PWD", "SHLVL", "_", "OLDPWD"} | set(GIT_ENV)
+    assert names <= allowed
     assert "PATH" in names
 
 
