@@ -344,11 +344,6 @@ async def test_git_works_in_the_default_workspace_of_a_root_parley(
     monkeypatch.setenv("STATE_DIRECTORY", str(open_base / "state"))  # systemd's, else /var/lib
     config = parse_config(_defaults(open_base))
     jail = build_jail(config)
-    assert jail.run_as is not None
-    workspace = config.tools.resolved_workspace()
-    assert workspace == open_base / "state" / "workspace"
-    assert workspace.stat().st_uid == jail.run_as.uid
-    assert "note:" not in jail.describe()
     executor = ToolExecutor(
         ToolRegistry(builtin_tools()), ToolPolicy(), ToolContext(config.tools, jail=jail)
     )
@@ -356,6 +351,12 @@ async def test_git_works_in_the_default_workspace_of_a_root_parley(
     message = await executor.execute(call)
     assert "first-commit" in message.content, message.content
     assert "exit_code: 0" in message.content
+    # Where, and how: outside root's home, owned by the tools' user, nothing to note.
+    workspace = config.tools.resolved_workspace()
+    assert workspace == open_base / "state" / "workspace"
+    assert jail.run_as is not None
+    assert workspace.stat().st_uid == jail.run_as.uid
+    assert "note:" not in jail.describe()
     jail.close()
 
 
