@@ -3,6 +3,8 @@
 A `Jail` is built once per configuration. For each spawn it makes a Landlock ruleset in
 Parley's process and starts the child from a throwaway thread that (see `Spawn`):
 
+0. makes the child the first process of a PID namespace of its own (core/tools/pidns.py),
+   so that every process it leads to dies with it, wherever it moved in the tree;
 1. when Parley runs as root, becomes the unprivileged `run_as` user, keeping only the
    DAC-override capabilities as ambient ones (so the workspace stays usable while
    Landlock decides what is reachable) — with no CAP_SYS_PTRACE and another uid, the
@@ -11,14 +13,16 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
 2. sets `no_new_privs` and enforces the ruleset: read-write beneath the workspace,
    `allowed_paths` and a per-run scratch dir; read + execute beneath the system dirs
    (with denied paths carved out); `/dev/null`, `/dev/zero`, `/dev/urandom`; nothing
-   else — not `$HOME`, not `/proc`, not Parley's store, events or artifacts. From ABI 6
+   else — not `$HOME`, not `/proc`, not Parley's store, events or artifacts. Parley's
+   configuration files stay read-only wherever they are, and a read-only spawn (a
+   read-category tool) may write only its scratch dir. From ABI 6
    the tool can neither signal nor reach abstract sockets of processes outside its
    domain (Parley, other tool calls); with `network = false`, TCP bind/connect are
    denied (ABI 4);
 3. resource limits are lowered (CPU seconds, file size, processes, address space, no
    core file);
-4. the group reaper (core/tools/reaper.py) kills the tool's process group if Parley
-   dies.
+4. the group reaper (core/tools/reaper.py) kills the tool's process group — its PID
+   namespace's first process among them — if Parley dies.
 """
 
 from __future__ import annotations
@@ -386,7 +390,7 @@ class Spawn:
         """The argv to launch for `argv` (whose program is a path): under the PID
         namespace's init when there is one."""
         ns = self.pid_namespaces
-        return ns.command(argv) if ns is not None else list(argv)
+        return ns.command(argv, self.limits) if ns is not None else list(argv)
 
     def start(self, launch: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
         """Run `launch` in a thread confined by this spawn; return its process."""

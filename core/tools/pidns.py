@@ -26,17 +26,20 @@ PID 1 is a small `sh`, not the command: init ignores every signal it has no hand
 (a script's `kill $$` would do nothing), so the command runs as PID 2 with ordinary
 signal semantics. `sh` exits with the command's status (128 + N when a signal N ended it,
 as a shell reports it), saying on stderr when background processes were still running:
-they are killed with it.
+they are killed with it. It also lowers the resource limits before it starts the command
+(Parley lowers them on its first process only once that has started, and `unshare`
+forks its child at once), so the command never runs without them.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import resource
 import shutil
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,6 +52,14 @@ INIT = (
     'running when the command ended; they were killed" >&2; exit $s'
 )
 SHELL = "/bin/sh"
+# `ulimit` flags every sh has (dash, and bash as sh), and their units in bytes. The process
+# limit needs none: it is in force from the fork (see `core.tools.jail._launch_counted`).
+_ULIMIT = {
+    resource.RLIMIT_CPU: ("-t", 1),
+    resource.RLIMIT_FSIZE: ("-f", 512),
+    resource.RLIMIT_AS: ("-v", 1024),
+    resource.RLIMIT_CORE: ("-c", 512),
+}
 # No uid map: writing one needs /proc, which the sandbox denies. Unmapped, the tool keeps
 # its own uid for every permission check (it only sees itself and others as 65534) and
 # holds no capability once it execs.
@@ -67,12 +78,24 @@ class PidNamespaces:
     def in_thread(self) -> bool:
         return self.how == "thread"
 
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """`argv` (its program already a path) run as PID 2 under the `sh` init."""
+    def command(self, argv: Sequence[str], limits: Iterable[tuple[int, int]] = ()) -> list[str]:
+        """`argv` (its program already a path) run as PID 2 under the `sh` init, which
+        first lowers `limits` ((resource, value) pairs, soft and hard alike)."""
         if self.how is None:
             return list(argv)
-        init = [SHELL, "-c", INIT, "parley-init", *argv]
+        init = [SHELL, "-c", _ulimits(limits) + INIT, "parley-init", *argv]
         return [self.unshare, *_UNSHARE, *init] if self.how == "unshare" else init
+
+
+def _ulimits(limits: Iterable[tuple[int, int]]) -> str:
+    script = ""
+    for res, value in limits:
+        if res in _ULIMIT:
+            flag, unit = _ULIMIT[res]
+            hard = resource.getrlimit(res)[1]  # inherited: never ask for more than it
+            capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            script += f"ulimit {flag} {capped // unit} 2>/dev/null; "
+    return script
 
 
 def _thread_can_unshare() -> str | None:
