@@ -387,8 +387,8 @@ class Spawn:
     pid_namespaces: pidns.PidNamespaces | None = None
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        """The argv to launch for `argv` (whose program is a path): under the PID
-        namespace's init when there is one."""
+        """The argv to launch for `argv`: under the PID namespace's init when there is
+        one."""
         ns = self.pid_namespaces
         return ns.command(argv, self.limits) if ns is not None else list(argv)
 

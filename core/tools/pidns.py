@@ -45,11 +45,13 @@ from typing import Literal
 
 from core.tools import landlock
 
-# Runs the command as its child, then exits with its status; `kill -0 -1` (a builtin,
-# no process) asks whether anything else is still alive in the namespace.
+# Runs the command as its child — `exec` in a subshell: a program, found on PATH as exec
+# finds it, never a builtin of the same name (sh's `echo` is not /bin/echo) — then exits
+# with its status; `kill -0 -1` (a builtin, no process) asks whether anything else is
+# still alive in the namespace.
 INIT = (
-    '"$@"; s=$?; kill -0 -1 2>/dev/null && echo "parley: background processes were still '
-    'running when the command ended; they were killed" >&2; exit $s'
+    '(exec "$@"); s=$?; kill -0 -1 2>/dev/null && echo "parley: background processes were '
+    'still running when the command ended; they were killed" >&2; exit $s'
 )
 SHELL = "/bin/sh"
 # `ulimit` flags every sh has (dash, and bash as sh), and their units in bytes. The process
@@ -79,8 +81,8 @@ class PidNamespaces:
         return self.how == "thread"
 
     def command(self, argv: Sequence[str], limits: Iterable[tuple[int, int]] = ()) -> list[str]:
-        """`argv` (its program already a path) run as PID 2 under the `sh` init, which
-        first lowers `limits` ((resource, value) pairs, soft and hard alike)."""
+        """`argv` run as PID 2 under the `sh` init, which first lowers `limits`
+        ((resource, value) pairs, soft and hard alike)."""
         if self.how is None:
             return list(argv)
         init = [SHELL, "-c", _ulimits(limits) + INIT, "parley-init", *argv]

@@ -122,21 +122,24 @@ def _artifact_base(artifacts_dir: Path) -> Path:
     return artifacts_dir / f"{stamp}-{secrets.token_hex(4)}"
 
 
-def _program(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> list[str]:
-    """`argv` with its program as a path, found as exec would (the PATH of `env`; a
-    name with a slash from `cwd`): under a PID namespace's init a missing program would
-    otherwise be the init's exit status 127, not an error to report."""
-    name = argv[0]
-    found = str(cwd / name) if "/" in name else shutil.which(name, path=env.get("PATH", os.defpath))
-    if found is None or not os.path.exists(found):
+def _check_program(name: str, cwd: Path, env: Mapping[str, str]) -> None:
+    """Raise ToolError when no `name` exists where exec would look for it (the PATH of
+    `env`; a name with a slash: from `cwd`): under a PID namespace's init a missing
+    program would otherwise be only the init's exit status 127."""
+    if "/" in name:
+        found = os.path.exists(cwd / name)
+    else:
+        found = shutil.which(name, path=env.get("PATH", os.defpath)) is not None
+    if not found:
         raise ToolError(f"cannot start `{name}`: No such file or directory")
-    return [found, *argv[1:]]
 
 
 def _launch(
     argv: Sequence[str], cwd: Path, env: Mapping[str, str], spawn: Spawn | None
 ) -> subprocess.Popen[bytes]:
-    command = list(argv) if spawn is None else spawn.command(_program(argv, cwd, env))
+    if spawn is not None:
+        _check_program(argv[0], cwd, env)
+    command = list(argv) if spawn is None else spawn.command(argv)
 
     def launch() -> subprocess.Popen[bytes]:
         return subprocess.Popen(

@@ -228,6 +228,15 @@ async def test_a_process_left_running_is_reported_killed(settings: SandboxSettin
     assert "background processes" in result.text
 
 
+async def test_the_program_runs_not_a_builtin_of_the_init_shell(
+    settings: SandboxSettings,
+) -> None:
+    # The init is `sh`; a tool whose program is `echo` still gets /bin/echo (sh's own
+    # would turn `\n` into a newline).
+    result = await run_in_workspace(["echo", "a\\nb"], ToolContext(settings), timeout=5)
+    assert "stdout:\na\\nb" in result.text, result.text
+
+
 async def test_a_missing_program_is_still_an_error_to_report(settings: SandboxSettings) -> None:
     with pytest.raises(ToolError, match="cannot start `no-such-program-xyz`"):
         await run_in_workspace(["no-such-program-xyz"], ToolContext(settings), timeout=5)
