@@ -219,15 +219,21 @@ class Jail:
                         else "Parley's own data" if path in self.protected
                         else "tools.denied_paths"
                     )  # fmt: skip
+                    fix = "move the root out of it" + (
+                        "" if path in frozen else ", or remove the denied path"
+                    )
                     raise ConfigError(
-                        key,
-                        f"{root} lies inside {path} ({what}); a tool could never use it",
-                        "move the root out of it, or remove the denied path",
+                        key, f"{root} lies inside {path} ({what}); a tool could never use it", fix
                     )
             self.carved += [(key, root, p) for p in denied if _is_under(p, root)]
             self.frozen_in += [(key, root, p) for p in frozen if _is_under(p, root)]
         owner = (self.run_as.uid, self.run_as.gid) if self.run_as else None
-        self.notes = []
+        self.notes = [
+            f"{path} has {links} hard links: a tool may write it through another name "
+            "inside a writable root; remove the others"
+            for path in frozen
+            if path.is_file() and not path.is_symlink() and (links := path.stat().st_nlink) > 1
+        ]
         for key, root in writable:
             make_root(root, owner)
             if owner is not None:

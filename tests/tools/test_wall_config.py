@@ -195,6 +195,18 @@ def test_start_up_says_the_configuration_is_read_only_in_the_workspace(
         )
 
 
+def test_start_up_says_when_a_configuration_file_has_another_name(tmp_path: Path) -> None:
+    # A hard link made before Parley started, in a writable root, is a way around the
+    # freeze that no rule on the file's own path closes: start-up names it.
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "config.toml").write_text(config_text(ws, state))
+    os.link(ws / "config.toml", ws / "sub" / "alias.toml")
+    jail = build_jail(load_config(ws / "config.toml"))
+    assert f"note: {ws / 'config.toml'} has 2 hard links" in jail.describe()
+    jail.close()
+
+
 # --- read means read-only ------------------------------------------------------------------
 
 
