@@ -1,14 +1,18 @@
 """What the kernel sandbox costs per tool call (SPEC §4; goal: ≤ 5 ms added).
 
-One run times the same calls unconfined (`sandbox = "off"`), confined but without the
-per-call PID namespace, and confined (`"auto"`), interleaved in rounds so drift hits all
-alike: a `bash` call (`bash -c true`) through the real `BashTool`, and a tools.yaml CLI
-tool (`true`, read-only as its category is read) through the real executor. Medians of
-`--calls` calls per round, over `--rounds` rounds.
+One run times the same calls unconfined (`sandbox = "off"`) and confined under each
+network mode (`network = true`, `false`, `"public"`), interleaved in rounds so drift hits
+all alike: a `bash` call (`bash -c true`) through the real `BashTool`, and a tools.yaml
+CLI tool (`true`) through the real executor. Then what the connect supervisor adds to
+one connect: a bash call making 50 TCP connects to a loopback listener, with
+`network = true` (connect is the kernel's) and with a unix socket listed (every connect
+is checked and made by the supervisor). The column "no PID namespace" is `network =
+true` without the per-call PID namespace: the difference is that namespace's cost. Medians
+of `--calls` calls per round, over `--rounds` rounds.
 
     .venv/bin/python benchmarks/sandbox.py
     .venv/bin/python benchmarks/sandbox.py --user parleytest  # as root: an ordinary user's
-        Parley (user + PID namespace through util-linux unshare)
+        Parley (a user + PID namespace through util-linux unshare)
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from core.messages import ToolCall
 from core.tools import landlock
@@ -34,22 +39,26 @@ from core.tools.policy import ToolPolicy
 from core.tools.sandbox import jail_of
 from core.tools.settings import SandboxSettings
 
-MODES = ("off", "no-pidns", "auto")
+MODES: dict[str, dict[str, Any]] = {
+    "unconfined": {"sandbox": "off"},
+    "no PID namespace": {},
+    "network = true": {},
+    "network = false": {"network": False},
+    'network = "public"': {"network": "public"},
+}
+CONNECTS = 50
 
 
-def _executor(root: Path, mode: str) -> ToolExecutor:
-    settings = SandboxSettings(
-        workspace=root / "ws",
-        artifacts_dir=root / "art",
-        sandbox="off" if mode == "off" else "auto",
-    )
+def _executor(root: Path, name: str, **settings: Any) -> ToolExecutor:
+    sandbox = SandboxSettings(workspace=root / "ws", artifacts_dir=root / "art", **settings)
     cli = CliTool(
         CliToolSpec(name="noop", description="Does nothing.", category="read", cmd="true"), {}
     )
-    jail = Jail(settings)
-    if mode == "no-pidns":  # what the sandbox cost before each call had its namespace
+    jail = Jail(sandbox)
+    if name == "no PID namespace":  # the sandbox as it was before each call had one
         jail.pid_namespaces = None
-    ctx = ToolContext(settings, jail=jail, scratch=root / f"scratch-{mode}")
+    scratch = root / f"scratch-{len(name)}-{abs(hash(name))}"
+    ctx = ToolContext(sandbox, jail=jail, scratch=scratch)
     return ToolExecutor(ToolRegistry([BashTool(), cli]), ToolPolicy(), ctx)
 
 
@@ -63,30 +72,56 @@ async def _time(executor: ToolExecutor, call: ToolCall, n: int) -> float:
     return statistics.median(samples) * 1000
 
 
-async def main(calls: int, rounds: int) -> None:
+async def _per_call(root: Path, calls: int, rounds: int) -> None:
     bash = ToolCall(id="b", name="bash", arguments=json.dumps({"command": "true"}))
     noop = ToolCall(id="n", name="noop", arguments="{}")
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        root.chmod(0o755)  # the tools' user must reach the workspace
-        executors = {mode: _executor(root, mode) for mode in MODES}
-        print(jail_of(executors["auto"].ctx).describe())
-        results: dict[tuple[str, str], list[float]] = {}
-        for _ in range(rounds):
-            for mode, executor in executors.items():
-                for label, call in (("bash", bash), ("cli", noop)):
-                    median = await _time(executor, call, calls)
-                    results.setdefault((label, mode), []).append(median)
-    print(
-        "\n| call | unconfined | sandboxed | added | of which the PID namespace |"
-        f" (Landlock ABI {landlock.abi_version()})"
-    )
-    print("|---|---|---|---|---|")
+    executors = {name: _executor(root, name, **settings) for name, settings in MODES.items()}
+    for name in list(MODES)[1:]:
+        print(jail_of(executors[name].ctx).describe())
+    results: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for name, executor in executors.items():
+            for label, call in (("bash", bash), ("cli", noop)):
+                results.setdefault((label, name), []).append(await _time(executor, call, calls))
+    print(f"\n| call | {' | '.join(MODES)} | (Landlock ABI {landlock.abi_version()})")
+    print("|---" * (len(MODES) + 1) + "|")
     for label in ("bash", "cli"):
-        off, bare, on = (statistics.median(results[(label, mode)]) for mode in MODES)
-        print(
-            f"| {label} | {off:.2f} ms | {on:.2f} ms | {on - off:+.2f} ms | {on - bare:+.2f} ms |"
-        )
+        off = statistics.median(results[(label, "unconfined")])
+        cells = [f"{off:.2f} ms"]
+        for name in list(MODES)[1:]:
+            on = statistics.median(results[(label, name)])
+            cells.append(f"{on:.2f} ms ({on - off:+.2f})")
+        print(f"| {label} | {' | '.join(cells)} |")
+
+
+async def _per_connect(root: Path, calls: int, rounds: int) -> None:
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    listed = root / "listed.sock"
+    unix = await asyncio.start_unix_server(lambda r, w: w.close(), listed)
+    script = f"for i in $(seq {CONNECTS}); do exec 3<>/dev/tcp/127.0.0.1/{port}; done\n"
+    (root / "ws").mkdir(exist_ok=True)
+    (root / "ws" / "connects.sh").write_text(script)  # a script: the seatbelt reads no file
+    call = ToolCall(id="c", name="bash", arguments=json.dumps({"command": "bash connects.sh"}))
+    kernel = _executor(root, "kernel connects")
+    supervised = _executor(root, "supervised connects", unix_sockets=[listed])
+    times: dict[str, list[float]] = {"kernel": [], "supervised": []}
+    async with server, unix:
+        for _ in range(rounds):
+            times["kernel"].append(await _time(kernel, call, max(calls // 5, 3)))
+            times["supervised"].append(await _time(supervised, call, max(calls // 5, 3)))
+    plain, checked = (statistics.median(times[k]) for k in ("kernel", "supervised"))
+    print(f"\n| {CONNECTS} TCP connects in one bash call | by the kernel | by the supervisor |")
+    print("|---|---|---|")
+    print(f"| call | {plain:.2f} ms | {checked:.2f} ms |")
+    print(f"| per connect | | {(checked - plain) / CONNECTS * 1000:+.0f} µs |")
+
+
+async def main(calls: int, rounds: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)  # the tools' user must reach the workspace
+        await _per_call(Path(tmp), calls, rounds)
+        await _per_connect(Path(tmp), calls, rounds)
 
 
 if __name__ == "__main__":
@@ -97,9 +132,9 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.user:  # every module is imported by now: drop to the user, as a probe would
         entry = pwd.getpwnam(args.user)
-        os.environ.update(HOME=entry.pw_dir, TMPDIR=tempfile.mkdtemp(prefix="parley-bench-"))
-        os.chmod(os.environ["TMPDIR"], 0o777)
-        tempfile.tempdir = os.environ["TMPDIR"]
+        tempfile.tempdir = tempfile.mkdtemp(prefix="parley-bench-")
+        os.chmod(tempfile.tempdir, 0o777)
+        os.environ.update(HOME=entry.pw_dir, TMPDIR=tempfile.tempdir)
         os.setgroups([])
         os.setresgid(entry.pw_gid, entry.pw_gid, entry.pw_gid)
         os.setresuid(entry.pw_uid, entry.pw_uid, entry.pw_uid)

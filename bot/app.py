@@ -8,7 +8,7 @@ import socket
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from bot.config import ParleyConfig
 from core.agent import Agent
@@ -29,6 +29,7 @@ from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
+from core.secrets import SECRETS
 from core.store import Store, open_store
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.cli import CliTool
@@ -57,15 +58,29 @@ def secret_env_names(config: ParleyConfig) -> set[str]:
     return names
 
 
-def _redactor(config: ParleyConfig, environ: Mapping[str, str], registry: ToolRegistry) -> Redactor:
-    """Masks the values of every `*_env` variable the configuration names and of every
-    variable a CLI tool receives through tools.yaml `env:`."""
-    values = [environ.get(n, "") for n in secret_env_names(config)]
+def configured_secrets(
+    config: ParleyConfig, environ: Mapping[str, str], registry: ToolRegistry
+) -> list[tuple[str, str]]:
+    """(name, value) of every secret the configuration gives Parley: the value of every
+    `*_env` variable it names (API keys, bot and app tokens, the store password), and
+    every variable a CLI tool receives through tools.yaml `env:`."""
+    secrets = [(n, environ[n]) for n in sorted(secret_env_names(config)) if environ.get(n)]
+    if config.store.url and (password := urlsplit(config.store.url).password):
+        secrets.append(("store.url", unquote(password)))  # inline, though it should not be
     for name in registry.names():
         tool = registry.get(name)
         if isinstance(tool, CliTool):
-            values += tool.env.values()
-    return Redactor(values)
+            secrets += sorted(tool.env.items())
+    return secrets
+
+
+def _redactor(config: ParleyConfig, environ: Mapping[str, str], registry: ToolRegistry) -> Redactor:
+    """Registers the configured secrets process-wide (`core.secrets.SECRETS`: every text
+    that leaves the process is scrubbed of them) and masks them, with token shapes, in
+    tool output."""
+    secrets = configured_secrets(config, environ, registry)
+    SECRETS.add_all(secrets)
+    return Redactor(value for _, value in secrets)
 
 
 def shared_settings(config: StoreConfig, channels: Collection[str]) -> SharedSettings | None:

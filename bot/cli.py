@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 if TYPE_CHECKING:
     from bot.app import App
@@ -84,6 +87,9 @@ def _setup_logging(args: argparse.Namespace) -> str | None:
         format="parley %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from core.secrets import redact_log_handlers
+
+    redact_log_handlers()  # messages and tracebacks, whatever stream a handler writes to
     if level != "debug":  # the libraries' info lines (every HTTP request) are noise here
         from channels import PLATFORMS
 
@@ -201,6 +207,30 @@ async def _run(app: App, provider_name: str, *, console: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    with _scrubbed_terminal():
+        return _command(args)
+
+
+@contextlib.contextmanager
+def _scrubbed_terminal() -> Iterator[None]:
+    """While a command runs, what it writes to stdout and stderr is scrubbed of the
+    configured secrets (`core.secrets`): answers, errors, `runs` tables, log lines. A
+    crash's traceback is written the same way (exit status 1, as Python's own)."""
+    from core.secrets import ScrubbingStream
+
+    out, err = sys.stdout, sys.stderr
+    sys.stdout = cast(TextIO, ScrubbingStream(out))
+    sys.stderr = cast(TextIO, ScrubbingStream(err))
+    try:
+        yield
+    except Exception:
+        sys.stderr.write(traceback.format_exc())
+        raise SystemExit(1) from None
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _command(args: argparse.Namespace) -> int:
     if (problem := _setup_logging(args)) is not None:
         return _fail(problem)
     from core.errors import ConfigError

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from core.chat import AgentPort, ApprovalRequest, PromptRef
 from core.clock import Clock, SystemClock
+from core.secrets import scrub
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ class Approvals:
         True only if an approver allowed it."""
         if request.id in self._pending:
             raise ValueError(f"approval {request.id} is already pending")
+        # The prompt is a post like any other: no configured secret in it.
+        request = replace(request, summary=scrub(request.summary), reason=scrub(request.reason))
         decision: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
         self._pending[request.id] = decision
         try:

@@ -19,6 +19,7 @@ from channels.text import split_message, to_slack_mrkdwn
 from core.chat import ApprovalRequest, PromptRef, ReplyStream
 from core.clock import Clock
 from core.errors import ChannelRefused, DeliveryFailed
+from core.secrets import scrub
 
 
 class SlackHost(Protocol):
@@ -108,7 +109,7 @@ class SlackResponder:
     async def _respond(self, text: str) -> None:
         assert self._response_url is not None
         webhook = AsyncWebhookClient(self._response_url)
-        for piece in split_message(text, LIMIT_BYTES, slack_size):
+        for piece in split_message(scrub(text), LIMIT_BYTES, slack_size):
             response = await webhook.send(text=to_slack_mrkdwn(piece), response_type="in_channel")
             if response.status_code != 200:
                 raise DeliveryFailed(f"response_url answered {response.status_code}")

@@ -10,6 +10,9 @@ sure the final text arrives whatever happened to the intermediate edits: calls f
 final text are retried by `channels.retry.call_with_retry`; an intermediate edit is tried
 once (a later one shows newer text), though a 429 still silences the stream for its
 `retry_after`.
+
+Whatever is posted is first scrubbed of the configured secrets (`core.secrets`), so no
+error text or answer carries a key into a chat.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from core.errors import (
     DeliveryFailed,
 )
 from core.events import LoopEvent, StreamRestarted, TextDelta
+from core.secrets import scrub
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +107,11 @@ class EditBudget:
             self._landed.set()
 
 
+def _pieces(surface: Surface, text: str) -> list[str]:
+    """The messages `text` is posted as on `surface`, with no secret in them."""
+    return split_message(scrub(text), surface.limit, surface.measure)
+
+
 async def _call(
     op: Callable[[], Awaitable[T]], clock: Clock, budget: EditBudget | None, what: str
 ) -> T:
@@ -148,10 +157,7 @@ async def deliver(surface: Surface, text: str, *, clock: Clock | None = None) ->
     if is_silent(text):
         return []
     clock = clock or SystemClock()
-    return [
-        await _post_final(surface, piece, clock, None)
-        for piece in split_message(text, surface.limit, surface.measure)
-    ]
+    return [await _post_final(surface, piece, clock, None) for piece in _pieces(surface, text)]
 
 
 def _may_become_silent(text: str) -> bool:
@@ -250,7 +256,7 @@ class ReplyStreamer:
         text = self._text
         if _may_become_silent(text):
             return
-        pieces = split_message(text, self._surface.limit, self._surface.measure)
+        pieces = _pieces(self._surface, text)
         for i, piece in enumerate(pieces):
             final = i < len(pieces) - 1  # earlier messages are complete
             if i < len(self._ids):
@@ -322,7 +328,7 @@ class ReplyStreamer:
             if is_silent(text):
                 await self._delete_from(0)
                 return
-            pieces = split_message(text, self._surface.limit, self._surface.measure)
+            pieces = _pieces(self._surface, text)
             await self._finish_pieces(pieces)
         finally:
             await self.aclose()

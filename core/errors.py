@@ -26,13 +26,22 @@ ParleyError
 │   └── DeliveryFailed          a message did not reach the chat: refused, or still failing
 │                               after the retries (what a `Responder` raises)
 └── StoreError                  a write to the store failed (its statement, not its batch)
+
+Every message (and a vendor's `code`) is scrubbed of the configured secrets as the error
+is made (`core.secrets`): a provider or platform that echoes a key in its error body
+cannot carry it into a log, the store, a chat or the terminal.
 """
 
 from __future__ import annotations
 
+from core.secrets import scrub
+
 
 class ParleyError(Exception):
     """Base of every error Parley raises on purpose."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(scrub(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(ParleyError):
@@ -61,7 +70,7 @@ class ProviderError(ParleyError):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
-        self.code = code
+        self.code = scrub(code) if code else code
         if retryable is not None:
             self.retryable = retryable
 
@@ -157,7 +166,7 @@ class ChannelRefused(ChannelError):
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
-        self.code = code
+        self.code = scrub(code) if code else code
 
 
 class DeliveryFailed(ChannelError):

@@ -3,7 +3,8 @@
 Every event carries its run id, conversation key and iteration. `RunEvents` is the sink of
 one run: it forwards every loop event to the reply stream and turns the ones worth keeping
 (`Observed`, LLM call latency and usage, tool calls) into events. Tool arguments and
-results are never logged: they may hold secrets.
+results are never logged: they may hold secrets. What is logged is scrubbed of the
+configured secrets (`core.secrets`; the store scrubs its own rows).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from core.events import (
     TokensEstimated,
     ToolFinished,
 )
+from core.secrets import scrub
 from core.store import Store
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ class EventLog:
             record = {"at": round(at, 3), "event": name, "run_id": run_id, "conv": conv}
             record.update(iteration=iteration, **payload)
             try:
-                self._file.write(json.dumps(record, default=str) + "\n")
+                self._file.write(scrub(json.dumps(record, default=str)) + "\n")
             except (OSError, ValueError):  # a full disk must not end the run
                 log.warning("could not write the events log", exc_info=True)
         if self.store is not None:

@@ -1,10 +1,15 @@
-"""Secret redaction (SPEC §13): tool output loses known secret values and common token
-shapes before it is stored, posted or sent to the model; the model is told."""
+"""Secret redaction (SPEC §13): tool output loses known secret values (in any spelling
+`core.secrets.encodings` knows: URL-quoted, base64, JSON-escaped, hex) and common token
+shapes before it is stored, posted or sent to the model; the model is told.
+
+Every other text that leaves the process is scrubbed by `core.secrets` instead."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+
+from core.secrets import MIN_SECRET_LENGTH, encodings, trie_pattern
 
 TOKEN_SHAPES = re.compile(
     "|".join(
@@ -20,15 +25,16 @@ TOKEN_SHAPES = re.compile(
     )
 )
 MASK = "[REDACTED]"
-MIN_SECRET_LENGTH = 8  # shorter values would mask ordinary words
 
 
 class Redactor:
-    """Masks the given secret values and anything shaped like a token."""
+    """Masks the given secret values (and their encodings) and anything shaped like a
+    token. Values shorter than `MIN_SECRET_LENGTH` are left alone (ordinary words)."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        values = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
-        self._values = re.compile("|".join(re.escape(v) for v in values)) if values else None
+        values = {s for s in secrets if len(s) >= MIN_SECRET_LENGTH}
+        spellings = set().union(*(encodings(v) for v in values))
+        self._values = re.compile(trie_pattern(spellings)) if spellings else None
 
     def redact(self, text: str) -> tuple[str, int]:
         """The text with secrets masked, and how many were."""

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
         ("concurrency.py", ["| ratio Parley/raw |", "throughput at 0 ms", "p99 at 200 ms"]),
         ("relay.py", ["| telegram |", "| slack |", "| discord |", "max edits in window"]),
         ("memory.py", ["| SQLite (FTS5) | 200 |", "recall@5", "results from other scopes"]),
+        ("redaction.py", ["| tool output |", "scrub µs per iteration"]),
     ],
 )
 def test_quick_run_prints_the_tables(tmp_path: Path, script: str, expected: list[str]) -> None:

@@ -4,6 +4,9 @@ An error is sorted by its code (or type) first, then by HTTP status, and only th
 message: one table for HTTP error answers and in-stream error events alike. Transport
 failures (timeouts, refused or cut connections, a body that is not an event stream) are
 mapped by `map_transport_errors`, as httpx2 maps httpcore2's.
+
+What the server said is scrubbed of the configured secrets before it is cut to length: a
+gateway that echoes the key in its error body leaves no piece of it behind.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from core.errors import (
     ProviderRateLimited,
     ProviderUnavailable,
 )
+from core.secrets import scrub
 
 CONTEXT_LENGTH_CODES = frozenset({"context_length_exceeded"})
 AUTH_CODES = frozenset({"authentication_error", "permission_error", "invalid_api_key"})
@@ -57,7 +61,10 @@ CONTEXT_LENGTH_MARKERS = (
 def error_from_response(status: int, body: str, headers: httpx2.Headers) -> ProviderError:
     """Map an HTTP error answer to our error tree."""
     return provider_error(
-        f"HTTP {status}", _error_object(body), status=status, retry_after=_retry_after(headers)
+        f"HTTP {status}",
+        _error_object(scrub(body)),
+        status=status,
+        retry_after=_retry_after(headers),
     )
 
 
@@ -69,7 +76,7 @@ def error_from_event(provider: str, error: dict[str, Any]) -> ProviderError:
 
 def malformed_event(provider: str, data: str) -> ProviderUnavailable:
     """An event that is not the JSON it should be: a broken stream, worth a retry."""
-    return ProviderUnavailable(f"{provider} sent a malformed stream event: {data[:200]}")
+    return ProviderUnavailable(f"{provider} sent a malformed stream event: {scrub(data)[:200]}")
 
 
 def provider_error(
@@ -92,14 +99,14 @@ def provider_error(
     code, kind = error.get("code"), error.get("type")
     if isinstance(code, int) and not isinstance(code, bool):
         status, code = status or code, None
-    said = str(error.get("message") or error.get("reason") or kind or error)[:500]
+    said = scrub(str(error.get("message") or error.get("reason") or kind or error))[:500]
     labels = {str(v).lower() for v in (code, kind) if v}
     error_cls = _error_class(labels, status, said)
     text = f"{where}: {said}"
     if isinstance(code, str) and code and code not in said:
         text += f" ({code})"
     if failed := error.get("failed_generation"):
-        text += f"\nfailed_generation: {str(failed)[:300]}"
+        text += f"\nfailed_generation: {scrub(str(failed))[:300]}"
     label = str(code or kind) if code or kind else None
     return error_cls(text, status=status, retry_after=retry_after, code=label)
 

@@ -9,6 +9,10 @@ one is raised by the next `flush()` of the task that owns it (`writes.write_for`
 
 Backends supply `_commit(statements)`: run them in order in one transaction and return the
 failed ones by index (SQLite: one thread hop; PostgreSQL: one pipelined round trip).
+
+Every text a statement writes is scrubbed of the configured secrets as it is queued
+(`core.secrets`): whatever a run, an event or an error carries, no secret reaches the
+database file.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.errors import StoreError
+from core.secrets import SECRETS
 from core.store import writes
 
 log = logging.getLogger(__name__)
@@ -77,6 +82,7 @@ class GroupCommit(abc.ABC):
         self._queue((sql, params), None)
 
     def _queue(self, statement: Statement, done: asyncio.Future[None] | None) -> None:
+        statement = (statement[0], SECRETS.scrub_params(statement[1]))
         self._seq += 1
         self._pending.append((self._seq, statement, done, writes.write_owner()))
         self._wake.set()

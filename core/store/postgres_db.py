@@ -25,6 +25,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from core.errors import ConfigError, StoreError
+from core.secrets import SECRETS
 from core.store.group_commit import GroupCommit, Statement, failed_write, grouped
 
 Connection = AsyncConnection[TupleRow]
@@ -92,6 +93,7 @@ class PostgresDatabase(GroupCommit):
         await self.committed()
         # A caller cancelled meanwhile (a lease renewal given up on) must not cut the
         # statement off mid-transaction: it ends in its own task, and its locks with it.
+        params = SECRETS.scrub_params(params)  # as the queue does
         transaction = asyncio.ensure_future(self._transaction(sql, params))
         self._transactions.add(transaction)
         transaction.add_done_callback(self._transaction_done)

@@ -26,6 +26,7 @@ from typing import Any, Self
 
 import aiosqlite
 
+from core.secrets import SECRETS
 from core.store.group_commit import GroupCommit, Statement, failed_write, grouped
 
 INLINE_STATEMENTS = 64  # a larger batch is committed in the worker thread
@@ -96,10 +97,14 @@ class SqliteDatabase(GroupCommit):
         Raises:
             StoreError: the statement failed.
         """
+
+        def scrubbed() -> Sequence[Any]:  # as the queue does
+            return SECRETS.scrub_params(params())
+
         await self.committed()
         # A caller cancelled meanwhile must not free the writer connection while the
         # thread still uses it: the transaction ends in its own task.
-        transaction = asyncio.ensure_future(self._transaction(sql, params))
+        transaction = asyncio.ensure_future(self._transaction(sql, scrubbed))
         transaction.add_done_callback(lambda t: t.cancelled() or t.exception())
         return await asyncio.shield(transaction)
 

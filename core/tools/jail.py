@@ -18,7 +18,9 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    read-category tool) may write only its scratch dir. From ABI 6
    the tool can neither signal nor reach abstract sockets of processes outside its
    domain (Parley, other tool calls); with `network = false`, TCP bind/connect are
-   denied (ABI 4);
+   denied (ABI 4). Right after `no_new_privs` it installs the seccomp filter of the
+   network mode (core/tools/netguard.py), whose listener, if any, Parley serves while
+   the spawn lasts;
 3. resource limits are lowered (CPU seconds, file size, processes, address space, no
    core file);
 4. the group reaper (core/tools/reaper.py) kills the tool's process group — its PID
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.tools import landlock, pidns
+from core.tools import landlock, netguard, pidns
 from core.tools.roots import config_entries, make_root, reach_notes
 from core.tools.settings import SandboxSettings
 
@@ -193,6 +195,8 @@ class Jail:
         self._denied += self.protected
         self.run_as = _run_as(settings) if self.abi else None
         self._writable = self._check() if self.abi else []
+        user = (self.run_as.uid, self.run_as.gid) if self.run_as else None
+        self.net = netguard.guard_for(settings, self.abi, user)  # the socket rules
         self.pid_namespaces = pidns.probe(os.geteuid()) if self.abi else None
         self._system: list[landlock.Rule] | None = None
         self._rules: dict[bool, list[landlock.Rule]] = {}  # by read_only
@@ -279,9 +283,7 @@ class Jail:
         walls = ["files", self._process_wall()]
         if self.abi >= 6:
             walls.append("signals")
-        network = "network open" if self.settings.network else "network closed (TCP)"
-        if not self.settings.network and self.abi < 4:
-            network = "network open (this kernel cannot close it)"
+        network = netguard.describe(self.settings.network, self.net, self.abi)
         user = f"; tools run as {self.run_as.name}" if self.run_as else ""
         line = f"sandbox: landlock ABI {self.abi} — {', '.join(walls)}; {network}{user}"
         for key, root, path in self.carved:
@@ -340,7 +342,7 @@ class Jail:
             ruleset = landlock.create_ruleset(
                 self.abi,
                 [*self._rule_fds(read_only), (scratch_fd, landlock.READ_WRITE)],
-                network=self.settings.network,
+                handled_net=netguard.handled_net(self.settings.network, self.net),
             )
         finally:
             os.close(scratch_fd)
@@ -349,7 +351,8 @@ class Jail:
             self._limits(),
             self.run_as,
             self.settings.max_processes,
-            self.pid_namespaces,
+            pid_namespaces=self.pid_namespaces,
+            network=self.net,
         )
 
     def _limits(self) -> tuple[tuple[int, int], ...]:
@@ -391,6 +394,8 @@ class Spawn:
     run_as: RunAs | None
     process_budget: int = 0  # processes one call may add (the limit is the count + this)
     pid_namespaces: pidns.PidNamespaces | None = None
+    network: netguard.NetGuard | None = None  # the seccomp socket rules
+    listener: netguard.Listener | None = None  # served while the spawn lasts
 
     def command(self, argv: Sequence[str]) -> list[str]:
         """The argv to launch for `argv`: under the PID namespace's init when there is
@@ -423,6 +428,9 @@ class Spawn:
                     keep = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)
                     landlock.drop_thread_to_user(self.run_as.uid, self.run_as.gid, keep)
                 landlock.set_no_new_privs()
+                if self.network is not None:  # a retried start replaces the first listener
+                    netguard.NetGuard.release(self.listener)
+                    self.listener = self.network.install()
                 landlock.restrict_self(self.ruleset)
                 proc = _launch_counted(launch, nproc)
                 box.append(proc)
@@ -448,6 +456,8 @@ class Spawn:
 
     def close(self) -> None:
         os.close(self.ruleset)
+        netguard.NetGuard.release(self.listener)
+        self.listener = None
 
 
 _NPROC_LOCK = threading.Lock()

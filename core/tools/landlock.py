@@ -148,20 +148,21 @@ class Rule:
     rights: int
 
 
-def create_ruleset(abi: int, rules: Iterable[tuple[int, int]], *, network: bool) -> int:
+def create_ruleset(abi: int, rules: Iterable[tuple[int, int]], *, handled_net: int = 0) -> int:
     """A ruleset fd (close-on-exec) handling every right this ABI knows.
 
     Args:
         abi: the kernel's ABI version (>= 1).
         rules: (O_PATH fd, rights) pairs; rights outside the ABI are dropped.
-        network: False handles TCP bind and connect with no rule, so both are denied.
+        handled_net: network rights (NET_BIND_TCP, NET_CONNECT_TCP) to handle with no
+            rule, so denied (ABI 4+).
     """
     handled = fs_rights(abi)
     attr = _RulesetAttr(handled, 0, 0)
     size = 8
     if abi >= 4:
         size = 16
-        attr.handled_access_net = 0 if network else NET_BIND_TCP | NET_CONNECT_TCP
+        attr.handled_access_net = handled_net
     if abi >= 6:
         size = 24
         attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL

@@ -59,7 +59,16 @@ class SandboxSettings(BaseModel):
         description="Kernel sandbox for tool processes: `auto` uses Landlock where the kernel "
         "has it (and says loudly when not), `required` refuses to start without it.",
     )
-    network: bool = Field(default=True, description="False: tools cannot open TCP connections.")
+    network: bool | Literal["public"] = Field(
+        default=True,
+        description='True: open; False: no socket but a unix socketpair; "public": the '
+        "internet only, not loopback, private or link-local addresses.",
+    )
+    unix_sockets: list[Path] = Field(
+        default_factory=list,
+        description="Pathname unix sockets tools may connect to (absolute paths); "
+        "every other unix socket is refused.",
+    )
     run_as: str = Field(
         default="nobody",
         description="When Parley runs as root, tools run as this unprivileged user; empty: root.",

@@ -26,9 +26,11 @@ failures and authentication failures do not consume a scripted reply.
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import json
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +43,8 @@ __all__ = ["Api", "FakeLLM", "Fault", "RecordedRequest", "Reply", "ToolCallSpec"
 Api = Literal["chat", "responses", "anthropic"]
 
 SCRIPT_EXHAUSTED = "fake LLM: script exhausted"
+ECHO = " (received: {header}; key: {quoted}; line: {line_b64}; headers: {headers_json})"
+"""What `Fault.echo_key` appends to the error message."""
 
 
 @dataclass
@@ -82,6 +86,10 @@ class Fault:
       "sequence_number"}``, Anthropic ``{"type": "error", "error": {...}}``; ``"data"`` a
       plain ``data: {"error": {...}}`` chunk (Chat; Groq, OpenRouter); ``"failed"`` a
       Responses ``response.failed`` event with ``response.error = {code, message}``.
+    * ``echo_key``: with ``status``, the error message goes on to echo the credential the
+      request carried, as a careless gateway does: ``message + ECHO.format(...)``, i.e.
+      the ``Authorization`` (or ``x-api-key``) header as sent, the bare key URL-quoted,
+      the header line base64-encoded and the headers as a JSON object.
     """
 
     status: int | None = None
@@ -91,6 +99,7 @@ class Fault:
     body: dict[str, Any] | None = None
     stream_error: dict[str, Any] | None = None
     stream_error_as: Literal["event", "data", "failed"] = "event"
+    echo_key: bool = False
 
 
 @dataclass
@@ -397,7 +406,8 @@ class FakeLLM:
             extra = {}
             if fault.retry_after is not None:
                 extra["Retry-After"] = _format_seconds(fault.retry_after)
-            return self._error(api, fault.status, fault.message, extra, fault.body)
+            message = fault.message + (_echo(api, headers) if fault.echo_key else "")
+            return self._error(api, fault.status, message, extra, fault.body)
 
         if api == "chat":
             events = list(self._chat_events(body, reply, len(raw)))
@@ -849,6 +859,20 @@ class FakeLLM:
             },
         )
         yield _event("message_stop", {"type": "message_stop"})
+
+
+def _echo(api: Api, headers: dict[str, str]) -> str:
+    """`ECHO` for the credential in `headers` (see `Fault.echo_key`)."""
+    name = "x-api-key" if api == "anthropic" else "authorization"
+    header = headers.get(name, "")
+    key = header.removeprefix("Bearer ")
+    line = f"{name}: {header}".encode()
+    return ECHO.format(
+        header=header,
+        quoted=urllib.parse.quote(key, safe=""),
+        line_b64=base64.b64encode(line).decode(),
+        headers_json=json.dumps({name: header}),
+    )
 
 
 def _server_tool_result(name: str, call_id: str) -> dict[str, Any]:
