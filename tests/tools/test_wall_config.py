@@ -183,6 +183,57 @@ async def test_a_tools_file_behind_a_symlink_keeps_both(tmp_path: Path) -> None:
     jail.close()
 
 
+_CONFIG_AS_USER = r"""
+import asyncio, os, sys
+from pathlib import Path
+from bot.app import build_jail
+from bot.config import load_config
+from core.tools.base import ToolContext
+from core.tools.sandbox import run_in_workspace
+
+uid, path, command = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+os.setgroups([])
+os.setresgid(uid, uid, uid)
+os.setresuid(uid, uid, uid)
+jail = build_jail(load_config(path))
+ctx = ToolContext(jail.settings, jail=jail)
+print(asyncio.run(run_in_workspace(["bash", "-c", command], ctx, timeout=20)).text)
+"""
+
+
+async def test_an_ordinary_users_tools_cannot_change_the_files_they_own(
+    open_base: Path,
+) -> None:
+    # An ordinary user's Parley gives its tools its own uid: they own config.toml, so
+    # only the kernel's rules stand between them and it.
+    if os.geteuid() != 0:
+        pytest.skip("becoming an ordinary user needs root")
+    try:
+        user = pwd.getpwnam("parleytest")
+    except KeyError:
+        pytest.skip("no user `parleytest`")
+    ws, state = open_base / "ws", open_base / "state"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "config.toml").write_text(config_text(ws, state))
+    (ws / "tools.yaml").write_text(TOOLS_YAML)
+    for path in (open_base, ws, ws / "sub", ws / "config.toml", ws / "tools.yaml"):
+        os.chown(path, user.pw_uid, user.pw_gid)
+    attacks = (
+        f"echo '{EVIL}' >> config.toml; sed -i 's/auto/off/' config.toml; chmod 600 config.toml;"
+        "mv config.toml sub/; cp tools.yaml sub/t && mv -f sub/t tools.yaml;"
+        f"printf '%s\\n' '{EVIL}' > sub/e.toml && ln -sf sub/e.toml config.toml; echo finished"
+    )
+    env = {"PATH": os.environ["PATH"], "TMPDIR": str(open_base), "PYTHONPATH": str(REPO)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _CONFIG_AS_USER, str(user.pw_uid), str(ws / "config.toml"),
+        attacks, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
+        cwd=REPO,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert "finished" in out.decode(), out.decode()
+    assert_original(ws)
+
+
 def test_start_up_says_the_configuration_is_read_only_in_the_workspace(
     layout: tuple[Path, Jail],
 ) -> None:
