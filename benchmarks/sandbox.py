@@ -6,10 +6,13 @@ all alike: a `bash` call (`bash -c true`) through the real `BashTool`, and a too
 CLI tool (`true`) through the real executor. Then what the connect supervisor adds to
 one connect: a bash call making 50 TCP connects to a loopback listener, with
 `network = true` (connect is the kernel's) and with a unix socket listed (every connect
-is checked and made by the supervisor). Medians of `--calls` calls per round, over
-`--rounds` rounds.
+is checked and made by the supervisor). The column "no PID namespace" is `network =
+true` without the per-call PID namespace: the difference is that namespace's cost. Medians
+of `--calls` calls per round, over `--rounds` rounds.
 
     .venv/bin/python benchmarks/sandbox.py
+    .venv/bin/python benchmarks/sandbox.py --user parleytest  # as root: an ordinary user's
+        Parley (a user + PID namespace through util-linux unshare)
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import pwd
 import statistics
 import tempfile
 import time
@@ -29,12 +34,14 @@ from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import BashTool
 from core.tools.cli import CliTool, CliToolSpec
 from core.tools.executor import ToolExecutor
+from core.tools.jail import Jail
 from core.tools.policy import ToolPolicy
 from core.tools.sandbox import jail_of
 from core.tools.settings import SandboxSettings
 
 MODES: dict[str, dict[str, Any]] = {
     "unconfined": {"sandbox": "off"},
+    "no PID namespace": {},
     "network = true": {},
     "network = false": {"network": False},
     'network = "public"': {"network": "public"},
@@ -47,7 +54,11 @@ def _executor(root: Path, name: str, **settings: Any) -> ToolExecutor:
     cli = CliTool(
         CliToolSpec(name="noop", description="Does nothing.", category="read", cmd="true"), {}
     )
-    ctx = ToolContext(sandbox, scratch=root / f"scratch-{len(name)}-{abs(hash(name))}")
+    jail = Jail(sandbox)
+    if name == "no PID namespace":  # the sandbox as it was before each call had one
+        jail.pid_namespaces = None
+    scratch = root / f"scratch-{len(name)}-{abs(hash(name))}"
+    ctx = ToolContext(sandbox, jail=jail, scratch=scratch)
     return ToolExecutor(ToolRegistry([BashTool(), cli]), ToolPolicy(), ctx)
 
 
@@ -108,6 +119,7 @@ async def _per_connect(root: Path, calls: int, rounds: int) -> None:
 
 async def main(calls: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)  # the tools' user must reach the workspace
         await _per_call(Path(tmp), calls, rounds)
         await _per_connect(Path(tmp), calls, rounds)
 
@@ -116,5 +128,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--user", help="(as root) measure as this user's Parley")
     args = parser.parse_args()
+    if args.user:  # every module is imported by now: drop to the user, as a probe would
+        entry = pwd.getpwnam(args.user)
+        tempfile.tempdir = tempfile.mkdtemp(prefix="parley-bench-")
+        os.chmod(tempfile.tempdir, 0o777)
+        os.environ.update(HOME=entry.pw_dir, TMPDIR=tempfile.tempdir)
+        os.setgroups([])
+        os.setresgid(entry.pw_gid, entry.pw_gid, entry.pw_gid)
+        os.setresuid(entry.pw_uid, entry.pw_uid, entry.pw_uid)
     asyncio.run(main(args.calls, args.rounds))

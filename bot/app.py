@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from bot.config import ParleyConfig
@@ -105,8 +107,20 @@ async def open_configured_store(config: StoreConfig, environ: Mapping[str, str])
     return await open_store(config.target(), password=config.password(environ))
 
 
+def config_files(config: ParleyConfig) -> list[Path]:
+    """Every file Parley reads to decide what it tells the model or what tools may do:
+    tools can read them and never change, replace or create them (see `Jail`)."""
+    files = [] if config.source is None else [config.source]
+    if config.tools_path() is not None:  # protected when missing too: creating it adds tools
+        # as written, not resolved: a symlink on the way must not be replaced either
+        base = config.source.parent if config.source else Path.cwd()
+        files.append(base / os.path.expanduser(config.tools.tools_file or ""))
+    return files
+
+
 def build_jail(config: ParleyConfig) -> Jail:
-    """The kernel sandbox for this configuration; Parley's own data stays out of reach.
+    """The kernel sandbox for this configuration; Parley's own data stays out of reach
+    and its configuration read-only.
 
     Raises:
         ConfigError: see `Jail`.
@@ -116,7 +130,7 @@ def build_jail(config: ParleyConfig) -> Jail:
     events = config.store.resolved_events()
     if events is not None:
         protected.append(events)
-    return Jail(config.tools, protected)
+    return Jail(config.tools, protected, config_files(config))
 
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal"}

@@ -83,6 +83,22 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in {"Z", "X"}
 
 
+def pids_running(*argv: str) -> list[int]:
+    """Live processes whose command line is exactly `argv`, as the host sees them (a tool
+    in a PID namespace cannot tell its own pids: `$$` and `$!` are the namespace's)."""
+    wanted = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                cmdline = Path(entry.path, "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmdline == wanted and alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
 def wait_dead(pids: list[int], within: float = 2.0) -> list[int]:
     deadline = time.monotonic() + within
     while (living := [p for p in pids if alive(p)]) and time.monotonic() < deadline:

@@ -185,7 +185,10 @@ class CliTool(Tool):
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         argv = self.argv(args)
         timeout = self.call_timeout(args, ctx.sandbox)
-        return await run_in_workspace(argv, ctx, timeout=timeout, env=self.env)
+        # A read tool always runs (cron jobs included): the kernel holds it to reading,
+        # whatever the program does (a planted `gpg.program` under `git log`).
+        read_only = self.category == "read"
+        return await run_in_workspace(argv, ctx, timeout=timeout, env=self.env, read_only=read_only)
 
 
 # --- loading -------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 A `Jail` is built once per configuration. For each spawn it makes a Landlock ruleset in
 Parley's process and starts the child from a throwaway thread that (see `Spawn`):
 
+0. makes the child the first process of a PID namespace of its own (core/tools/pidns.py),
+   so that every process it leads to dies with it, wherever it moved in the tree;
 1. when Parley runs as root, becomes the unprivileged `run_as` user, keeping only the
    DAC-override capabilities as ambient ones (so the workspace stays usable while
    Landlock decides what is reachable) — with no CAP_SYS_PTRACE and another uid, the
@@ -11,7 +13,9 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
 2. sets `no_new_privs` and enforces the ruleset: read-write beneath the workspace,
    `allowed_paths` and a per-run scratch dir; read + execute beneath the system dirs
    (with denied paths carved out); `/dev/null`, `/dev/zero`, `/dev/urandom`; nothing
-   else — not `$HOME`, not `/proc`, not Parley's store, events or artifacts. From ABI 6
+   else — not `$HOME`, not `/proc`, not Parley's store, events or artifacts. Parley's
+   configuration files stay read-only wherever they are, and a read-only spawn (a
+   read-category tool) may write only its scratch dir. From ABI 6
    the tool can neither signal nor reach abstract sockets of processes outside its
    domain (Parley, other tool calls); with `network = false`, TCP bind/connect are
    denied (ABI 4). Right after `no_new_privs` it installs the seccomp filter of the
@@ -19,8 +23,8 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    the spawn lasts;
 3. resource limits are lowered (CPU seconds, file size, processes, address space, no
    core file);
-4. the group reaper (core/tools/reaper.py) kills the tool's process group if Parley
-   dies.
+4. the group reaper (core/tools/reaper.py) kills the tool's process group — its PID
+   namespace's first process among them — if Parley dies.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.tools import landlock, netguard
+from core.tools import landlock, netguard, pidns
+from core.tools.roots import config_entries, make_root, reach_notes
 from core.tools.settings import SandboxSettings
 
 SYSTEM_ROOTS = (
@@ -62,15 +67,19 @@ def _resolved(path: Path | str) -> Path:
     return Path(os.path.expanduser(path)).resolve()
 
 
-def _carve(root: Path, denied: Sequence[Path], rights: int) -> list[landlock.Rule]:
-    """Rules granting `rights` beneath `root` except beneath any denied path: the root
-    itself when nothing denied lies inside it, else its other entries, recursively. A
-    directory on the way to a denied path may only be listed (a right on a directory
-    reaches everything beneath it, the denied path included), so nothing new can be
-    created directly in it."""
+def _carve(
+    root: Path, denied: Sequence[Path], rights: int, frozen: Sequence[Path] = ()
+) -> list[landlock.Rule]:
+    """Rules granting `rights` beneath `root` except beneath any denied path (nothing)
+    and any frozen one (read-only): the root itself when none lies inside it, else its
+    other entries, recursively. A directory on the way to one may only be listed (a
+    right on a directory reaches everything beneath it), so nothing can be created in,
+    removed from or renamed into it: a frozen file cannot be replaced either."""
     if any(_is_under(root, d) for d in denied):
         return []
-    inside = [d for d in denied if _is_under(d, root)]
+    if any(_is_under(root, f) for f in frozen):
+        return [landlock.Rule(root, rights & landlock.READ_ONLY)]
+    inside = [p for p in (*denied, *frozen) if _is_under(p, root)]
     if not inside:
         return [landlock.Rule(root, rights)]
     rules = [landlock.Rule(root, landlock.READ_DIR)]
@@ -78,23 +87,30 @@ def _carve(root: Path, denied: Sequence[Path], rights: int) -> list[landlock.Rul
         for entry in sorted(entries, key=lambda e: e.name):
             path = Path(entry.path)
             if entry.is_symlink():
-                rules += _symlink_target(path, denied, rights)
+                rules += _symlink_target(path, denied, rights, frozen)
             elif entry.is_dir(follow_symlinks=False):
-                rules += _carve(path, denied, rights)
+                rules += _carve(path, denied, rights, frozen)
             elif not any(_is_under(path, d) for d in denied):
-                rules.append(landlock.Rule(path, rights & landlock.FILE_RIGHTS))
+                read_only = any(_is_under(path, f) for f in frozen)
+                granted = rights & landlock.READ_ONLY if read_only else rights
+                rules.append(landlock.Rule(path, granted & landlock.FILE_RIGHTS))
     return rules
 
 
-def _symlink_target(link: Path, denied: Sequence[Path], rights: int) -> list[landlock.Rule]:
+def _symlink_target(
+    link: Path, denied: Sequence[Path], rights: int, frozen: Sequence[Path] = ()
+) -> list[landlock.Rule]:
     # Landlock sees the target, not the link. A file target is granted unless it is
-    # denied or lives in /proc or /sys (e.g. /etc/resolv.conf -> /run/...); a directory
-    # target is not (it may be anything) unless another rule already covers it.
+    # denied or lives in /proc or /sys (e.g. /etc/resolv.conf -> /run/...), read-only
+    # when frozen; a directory target is not (it may be anything) unless another rule
+    # already covers it.
     target = link.resolve()
     if not target.is_file() or any(_is_under(target, d) for d in denied):
         return []
     if any(_is_under(target, Path(p)) for p in _NEVER_FOLLOW):
         return []
+    if any(_is_under(target, f) for f in frozen):
+        rights &= landlock.READ_ONLY
     return [landlock.Rule(target, rights & landlock.FILE_RIGHTS)]
 
 
@@ -152,7 +168,12 @@ class Jail:
             inside a denied path or Parley's own data; an unknown `run_as` user.
     """
 
-    def __init__(self, settings: SandboxSettings, protected: Iterable[Path] = ()) -> None:
+    def __init__(
+        self,
+        settings: SandboxSettings,
+        protected: Iterable[Path] = (),
+        config_files: Iterable[Path] = (),
+    ) -> None:
         self.settings = settings
         self.abi = 0 if settings.sandbox == "off" else landlock.abi_version()
         if settings.sandbox == "required" and self.abi == 0:
@@ -163,16 +184,23 @@ class Jail:
                 'use a kernel with Landlock, or set sandbox = "auto" to run tools unconfined',
             )
         self.protected = [_resolved(p) for p in (settings.artifacts_dir, *protected)]
+        # Parley's configuration: every entry it goes through to read each file (links
+        # included) stays as it is, readable and never writable, wherever it lives.
+        self.config_paths = [entry for f in config_files for entry in config_entries(f)]
         self.carved: list[tuple[str, Path, Path]] = []
+        self.frozen_in: list[tuple[str, Path, Path]] = []  # config entries inside a root
+        self.notes: list[str] = []
         # resolved once: the start-up checks and the plan at the first spawn see the same
         self._denied = [_resolved(d) for d in settings.denied_paths] if self.abi else []
         self._denied += self.protected
-        self._writable = self._check() if self.abi else []
-        self._rules: list[landlock.Rule] | None = None if self.abi else []
         self.run_as = _run_as(settings) if self.abi else None
+        self._writable = self._check() if self.abi else []
         user = (self.run_as.uid, self.run_as.gid) if self.run_as else None
         self.net = netguard.guard_for(settings, self.abi, user)  # the socket rules
-        self._fds: list[tuple[int, int]] | None = None
+        self.pid_namespaces = pidns.probe(os.geteuid()) if self.abi else None
+        self._system: list[landlock.Rule] | None = None
+        self._rules: dict[bool, list[landlock.Rule]] = {}  # by read_only
+        self._fds: dict[bool, list[tuple[int, int]]] = {}
         self._tasks = (0, 0.0)  # (count, when)
 
     @property
@@ -180,46 +208,67 @@ class Jail:
         return self.abi > 0
 
     def _check(self) -> list[Path]:
-        """The writable roots, made if missing; raises when one lies in a denied path."""
-        settings, denied = self.settings, self._denied
+        """The writable roots, made if missing; raises when one lies in a denied path or
+        in Parley's configuration."""
+        settings, denied, frozen = self.settings, self._denied, self.config_paths
         writable = [("tools.workspace", settings.resolved_workspace())] + [
             ("tools.allowed_paths", _resolved(p)) for p in settings.allowed_paths
         ]
-        self.carved = []
+        self.carved, self.frozen_in = [], []
         for key, root in writable:
-            for path in denied:
+            for path in (*denied, *frozen):
                 if _is_under(root, path):
-                    what = "Parley's own data" if path in self.protected else "tools.denied_paths"
-                    raise ConfigError(
-                        key,
-                        f"{root} lies inside {path} ({what}); a tool could never use it",
-                        "move the root out of it, or remove the denied path",
+                    what = (
+                        "Parley's configuration" if path in frozen
+                        else "Parley's own data" if path in self.protected
+                        else "tools.denied_paths"
+                    )  # fmt: skip
+                    fix = "move the root out of it" + (
+                        "" if path in frozen else ", or remove the denied path"
                     )
-                if _is_under(path, root):
-                    self.carved.append((key, root, path))
-        for _, root in writable:
-            root.mkdir(parents=True, exist_ok=True)
+                    raise ConfigError(
+                        key, f"{root} lies inside {path} ({what}); a tool could never use it", fix
+                    )
+            self.carved += [(key, root, p) for p in denied if _is_under(p, root)]
+            self.frozen_in += [(key, root, p) for p in frozen if _is_under(p, root)]
+        owner = (self.run_as.uid, self.run_as.gid) if self.run_as else None
+        self.notes = [
+            f"{path} has {links} hard links: a tool may write it through another name "
+            "inside a writable root; remove the others"
+            for path in frozen
+            if path.is_file() and not path.is_symlink() and (links := path.stat().st_nlink) > 1
+        ]
+        for key, root in writable:
+            make_root(root, owner)
+            if owner is not None:
+                self.notes += reach_notes(key, root, *owner)
         return [root for _, root in writable]
 
     @property
     def rules(self) -> list[landlock.Rule]:
         """What the ruleset grants, planned at the first spawn (the system roots' walk
         costs ~10 ms: a one-shot turn that spawns nothing does not pay it)."""
-        if self._rules is None:
-            self._rules = self._plan()
-        return self._rules
+        return self._plan(read_only=False)
 
-    def _plan(self) -> list[landlock.Rule]:
-        rules: list[landlock.Rule] = []
-        readable = [Path(p) for p in SYSTEM_ROOTS] + [
-            _resolved(p) for p in self.settings.read_only_paths
-        ]
-        for root in readable:
-            if root.exists():
-                rules += _carve(root.resolve(), self._denied, landlock.READ_ONLY)
+    def _plan(self, *, read_only: bool) -> list[landlock.Rule]:
+        """The rules of a spawn; `read_only`: the writable roots may only be read."""
+        if read_only in self._rules:
+            return self._rules[read_only]
+        if self._system is None:
+            readable = [Path(p) for p in SYSTEM_ROOTS] + [
+                _resolved(p) for p in self.settings.read_only_paths
+            ]
+            system: list[landlock.Rule] = []
+            for root in readable:
+                if root.exists():
+                    system += _carve(root.resolve(), self._denied, landlock.READ_ONLY)
+            system += [landlock.Rule(Path(d), DEVICE_RIGHTS) for d in DEVICES if Path(d).exists()]
+            self._system = system
+        rights = landlock.READ_ONLY if read_only else landlock.READ_WRITE
+        rules = list(self._system)
         for root in self._writable:
-            rules += _carve(root, self._denied, landlock.READ_WRITE)
-        rules += [landlock.Rule(Path(d), DEVICE_RIGHTS) for d in DEVICES if Path(d).exists()]
+            rules += _carve(root, self._denied, rights, self.config_paths)
+        self._rules[read_only] = rules
         return rules
 
     def describe(self) -> str:
@@ -231,7 +280,7 @@ class Jail:
                 "sandbox: NOT ENFORCED — this kernel has no Landlock; tools run unconfined "
                 '(set tools.sandbox = "required" to refuse to start instead)'
             )
-        walls = ["files", "processes"]
+        walls = ["files", self._process_wall()]
         if self.abi >= 6:
             walls.append("signals")
         network = netguard.describe(self.settings.network, self.net, self.abi)
@@ -242,19 +291,31 @@ class Jail:
                 f"\n  note: {path} is denied inside {key} {root}: tools cannot create new "
                 "entries in the directories leading to it"
             )
-        return line
+        for key, root, path in self.frozen_in:
+            line += (
+                f"\n  note: {path} (Parley's configuration) is read-only inside {key} "
+                f"{root}: tools cannot create or remove entries in the directories leading to it"
+            )
+        return line + "".join(f"\n  note: {note}" for note in self.notes)
 
-    def _rule_fds(self) -> list[tuple[int, int]]:
-        if self._fds is None:
+    def _process_wall(self) -> str:
+        ns = self.pid_namespaces
+        if ns is None or ns.how is None:
+            detail = ns.detail if ns is not None else "no PID namespace"
+            return f"processes (killed by process group only: {detail})"
+        return f"processes ({ns.detail})"
+
+    def _rule_fds(self, read_only: bool = False) -> list[tuple[int, int]]:
+        if read_only not in self._fds:
             fds = []
-            for rule in self.rules:
+            for rule in self._plan(read_only=read_only):
                 try:
                     fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC)
                 except OSError:
                     continue  # vanished since the plan; nothing to grant
                 fds.append((fd, rule.rights))
-            self._fds = fds
-        return self._fds
+            self._fds[read_only] = fds
+        return self._fds[read_only]
 
     def _process_limit(self) -> int:
         uid = self.run_as.uid if self.run_as else os.getuid()
@@ -265,22 +326,33 @@ class Jail:
             self._tasks = (count, now)
         return count + self.settings.max_processes
 
-    def prepare(self, scratch: Path) -> Spawn | None:
-        """What one spawn needs: the ruleset (scratch dir writable), limits and user;
-        None when nothing is enforced. Close the result after the spawn."""
+    def prepare(self, scratch: Path, *, read_only: bool = False) -> Spawn | None:
+        """What one spawn needs: the ruleset (scratch dir writable), limits, user and PID
+        namespace; None when nothing is enforced. Close the result after the spawn.
+
+        Args:
+            scratch: the spawn's own directory, always writable.
+            read_only: the tool may write nowhere but `scratch` (read-category tools:
+                the workspace and `allowed_paths` become read-only).
+        """
         if not self.enforced:
             return None
         scratch_fd = os.open(scratch, os.O_PATH | os.O_CLOEXEC)
         try:
             ruleset = landlock.create_ruleset(
                 self.abi,
-                [*self._rule_fds(), (scratch_fd, landlock.READ_WRITE)],
+                [*self._rule_fds(read_only), (scratch_fd, landlock.READ_WRITE)],
                 handled_net=netguard.handled_net(self.settings.network, self.net),
             )
         finally:
             os.close(scratch_fd)
         return Spawn(
-            ruleset, self._limits(), self.run_as, self.settings.max_processes, network=self.net
+            ruleset,
+            self._limits(),
+            self.run_as,
+            self.settings.max_processes,
+            pid_namespaces=self.pid_namespaces,
+            network=self.net,
         )
 
     def _limits(self) -> tuple[tuple[int, int], ...]:
@@ -297,14 +369,15 @@ class Jail:
         )
 
     def close(self) -> None:
-        for fd, _ in self._fds or ():
-            os.close(fd)
-        self._fds = None
+        for fds in self._fds.values():
+            for fd, _ in fds:
+                os.close(fd)
+        self._fds = {}
 
 
 @dataclass(slots=True)
 class Spawn:
-    """One spawn's ruleset, limits and user.
+    """One spawn's ruleset, limits, user and PID namespace.
 
     The sandbox is entered by a throwaway thread, not by the child: Landlock,
     `no_new_privs`, capabilities and (through raw syscalls) the uid are per-thread, and
@@ -312,15 +385,23 @@ class Spawn:
     vfork and no Python code between fork and exec (a `preexec_fn` forces a full fork,
     which costs ~4 ms in a process of Parley's size). Resource limits are per-process:
     the same thread lowers them on the child right after exec, before the child's own
-    start-up (a shell's takes far longer) lets it fork.
+    start-up (a shell's takes far longer) lets it fork. A PID namespace made by the
+    thread (root) is made first: it needs CAP_SYS_ADMIN, which the uid drop takes away.
     """
 
     ruleset: int
     limits: tuple[tuple[int, int], ...]
     run_as: RunAs | None
     process_budget: int = 0  # processes one call may add (the limit is the count + this)
+    pid_namespaces: pidns.PidNamespaces | None = None
     network: netguard.NetGuard | None = None  # the seccomp socket rules
     listener: netguard.Listener | None = None  # served while the spawn lasts
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """The argv to launch for `argv`: under the PID namespace's init when there is
+        one."""
+        ns = self.pid_namespaces
+        return ns.command(argv, self.limits) if ns is not None else list(argv)
 
     def start(self, launch: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
         """Run `launch` in a thread confined by this spawn; return its process."""
@@ -341,6 +422,8 @@ class Spawn:
 
         def confined() -> None:
             try:
+                if self.pid_namespaces is not None and self.pid_namespaces.in_thread:
+                    landlock.unshare_pid_namespace()  # the child is PID 1 of its own
                 if self.run_as is not None:
                     keep = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)
                     landlock.drop_thread_to_user(self.run_as.uid, self.run_as.gid, keep)

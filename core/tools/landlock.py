@@ -79,6 +79,7 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_RAISE = 2
 CAP_DAC_OVERRIDE = 1
 CAP_DAC_READ_SEARCH = 2
+CLONE_NEWPID = 0x20000000
 _CAPABILITY_VERSION_3 = 0x20080522
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -190,6 +191,13 @@ def restrict_self(ruleset: int) -> None:
 
 def prctl(option: int, arg: int = 0) -> None:
     _check(_prctl(option, arg, 0, 0, 0), f"prctl({option})")
+
+
+def unshare_pid_namespace() -> None:
+    """Make the calling thread's next child the first process (PID 1) of a new PID
+    namespace. Per-thread, so allowed in a multithreaded process (unlike a new user
+    namespace); needs CAP_SYS_ADMIN."""
+    _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
 
 
 def set_no_new_privs() -> None:

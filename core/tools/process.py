@@ -1,6 +1,7 @@
 """A subprocess runner that owns its whole process group (SPEC §4, §13): stdin closed,
 output capped per stream, the group killed on timeout, on cancellation and, through the
-reaper, if Parley dies."""
+reaper, if Parley dies. Inside the sandbox the group's leader is also the first process
+of the call's PID namespace, so the kill reaches processes that left the group."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import time
@@ -120,12 +122,28 @@ def _artifact_base(artifacts_dir: Path) -> Path:
     return artifacts_dir / f"{stamp}-{secrets.token_hex(4)}"
 
 
+def _check_program(name: str, cwd: Path, env: Mapping[str, str]) -> None:
+    """Raise ToolError when no `name` exists where exec would look for it (the PATH of
+    `env`; a name with a slash: from `cwd`): under a PID namespace's init a missing
+    program would otherwise be only the init's exit status 127."""
+    if "/" in name:
+        found = os.path.exists(cwd / name)
+    else:
+        found = shutil.which(name, path=env.get("PATH", os.defpath)) is not None
+    if not found:
+        raise ToolError(f"cannot start `{name}`: No such file or directory")
+
+
 def _launch(
     argv: Sequence[str], cwd: Path, env: Mapping[str, str], spawn: Spawn | None
 ) -> subprocess.Popen[bytes]:
+    if spawn is not None:
+        _check_program(argv[0], cwd, env)
+    command = list(argv) if spawn is None else spawn.command(argv)
+
     def launch() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            list(argv),
+            command,
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,

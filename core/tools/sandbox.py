@@ -80,9 +80,11 @@ async def run_in_workspace(
     *,
     timeout: float,  # noqa: ASYNC109 - the process group's deadline, enforced by run_process
     env: Mapping[str, str] | None = None,
+    read_only: bool = False,
 ) -> ToolResult:
     """Run `argv` in the workspace inside the kernel sandbox; the observation for the
-    model. `env`: the tool's own extra variables."""
+    model. `env`: the tool's own extra variables; `read_only`: it may write nowhere but
+    its scratch dir (a read-category tool)."""
     sandbox = ctx.sandbox
     workspace = sandbox.resolved_workspace()
     workspace.mkdir(parents=True, exist_ok=True)
@@ -92,7 +94,7 @@ async def run_in_workspace(
         variables["TMPDIR"] = str(scratch)
         if jail.enforced:  # the real home is out of reach; give tools one they can use
             variables["HOME"] = str(scratch)
-        spawn = jail.prepare(scratch)
+        spawn = jail.prepare(scratch, read_only=read_only)
         try:
             result = await run_process(
                 argv,

@@ -33,9 +33,10 @@ class SandboxSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    workspace: Path = Field(
-        default=Path("~/.parley/workspace"),
-        description="Working directory of `bash` and the default root for file tools.",
+    workspace: Path | None = Field(
+        default=None,
+        description="Working directory of `bash` and the default root for file tools; "
+        "unset: `default_workspace()`.",
     )
     allowed_paths: list[Path] = Field(
         default_factory=list,
@@ -88,7 +89,17 @@ class SandboxSettings(BaseModel):
     def resolved_workspace(self) -> Path:
         """The workspace, symlinks resolved once per configuration (as the path rules
         are): the system prompt names it every turn, and resolving took ~9 lstat calls."""
-        return self._resolved("workspace", self.workspace)
+        return self._resolved("workspace", self.workspace or self.default_workspace())
+
+    def default_workspace(self) -> Path:
+        """`~/.parley/workspace`; for a root Parley whose tools run as another user,
+        `$STATE_DIRECTORY/workspace` (systemd's StateDirectory=) or
+        `/var/lib/parley/workspace`: that user cannot reach into root's home (0700), and
+        programs such as git, which check every parent of their directory, fail there."""
+        if os.geteuid() == 0 and self.run_as:
+            state = os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/parley"
+            return Path(state) / "workspace"
+        return Path("~/.parley/workspace")
 
     def resolved_artifacts(self) -> Path:
         return self._resolved("artifacts", self.artifacts_dir)

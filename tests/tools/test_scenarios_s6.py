@@ -3,10 +3,10 @@ assertions are on the tool-result message the LLM would receive."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ from core.tools.executor import ToolExecutor
 from core.tools.gitenv import GIT_ENV
 from core.tools.policy import ToolPolicy
 from core.tools.settings import SandboxSettings
-from tests.helpers import wait_dead
+from tests.helpers import pids_running, wait_dead
 
 
 @pytest.fixture
@@ -104,14 +104,14 @@ async def test_s6_3_output_over_cap_is_cut_and_kept_as_artifact(
 
 
 async def test_s6_4_timeout_kills_process_group(settings: SandboxSettings) -> None:
-    command = "sleep 30 & echo $! > child.pid; echo $$ > parent.pid; sleep 30"
-    started = time.monotonic()
-    result = await call(executor_for(settings), "bash", command=command, timeout=0.5)
-    assert time.monotonic() - started < 3
+    command = "sleep 30.1 & sleep 30.2"  # found by their command lines: `$!` is the namespace's
+    task = asyncio.create_task(call(executor_for(settings), "bash", command=command, timeout=0.5))
+    async with asyncio.timeout(5):
+        while len(pids := pids_running("sleep", "30.1") + pids_running("sleep", "30.2")) < 2:
+            await asyncio.sleep(0.02)
+    result = await task
     assert result.is_error
     assert "timed out; the process group was killed after 0.5s" in result.content
-    workspace = settings.resolved_workspace()
-    pids = [int((workspace / f).read_text()) for f in ("child.pid", "parent.pid")]
     assert wait_dead(pids) == []
 
 

@@ -29,6 +29,7 @@ from core.tools.sandbox import run_in_workspace
 from core.tools.settings import SandboxSettings
 from tests.agentkit import running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+from tests.helpers import pids_running
 from tests.process import REPO, child_env, start_parley, write_config
 
 
@@ -250,7 +251,9 @@ async def test_a_tool_gets_none_of_parleys_variables_from_proc(user: str) -> Non
 async def test_kill_9_of_parley_leaves_no_tool_process(fake_llm: FakeLLM, tmp_path: Path) -> None:
     config = write_config(tmp_path)
     (tmp_path / "tools.yaml").write_text("tools: []\n")
-    command = "sleep 300 & echo $! > bg.pid; echo $$ > fg.pid; sleep 300"
+    # Inside the tool's PID namespace `$$` and `$!` mean nothing to the host: each process
+    # is found by its command line (the durations are this test's own).
+    command = "sleep 300.1 & sleep 300.2"
     fake_llm.script(Reply(tool_calls=[ToolCallSpec("bash", {"command": command})]))
     proc = await start_parley(
         "--config", str(config), "chat", env=child_env(OPENAI_BASE_URL=fake_llm.base_url)
@@ -258,23 +261,14 @@ async def test_kill_9_of_parley_leaves_no_tool_process(fake_llm: FakeLLM, tmp_pa
     assert proc.stdin is not None
     proc.stdin.write(b"start the job\n")
     await proc.stdin.drain()
-    ws = tmp_path / "ws"
     async with asyncio.timeout(30):
-        while not all(_pid_in(ws / name) for name in ("bg.pid", "fg.pid")):
-            await asyncio.sleep(0.05)  # created before `echo` writes to it: wait for the pid
-        pids = [int((ws / name).read_text()) for name in ("bg.pid", "fg.pid")]
+        while len(pids := pids_running("sleep", "300.1") + pids_running("sleep", "300.2")) < 2:
+            await asyncio.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     await proc.wait()
     async with asyncio.timeout(10):
         while any(_alive(pid) for pid in pids):
             await asyncio.sleep(0.05)
-
-
-def _pid_in(path: Path) -> bool:
-    try:
-        return path.read_text().strip().isdigit()
-    except OSError:
-        return False
 
 
 def _alive(pid: int) -> bool:
@@ -336,7 +330,9 @@ async def test_a_fork_bomb_ends_within_its_limit_and_tools_keep_working(tmp_path
 async def test_a_tool_cannot_signal_parley(settings: SandboxSettings) -> None:
     if landlock.abi_version() < 6:
         pytest.skip("signal scoping needs Landlock ABI 6")
-    output = await sh(settings, "kill -STOP $PPID; echo rc=$?")
+    # Parley's pid, as an attacker who learnt it would spell it (inside the tool's PID
+    # namespace `$PPID` is the namespace's init, not Parley).
+    output = await sh(settings, f"kill -STOP {os.getpid()}; echo rc=$?")
     assert "rc=1" in output
 
 
