@@ -8,10 +8,12 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    Landlock decides what is reachable) — with no CAP_SYS_PTRACE and another uid, the
    tool cannot read Parley's `/proc/<pid>/environ` or memory, and RLIMIT_NPROC (which
    the kernel never applies to uid 0) holds a fork bomb;
-2. sets `no_new_privs` and enforces the ruleset: read-write beneath the workspace,
-   `allowed_paths` and a per-run scratch dir; read + execute beneath the system dirs
-   (with denied paths carved out); `/dev/null`, `/dev/zero`, `/dev/urandom`; nothing
-   else — not `$HOME`, not `/proc`, not Parley's store, events or artifacts. From ABI 6
+2. sets `no_new_privs` and enforces the ruleset: read-write beneath the run's own
+   workspace (its channel's or conversation's, see core/tools/site.py), `allowed_paths`
+   and the run's scratch dir; read-only its conversation's artifacts; read + execute
+   beneath the system dirs (with denied paths carved out); `/dev/null`, `/dev/zero`,
+   `/dev/urandom`; nothing else — not `$HOME`, not `/proc`, not Parley's store or
+   events, not other runs' scratch, workspaces or artifacts. From ABI 6
    the tool can neither signal nor reach abstract sockets of processes outside its
    domain (Parley, other tool calls); with `network = false`, TCP bind/connect are
    denied (ABI 4);
@@ -19,6 +21,9 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    core file);
 4. the group reaper (core/tools/reaper.py) kills the tool's process group if Parley
    dies.
+
+The built-in file tools get the same ruleset (`ruleset`) on a thread of their own per
+run (core/tools/filejail.py).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +53,9 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 DEVICE_RIGHTS = landlock.READ_FILE | landlock.WRITE_FILE | landlock.IOCTL_DEV
 _NEVER_FOLLOW = ("/proc", "/sys")  # symlinks in /etc into these are not granted
 _COUNT_TTL = 2.0  # seconds a count of the tool user's tasks stays fresh
+_WORKSPACES_KEPT = 64  # workspaces whose rules stay open (each holds a few O_PATH fds)
+# A conversation's cut outputs: its tools may read them, never change or run them.
+ARTIFACT_RIGHTS = landlock.READ_FILE | landlock.READ_DIR
 
 
 def _is_under(path: Path, root: Path) -> bool:
@@ -169,6 +178,8 @@ class Jail:
         self._rules: list[landlock.Rule] | None = None if self.abi else []
         self.run_as = _run_as(settings) if self.abi else None
         self._fds: list[tuple[int, int]] | None = None
+        # Each run is granted its own workspace (workspace_scope): its rules, by directory.
+        self._workspaces: OrderedDict[Path, list[tuple[int, int]]] = OrderedDict()
         self._tasks = (0, 0.0)  # (count, when)
 
     @property
@@ -213,7 +224,9 @@ class Jail:
         for root in readable:
             if root.exists():
                 rules += _carve(root.resolve(), self._denied, landlock.READ_ONLY)
-        for root in self._writable:
+        # The first writable root is the workspace root: not granted here, since each run
+        # gets only its own workspace beneath it (`_workspace_fds`).
+        for root in self._writable[1:]:
             rules += _carve(root, self._denied, landlock.READ_WRITE)
         rules += [landlock.Rule(Path(d), DEVICE_RIGHTS) for d in DEVICES if Path(d).exists()]
         return rules
@@ -263,28 +276,76 @@ class Jail:
             self._tasks = (count, now)
         return count + self.settings.max_processes
 
-    def prepare(self, scratch: Path) -> Spawn | None:
-        """What one spawn needs: the ruleset (scratch dir writable), limits and user;
-        None when nothing is enforced. Close the result after the spawn."""
-        if not self.enforced:
-            return None
-        scratch_fd = os.open(scratch, os.O_PATH | os.O_CLOEXEC)
+    def _workspace_fds(self, workspace: Path) -> list[tuple[int, int]]:
+        """The rules granting one workspace read-write (carved around denied paths
+        inside it), kept for the most recently used directories."""
+        fds = self._workspaces.get(workspace)
+        if fds is not None:
+            self._workspaces.move_to_end(workspace)
+            return fds
+        fds = []
+        for rule in _carve(workspace, self._denied, landlock.READ_WRITE):
+            with contextlib.suppress(OSError):  # vanished: nothing to grant
+                fds.append((os.open(rule.path, os.O_PATH | os.O_CLOEXEC), rule.rights))
+        self._workspaces[workspace] = fds
+        if len(self._workspaces) > _WORKSPACES_KEPT:
+            for fd, _ in self._workspaces.popitem(last=False)[1]:
+                os.close(fd)
+        return fds
+
+    def ruleset(
+        self,
+        scratch: Path | None,
+        *,
+        workspace: Path | None = None,
+        artifacts: Path | None = None,
+        network: bool | None = None,
+    ) -> int:
+        """A ruleset fd for one run's places: the shared rules plus its `workspace`
+        (default: the root) and `scratch` read-write, and its conversation's `artifacts`
+        readable. Only for an enforced jail; the caller closes it."""
+        places = [*self._workspace_fds(workspace or self.settings.resolved_workspace())]
+        opened = []
         try:
-            ruleset = landlock.create_ruleset(
+            for path, rights in ((scratch, landlock.READ_WRITE), (artifacts, ARTIFACT_RIGHTS)):
+                if path is not None:
+                    opened.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+                    places.append((opened[-1], rights))
+            return landlock.create_ruleset(
                 self.abi,
-                [*self._rule_fds(), (scratch_fd, landlock.READ_WRITE)],
-                network=self.settings.network,
+                [*self._rule_fds(), *places],
+                network=self.settings.network if network is None else network,
             )
         finally:
-            os.close(scratch_fd)
-        return Spawn(ruleset, self._limits(), self.run_as, self.settings.max_processes)
+            for fd in opened:
+                os.close(fd)
 
-    def _limits(self) -> tuple[tuple[int, int], ...]:
+    def prepare(
+        self,
+        scratch: Path,
+        *,
+        workspace: Path | None = None,
+        artifacts: Path | None = None,
+        max_file_bytes: int | None = None,
+    ) -> Spawn | None:
+        """What one spawn needs: the ruleset (see `ruleset`), limits and user; None
+        when nothing is enforced. `max_file_bytes` lowers the file-size limit for this
+        spawn (a write quota). Close the result after the spawn."""
+        if not self.enforced:
+            return None
+        ruleset = self.ruleset(scratch, workspace=workspace, artifacts=artifacts)
+        limits = self._limits(max_file_bytes)
+        return Spawn(ruleset, limits, self.run_as, self.settings.max_processes)
+
+    def _limits(self, max_file_bytes: int | None = None) -> tuple[tuple[int, int], ...]:
         s = self.settings
+        fsize = s.max_file_bytes
+        if max_file_bytes is not None:  # at least 1: 0 would mean no limit below
+            fsize = max(1, min(fsize, max_file_bytes) if fsize > 0 else max_file_bytes)
         pairs = [
             (resource.RLIMIT_CORE, 0),
             (resource.RLIMIT_CPU, s.max_cpu_seconds),
-            (resource.RLIMIT_FSIZE, s.max_file_bytes),
+            (resource.RLIMIT_FSIZE, fsize),
             (resource.RLIMIT_AS, s.max_memory_bytes),
             (resource.RLIMIT_NPROC, self._process_limit()),
         ]
@@ -296,6 +357,21 @@ class Jail:
         for fd, _ in self._fds or ():
             os.close(fd)
         self._fds = None
+        for fds in self._workspaces.values():
+            for fd, _ in fds:
+                os.close(fd)
+        self._workspaces.clear()
+
+
+def confine_thread(ruleset: int, run_as: RunAs | None) -> None:
+    """Confine the calling thread for good, as a tool's spawning thread is: the tools'
+    user (keeping only the DAC-override capabilities) when Parley is root, then
+    `no_new_privs` and the Landlock `ruleset`."""
+    if run_as is not None:
+        keep = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)
+        landlock.drop_thread_to_user(run_as.uid, run_as.gid, keep)
+    landlock.set_no_new_privs()
+    landlock.restrict_self(ruleset)
 
 
 @dataclass(slots=True)
