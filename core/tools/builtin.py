@@ -17,7 +17,7 @@ from core.errors import ToolDenied, ToolError
 from core.tools.base import Category, Tool, ToolContext, ToolResult
 from core.tools.outputcap import cap_output
 from core.tools.paths import mentions_denied_path, resolve_path
-from core.tools.quota import budget, refuse_write
+from core.tools.quota import budget, refuse_write, usage_of
 from core.tools.sandbox import file_jail_of, run_in_workspace, site_of
 from core.tools.settings import SandboxSettings
 
@@ -198,9 +198,9 @@ class WriteFileParams(BaseModel):
     content: str = Field(description="The full new content of the file (UTF-8).")
 
 
-def _write(path: Path, data: bytes, limit: int | None, why: str) -> None:
-    """Write `data` to `path` unless it adds more than `limit` bytes (the write quota).
-    Runs on the run's confined file thread."""
+def _write(path: Path, data: bytes, limit: int | None, why: str) -> int:
+    """Write `data` to `path` unless it adds more than `limit` bytes (the write quota);
+    the bytes it added. Runs on the run's confined file thread."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -216,6 +216,7 @@ def _write(path: Path, data: bytes, limit: int | None, why: str) -> None:
     with _open_nofollow(path, os.O_WRONLY | os.O_CREAT) as f:
         f.truncate(0)
         f.write(data)
+    return len(data) - old
 
 
 class WriteFileTool(Tool):
@@ -244,11 +245,12 @@ class WriteFileTool(Tool):
             )
         limit, why = budget(sandbox, files.site)
         try:
-            await files.run(_write, path, data, limit, why)
+            added = await files.run(_write, path, data, limit, why)
         except IsADirectoryError:
             raise ToolError(f"`{args.path}` is a directory") from None
         except OSError as exc:
             raise ToolError(f"cannot write `{args.path}`: {exc.strerror or exc}") from exc
+        usage_of(files.site).charge(added)
         return ToolResult(f"wrote {len(data):,} bytes to {path}")
 
 

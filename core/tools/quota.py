@@ -19,8 +19,9 @@ How each part is measured:
 - a conversation's usage is its artifacts (listed from its directory at each call) plus
   the net growth its calls caused (kept in memory; it starts again at zero when Parley
   restarts; a run's scratch dir is credited back when the run ends and it is removed).
-  A call's charge is the growth of its filesystems, or, past `CHECK_CHARGE`, no more
-  than its own changed files account for.
+  A call's charge is the growth of its filesystems, and past `CHECK_CHARGE` no more than
+  its own changed files account for. Old artifacts are deleted, oldest first, to leave
+  room for one call.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ from core.tools.site import ToolSite
 TICK = 0.02
 """Seconds between two samples of the disk use of running calls."""
 
-CHECK_CHARGE = 1 << 20
+CHECK_CHARGE = 64 << 10
 """A call whose filesystems grew by more than this is charged only what its own files
-account for (concurrent writers elsewhere on the disk are not its doing)."""
+account for (other programs writing to the same disk are not its doing)."""
 
 _MARGIN_NS = 50_000_000  # file timestamps come from a coarse clock: look a bit earlier
 _USAGE_KEPT = 4096
@@ -64,6 +65,7 @@ class ConversationUsage:
 
     def __init__(self, artifacts: Path) -> None:
         self.artifacts = artifacts
+        self.counted = False  # whether a conversation cap applies: only then is it counted
         self.written = 0
         self._files: list[tuple[int, str, int]] = []  # (mtime_ns, name, bytes), oldest first
 
@@ -81,11 +83,12 @@ class ConversationUsage:
         self._files = files
         return sum(size for _, _, size in files)
 
-    def make_room(self, cap: int) -> int:
-        """Delete the oldest artifacts while the conversation holds more than `cap`;
-        the bytes still free (≤ 0 when its tools' own writes fill it)."""
+    def make_room(self, cap: int, want: int = 0) -> int:
+        """Delete the oldest artifacts while fewer than `want` of the conversation's
+        `cap` bytes are free; the bytes free then (≤ 0 when its tools' own writes fill
+        it: those are never deleted)."""
         total = self.written + self.scan()
-        while total > cap and self._files:
+        while total > cap - want and self._files:
             _, name, size = self._files.pop(0)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.artifacts / name)
@@ -163,7 +166,8 @@ class CallQuota:
         self.exceeded: str | None = None  # the error for the model, once over
         self._started = time.time_ns() - _MARGIN_NS
         self._paths: dict[int, str] = {}  # one path per filesystem under the roots
-        for root in roots:
+        # With neither cap set (both 0) nothing is measured.
+        for root in roots if limit is not None or usage.counted else ():
             with contextlib.suppress(OSError):
                 self._paths.setdefault(os.stat(root).st_dev, str(root))
         self._base = {dev: _used(path) for dev, path in self._paths.items()}
@@ -248,6 +252,8 @@ class CallQuota:
     async def settle(self) -> int:
         """The call's net growth, charged to its conversation; sets `exceeded` if it
         went over (a sample can miss a fast writer)."""
+        if not self._paths:
+            return 0
         growth = self._growth()
         if growth > CHECK_CHARGE or (
             self.limit is not None and growth + self.artifact_bytes > self.limit
@@ -268,7 +274,9 @@ def budget(sandbox: SandboxSettings, site: ToolSite) -> tuple[int | None, str]:
     per_call, per_conv = sandbox.max_call_write_bytes, sandbox.max_conversation_write_bytes
     limit, why = (per_call or None), "tools.max_call_write_bytes"
     if per_conv:
-        left = usage_of(site).make_room(per_conv)
+        # Room for one whole call, made by deleting old artifacts: else a conversation
+        # at its cap would keep no new output at all.
+        left = usage_of(site).make_room(per_conv, min(per_call, per_conv))
         if limit is None or left < limit:
             limit = max(left, 0)
             why = (
@@ -281,7 +289,9 @@ def budget(sandbox: SandboxSettings, site: ToolSite) -> tuple[int | None, str]:
 def call_quota(sandbox: SandboxSettings, site: ToolSite, roots: list[Path]) -> CallQuota:
     """The quota of a tool process's call at `site` writing beneath `roots`."""
     limit, why = budget(sandbox, site)
-    return CallQuota(limit, why, usage_of(site), roots)
+    usage = usage_of(site)
+    usage.counted = sandbox.max_conversation_write_bytes > 0
+    return CallQuota(limit, why, usage, roots)
 
 
 def refuse_write(growth: int, limit: int, why: str) -> WriteQuotaExceeded:
