@@ -182,9 +182,11 @@ async def test_a_reads_its_own_scratch_and_artifact_with_read_file_and_bash(
     assert A_ARTIFACT_SECRET in cat.content, cat.content
     # Read, never changed: the artifacts are Parley's record of what the tool printed.
     changed = await a.call("bash", command=f"echo forged > {artifact}; rm -f {artifact}")
-    assert artifact.exists() and A_ARTIFACT_SECRET in artifact.read_text(), changed.content
+    assert artifact.exists(), changed.content
+    assert A_ARTIFACT_SECRET in artifact.read_text(), changed.content
     refused = await a.call("write_file", path=str(artifact), content="forged")
-    assert refused.is_error and A_ARTIFACT_SECRET in artifact.read_text()
+    assert refused.is_error
+    assert A_ARTIFACT_SECRET in artifact.read_text()
 
 
 async def test_bs_bash_cannot_read_as_artifacts_or_scratch(
@@ -205,7 +207,7 @@ async def test_bs_bash_cannot_read_as_artifacts_or_scratch(
 
 
 async def test_the_file_thread_itself_is_held_by_the_kernel(
-    a_and_b: tuple[Conv, Conv, Path],
+    a_and_b: tuple[Conv, Conv, Path], tmp_path: Path
 ) -> None:
     # The path checks out of the way: B's file thread opens A's files directly, as a
     # symlink swapped in between check and open would make it do.
@@ -217,8 +219,10 @@ async def test_the_file_thread_itself_is_held_by_the_kernel(
             await files.run(lambda t=target: os.listdir(t) if t.is_dir() else t.read_text())
     with pytest.raises(PermissionError):
         await files.run((a.site.scratch / "dropped.txt").write_text, "x")
-    for private in (Path.home() / ".bashrc", Path("/proc/1/environ")):
-        with pytest.raises(OSError):
+    outside = tmp_path / "outside.txt"  # beside the workspace root, in no root
+    outside.write_text("not for tools")
+    for private in (outside, Path("/proc/1/environ")):
+        with pytest.raises(PermissionError):
             await files.run(private.read_bytes)
     assert "hostname" in "".join(await files.run(os.listdir, "/etc"))
 
@@ -321,7 +325,8 @@ async def main():
         runs[conv] = (executor, RunContext(conv=conv, scratch=scratch, site=site), site)
     async def call(conv, tool, **args):
         executor, run, _ = runs[conv]
-        message = await executor.execute(ToolCall(id="c", name=tool, arguments=json.dumps(args)), run)
+        call = ToolCall(id="c", name=tool, arguments=json.dumps(args))
+        message = await executor.execute(call, run)
         return message.content
     await call("slack:CA:1", "bash", command='echo A-SECRET > "$TMPDIR/s.txt"')
     secret = runs["slack:CA:1"][2].scratch / "s.txt"
@@ -356,5 +361,6 @@ async def test_the_file_walls_hold_for_root_and_an_ordinary_user(user: str) -> N
     text = out.decode()
     *_, last = text.strip().splitlines()
     b_by_path, b_by_link, a_own = json.loads(last)
-    assert "A-SECRET" not in b_by_path and "A-SECRET" not in b_by_link, text
+    assert "A-SECRET" not in b_by_path, text
+    assert "A-SECRET" not in b_by_link, text
     assert "A-SECRET" in a_own, text
