@@ -244,27 +244,31 @@ class CallQuota:
     def _over(self, added: int) -> None:
         self.exceeded = (
             f"write quota: this call added {mib(added + self.artifact_bytes)} to its "
-            f"workspace, temp dir and artifacts, over the {mib(self.limit or 0)} it may "
-            f"add ({self.why}); it was stopped. Write less, or delete files you no "
-            "longer need."
+            f"workspace, temp dir and artifacts, and may add {mib(self.limit or 0)} "
+            f"({self.why}); its writes were stopped there. Write less, or delete files "
+            "you no longer need."
         )
 
     async def settle(self) -> int:
         """The call's net growth, charged to its conversation; sets `exceeded` if it
-        went over (a sample can miss a fast writer)."""
+        reached its budget (a sample can miss a fast writer)."""
         if not self._paths:
             return 0
         growth = self._growth()
-        if growth > CHECK_CHARGE or (
-            self.limit is not None and growth + self.artifact_bytes > self.limit
-        ):
-            changed = await asyncio.to_thread(_changed_bytes, self.roots, self._started)
-            growth = min(growth, changed)
-        over = self.limit is not None and growth + self.artifact_bytes > self.limit
-        if over and self.exceeded is None:
-            self._over(growth)
-        self.usage.charge(growth)
-        return growth
+        limit, room = self.limit, (self.limit or 0) - self.artifact_bytes
+        if abs(growth) <= CHECK_CHARGE and (limit is None or growth < room):
+            self.usage.charge(growth)  # small either way: what the disks say
+            return growth
+        # The call's own files decide: other programs write to (and free) the same disks.
+        # Reaching the budget counts, since the file-size limit stops a file there.
+        changed = await asyncio.to_thread(_changed_bytes, self.roots, self._started)
+        if limit is not None and changed > 0 and changed >= room and self.exceeded is None:
+            self._over(changed)
+        # Charged no more than its files hold (appending to a big file adds little),
+        # credited only for deleting (writes the disks do not show are others' frees).
+        charge = min(changed, growth) if growth >= 0 else (growth if changed == 0 else 0)
+        self.usage.charge(charge)
+        return charge
 
 
 def budget(sandbox: SandboxSettings, site: ToolSite) -> tuple[int | None, str]:
