@@ -96,6 +96,24 @@ def _site(sandbox: SandboxSettings, conv: str, scratch: Path | None) -> ToolSite
     return ToolSite(workspace, scratch, artifacts, owner, scope)
 
 
+def describe_places(sandbox: SandboxSettings) -> str:
+    """One line for start-up: where tools work and how much they may write."""
+    root = sandbox.resolved_workspace()
+    where = {
+        "channel": f"one per channel under {root}",
+        "conversation": f"one per conversation under {root}",
+        "shared": f"{root}, shared by every conversation",
+    }[sandbox.workspace_scope]
+
+    def cap(n: int) -> str:
+        return f"{n / (1 << 20):,.0f} MiB" if n else "no cap"
+
+    return (
+        f"workspaces: {where}; writes: {cap(sandbox.max_call_write_bytes)} per call, "
+        f"{cap(sandbox.max_conversation_write_bytes)} per conversation"
+    )
+
+
 def prepare_site(site: ToolSite) -> None:
     """Make the site's directories (the workspace for everyone's tools; scratch and
     artifacts private to Parley's user, which the tools' user reaches by capability)."""
@@ -105,4 +123,12 @@ def prepare_site(site: ToolSite) -> None:
         site.scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
-__all__ = ["CHILD_MARK", "ToolSite", "dir_name", "owner_conversation", "prepare_site", "site_for"]
+__all__ = [
+    "CHILD_MARK",
+    "ToolSite",
+    "describe_places",
+    "dir_name",
+    "owner_conversation",
+    "prepare_site",
+    "site_for",
+]
