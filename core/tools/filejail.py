@@ -28,6 +28,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -156,7 +157,8 @@ class FileJail:
     def __init__(self, jail: Jail | None, sandbox: SandboxSettings, site: ToolSite) -> None:
         self.site = site
         self.rules = PathRules.of(sandbox, site)
-        self._jail = jail if jail is not None and jail.enforced else None
+        # Weakly: the jail's collection ends this worker (see `_forget`).
+        self._jail = weakref.ref(jail) if jail is not None and jail.enforced else None
         self._worker: _Worker | None = None
         self._missing: tuple[Path, ...] = ()  # the site's dirs that did not exist yet
 
@@ -176,7 +178,10 @@ class FileJail:
             return await asyncio.to_thread(fn, *args)
         worker = self._worker
         if worker is None or any(path.exists() for path in self._missing):
-            worker = self._open(self._jail)
+            jail = self._jail()
+            if jail is None:
+                raise ToolError("the file tools' sandbox configuration is gone")
+            worker = self._open(jail)
         return cast(T, await worker.submit(fn, *args))
 
     def _open(self, jail: Jail) -> _Worker:
@@ -211,6 +216,8 @@ class FileJail:
         finally:
             os.close(ruleset)
         self._worker = worker
+        if jail.run_as is not None:
+            jail.own_tasks += 1
         return worker
 
     def close(self) -> None:
@@ -218,20 +225,35 @@ class FileJail:
         if self._worker is not None:
             self._worker.close()
             self._worker = None
+            jail = self._jail() if self._jail is not None else None
+            if jail is not None and jail.run_as is not None:
+                jail.own_tasks -= 1
 
 
-_LIVE: OrderedDict[tuple[Jail, ToolSite], FileJail] = OrderedDict()
+# Keyed by the jail's id, not the jail: a configuration dropped (a test's, a reloaded
+# one) ends its workers when its jail is collected (`_forget`), instead of living on here.
+_LIVE: OrderedDict[tuple[int, ToolSite], FileJail] = OrderedDict()
+_WATCHED: set[int] = set()
+
+
+def _forget(jail_id: int) -> None:
+    _WATCHED.discard(jail_id)
+    for key in [key for key in _LIVE if key[0] == jail_id]:
+        _LIVE.pop(key).close()
 
 
 def file_jail(jail: Jail, sandbox: SandboxSettings, site: ToolSite) -> FileJail:
     """The file tools' jail for the run at `site`, confined at its first call."""
     if not jail.enforced:
         return FileJail(None, sandbox, site)
-    key = (jail, site)
+    key = (id(jail), site)
     found = _LIVE.get(key)
     if found is not None:
         _LIVE.move_to_end(key)
         return found
+    if key[0] not in _WATCHED:
+        _WATCHED.add(key[0])
+        weakref.finalize(jail, _forget, key[0])
     found = _LIVE[key] = FileJail(jail, sandbox, site)
     if len(_LIVE) > LIVE_MAX:
         _LIVE.popitem(last=False)[1].close()

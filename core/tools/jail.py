@@ -181,6 +181,10 @@ class Jail:
         # Each run is granted its own workspace (workspace_scope): its rules, by directory.
         self._workspaces: OrderedDict[Path, list[tuple[int, int]]] = OrderedDict()
         self._tasks = (0, 0.0)  # (count, when)
+        # Threads of Parley's own that run as the tools' user (the file tools' confined
+        # workers): the kernel counts them against the tools' process limit, /proc does
+        # not show them under that user, so the limit makes room for them.
+        self.own_tasks = 0
 
     @property
     def enforced(self) -> bool:
@@ -274,7 +278,7 @@ class Jail:
         if now - when > _COUNT_TTL:
             count = count_tasks(uid)
             self._tasks = (count, now)
-        return count + self.settings.max_processes
+        return count + self.settings.max_processes + self.own_tasks
 
     def _workspace_fds(self, workspace: Path) -> list[tuple[int, int]]:
         """The rules granting one workspace read-write (carved around denied paths
@@ -335,7 +339,8 @@ class Jail:
             return None
         ruleset = self.ruleset(scratch, workspace=workspace, artifacts=artifacts)
         limits = self._limits(max_file_bytes)
-        return Spawn(ruleset, limits, self.run_as, self.settings.max_processes)
+        budget = self.settings.max_processes + self.own_tasks
+        return Spawn(ruleset, limits, self.run_as, budget)
 
     def _limits(self, max_file_bytes: int | None = None) -> tuple[tuple[int, int], ...]:
         s = self.settings
@@ -347,7 +352,7 @@ class Jail:
             (resource.RLIMIT_CPU, s.max_cpu_seconds),
             (resource.RLIMIT_FSIZE, fsize),
             (resource.RLIMIT_AS, s.max_memory_bytes),
-            (resource.RLIMIT_NPROC, self._process_limit()),
+            (resource.RLIMIT_NPROC, self._process_limit() if s.max_processes else 0),
         ]
         return tuple(
             (res, value) for res, value in pairs if value > 0 or res == resource.RLIMIT_CORE
