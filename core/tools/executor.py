@@ -71,7 +71,8 @@ class ToolExecutor:
 
     Attributes:
         ctx: what every call's tool may use (sandbox settings, the jail, extras); each
-            call's tool gets it with the run's own scratch dir, cwd and env added.
+            call's tool gets it with the run's own scratch dir, cwd, env and site (its
+            workspace, scratch and artifacts: core/tools/site.py) added.
         clock: sleeps between retries (a fake one in tests).
     """
 

@@ -189,6 +189,22 @@ async def test_a_reads_its_own_scratch_and_artifact_with_read_file_and_bash(
     assert A_ARTIFACT_SECRET in artifact.read_text()
 
 
+async def test_a_cut_output_made_after_the_runs_first_file_call_is_readable(
+    settings: SandboxSettings,
+) -> None:
+    conv = open_conv(settings, "slack:CC:1")
+    try:
+        assert not (await conv.call("list_directory", path=".")).is_error  # thread confined
+        made = await conv.call("bash", command="seq 2000; echo $TMPDIR > where.txt")
+        [artifact] = made.artifacts
+        read = await conv.call("read_file", path=artifact, offset=1990)
+        assert "2000" in read.content, read.content
+        temp = await conv.call("list_directory", path=str(conv.site.scratch))
+        assert not temp.is_error, temp.content
+    finally:
+        release_site(conv.site)
+
+
 async def test_bs_bash_cannot_read_as_artifacts_or_scratch(
     a_and_b: tuple[Conv, Conv, Path],
 ) -> None:
