@@ -8,7 +8,10 @@ one connect: a bash call making 50 TCP connects to a loopback listener, with
 `network = true` (connect is the kernel's) and with a unix socket listed (every connect
 is checked and made by the supervisor). The column "no PID namespace" is `network =
 true` without the per-call PID namespace: the difference is that namespace's cost. Medians
-of `--calls` calls per round, over `--rounds` rounds.
+of `--calls` calls per round, over `--rounds` rounds. The file tools (`read_file`,
+`write_file` of 100 bytes, `list_directory`) are timed too, in a conversation's run (its
+workspace, scratch dir and confined file thread), and "no write quotas" shows what the
+quota watch adds to a call.
 
     .venv/bin/python benchmarks/sandbox.py
     .venv/bin/python benchmarks/sandbox.py --user parleytest  # as root: an ordinary user's
@@ -29,15 +32,17 @@ from pathlib import Path
 from typing import Any
 
 from core.messages import ToolCall
+from core.run_context import RunContext
 from core.tools import landlock
 from core.tools.base import ToolContext, ToolRegistry
-from core.tools.builtin import BashTool
+from core.tools.builtin import builtin_tools
 from core.tools.cli import CliTool, CliToolSpec
 from core.tools.executor import ToolExecutor
 from core.tools.jail import Jail
 from core.tools.policy import ToolPolicy
-from core.tools.sandbox import jail_of
+from core.tools.sandbox import jail_of, release_site
 from core.tools.settings import SandboxSettings
+from core.tools.site import site_for
 
 MODES: dict[str, dict[str, Any]] = {
     "unconfined": {"sandbox": "off"},
@@ -45,12 +50,18 @@ MODES: dict[str, dict[str, Any]] = {
     "network = true": {},
     "network = false": {"network": False},
     'network = "public"': {"network": "public"},
+    "no write quotas": {"max_call_write_bytes": 0, "max_conversation_write_bytes": 0},
 }
 CONNECTS = 50
 
 
-def _executor(root: Path, name: str, **settings: Any) -> ToolExecutor:
-    sandbox = SandboxSettings(workspace=root / "ws", artifacts_dir=root / "art", **settings)
+Bench = tuple[ToolExecutor, RunContext]
+
+
+def _executor(root: Path, name: str, **settings: Any) -> Bench:
+    sandbox = SandboxSettings(
+        workspace=root / "ws", artifacts_dir=root / "art", allowed_paths=[root / "data"], **settings
+    )
     cli = CliTool(
         CliToolSpec(name="noop", description="Does nothing.", category="read", cmd="true"), {}
     )
@@ -58,34 +69,58 @@ def _executor(root: Path, name: str, **settings: Any) -> ToolExecutor:
     if name == "no PID namespace":  # the sandbox as it was before each call had one
         jail.pid_namespaces = None
     scratch = root / f"scratch-{len(name)}-{abs(hash(name))}"
-    ctx = ToolContext(sandbox, jail=jail, scratch=scratch)
-    return ToolExecutor(ToolRegistry([BashTool(), cli]), ToolPolicy(), ctx)
+    run = RunContext(run_id=scratch.name, conv=f"bench:{scratch.name}:", scratch=scratch)
+    tools = ToolRegistry([*builtin_tools(), cli])
+    return ToolExecutor(tools, ToolPolicy(), ToolContext(sandbox, jail=jail)), run
 
 
-async def _time(executor: ToolExecutor, call: ToolCall, n: int) -> float:
+def _release(bench: Bench) -> None:
+    executor, run = bench
+    release_site(site_for(executor.ctx.sandbox, run.conv, run.scratch))
+
+
+async def _time(bench: Bench, call: ToolCall, n: int) -> float:
+    executor, run = bench
     samples = []
     for _ in range(n):
         start = time.perf_counter()
-        message = await executor.execute(call)
+        message = await executor.execute(call, run)
         samples.append(time.perf_counter() - start)
         assert not message.is_error, message.content
     return statistics.median(samples) * 1000
 
 
+def _calls(root: Path) -> dict[str, ToolCall]:
+    (root / "data").mkdir()
+    (root / "data" / "f.txt").write_text("hello world\n" * 200)
+    args = {
+        "bash": ("bash", {"command": "true"}),
+        "cli": ("noop", {}),
+        "read_file": ("read_file", {"path": str(root / "data" / "f.txt")}),
+        "write_file": ("write_file", {"path": "w.txt", "content": "x" * 100}),
+        "list_directory": ("list_directory", {"path": str(root / "data")}),
+    }
+    return {
+        label: ToolCall(id=label, name=name, arguments=json.dumps(arguments))
+        for label, (name, arguments) in args.items()
+    }
+
+
 async def _per_call(root: Path, calls: int, rounds: int) -> None:
-    bash = ToolCall(id="b", name="bash", arguments=json.dumps({"command": "true"}))
-    noop = ToolCall(id="n", name="noop", arguments="{}")
-    executors = {name: _executor(root, name, **settings) for name, settings in MODES.items()}
-    for name in list(MODES)[1:]:
-        print(jail_of(executors[name].ctx).describe())
+    to_time = _calls(root)
+    benches = {name: _executor(root, name, **settings) for name, settings in MODES.items()}
+    for name in list(MODES)[1:-1]:
+        print(jail_of(benches[name][0].ctx).describe())
     results: dict[tuple[str, str], list[float]] = {}
     for _ in range(rounds):
-        for name, executor in executors.items():
-            for label, call in (("bash", bash), ("cli", noop)):
-                results.setdefault((label, name), []).append(await _time(executor, call, calls))
+        for name, bench in benches.items():
+            for label, call in to_time.items():
+                results.setdefault((label, name), []).append(await _time(bench, call, calls))
+    for bench in benches.values():
+        _release(bench)
     print(f"\n| call | {' | '.join(MODES)} | (Landlock ABI {landlock.abi_version()})")
     print("|---" * (len(MODES) + 1) + "|")
-    for label in ("bash", "cli"):
+    for label in to_time:
         off = statistics.median(results[(label, "unconfined")])
         cells = [f"{off:.2f} ms"]
         for name in list(MODES)[1:]:
@@ -103,13 +138,17 @@ async def _per_connect(root: Path, calls: int, rounds: int) -> None:
     (root / "ws").mkdir(exist_ok=True)
     (root / "ws" / "connects.sh").write_text(script)  # a script: the seatbelt reads no file
     call = ToolCall(id="c", name="bash", arguments=json.dumps({"command": "bash connects.sh"}))
-    kernel = _executor(root, "kernel connects")
-    supervised = _executor(root, "supervised connects", unix_sockets=[listed])
+    kernel = _executor(root, "kernel connects", workspace_scope="shared")
+    supervised = _executor(
+        root, "supervised connects", workspace_scope="shared", unix_sockets=[listed]
+    )
     times: dict[str, list[float]] = {"kernel": [], "supervised": []}
     async with server, unix:
         for _ in range(rounds):
             times["kernel"].append(await _time(kernel, call, max(calls // 5, 3)))
             times["supervised"].append(await _time(supervised, call, max(calls // 5, 3)))
+    _release(kernel)
+    _release(supervised)
     plain, checked = (statistics.median(times[k]) for k in ("kernel", "supervised"))
     print(f"\n| {CONNECTS} TCP connects in one bash call | by the kernel | by the supervisor |")
     print("|---|---|---|")

@@ -38,6 +38,7 @@ from core.tools.jail import Jail
 from core.tools.landlock import make_undumpable
 from core.tools.policy import ToolPolicy
 from core.tools.reaper import REAPER
+from core.tools.site import site_for
 
 
 def secret_env_names(config: ParleyConfig) -> set[str]:
@@ -265,7 +266,8 @@ class App:
             counter=self.counter,
             summarizer=provider_summarizer(summary),
             settings=self.config.context,
-            artifacts_dir=self.config.tools.resolved_artifacts(),
+            # A run outside any conversation's (a turn sets its conversation's own).
+            artifacts_dir=site_for(self.config.tools, "").artifacts,
             session=executor.policy.session,
             after_summary=journal.render_full,
         )

@@ -146,6 +146,9 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
             approver = ConsoleApprover(reader, sys.stderr, timeout)
             return await run_one_shot(app.conversation(provider_name), message, approver)
         sys.stderr.write(f"parley: {app.jail.describe()}\n")
+        from core.tools.site import describe_places
+
+        sys.stderr.write(f"parley: {describe_places(app.config.tools)}\n")
         responder = terminal_responder(timeout)
         reader = responder.approver.reader
         assert reader is not None

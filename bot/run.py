@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels import PLATFORMS
 from core.chat import ConversationKey, Responder
+from core.tools.site import describe_places
 
 if TYPE_CHECKING:
     from bot.app import App
@@ -75,6 +76,7 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
     try:
         out.write(f"parley: provider {app.default_provider}; store {app.config.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
+        out.write(f"parley: {describe_places(app.config.tools)}\n")
         for name, channel in all_channels.items():
             out.write(f"parley: {name}: may talk to it: {channel.access()}\n")
         if app.config.jobs:

@@ -19,6 +19,7 @@ from core.events import EventSink, discard
 from core.messages import Message, ToolCall
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
+from core.tools.site import ToolSite
 
 RunKind = Literal["chat", "cron", "goal", "child"]
 """Who started the run: a person in a chat, a cron job, a goal driver, a parent run."""
@@ -70,6 +71,8 @@ class RunContext:
         delegator: starts this run's child runs (`delegate`); None where it may not.
         asker: who the run answers and where (None: nobody, e.g. a one-off call); tools
             that keep per-person state scope by it.
+        site: where the run's tools work: its workspace (per `workspace_scope`), scratch
+            and conversation's artifacts (None: derived from `conv` and `scratch`).
     """
 
     run_id: str = ""
@@ -86,6 +89,7 @@ class RunContext:
     parent_run_id: str | None = None
     delegator: Delegator | None = None
     asker: Asker | None = None
+    site: ToolSite | None = None
 
 
 DETACHED = RunContext()

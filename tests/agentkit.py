@@ -36,6 +36,9 @@ def agent_config(fake_llm: FakeLLM, tmp_path: Path, **overrides: Any) -> ParleyC
         },
         "tools": {
             "workspace": str(workspace),
+            # Tests place files where the tools work: one workspace for every
+            # conversation. Scopes have their own tests (tests/tools/test_wall_files.py).
+            "workspace_scope": "shared",
             "artifacts_dir": str(tmp_path / "artifacts"),
             "tools_file": None,
             "default_timeout": 30,

@@ -22,6 +22,8 @@ PROVIDER_VARS = (
 
 
 def write_config(tmp_path: Path, extra: str = "") -> Path:
+    """config.toml under tmp_path; the tools of every conversation share the workspace
+    `ws` (tests place files there)."""
     path = tmp_path / "config.toml"
     path.write_text(
         textwrap.dedent(
@@ -41,6 +43,7 @@ def write_config(tmp_path: Path, extra: str = "") -> Path:
             model = "claude"
             [tools]
             workspace = "{tmp_path / "ws"}"
+            workspace_scope = "shared"
             artifacts_dir = "{tmp_path / "artifacts"}"
             tools_file = "tools.yaml"
             [store]
@@ -100,6 +103,7 @@ def fake_llm_config(base_url: str, state: Path, extra: str = "", *, store: str =
             model = "fake-model"
             [tools]
             workspace = "{state / "ws"}"
+            workspace_scope = "shared"
             artifacts_dir = "{state / "artifacts"}"
             tools_file = ""
             [store]

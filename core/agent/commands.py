@@ -18,6 +18,7 @@ from core.events import discard
 from core.memory.command import memory_command
 from core.store import GoalRow
 from core.tools.sandbox import jail_of
+from core.tools.site import site_for
 
 HELP = help_text()
 
@@ -75,6 +76,7 @@ class Commands:
             else conversation.counter.messages(conversation.messages)
         )
         sandbox = jail_of(conversation.executor.ctx).describe().removeprefix("sandbox: ")
+        site = site_for(conversation.executor.ctx.sandbox, lane.conv_id)
         goal = lane.goal
         goal_text = f"{goal.text} ({goal.state}{', auto' if goal.auto else ''})" if goal else "none"
         run = "running" if lane.working else "idle"  # a queued turn whose worker is starting counts
@@ -97,6 +99,7 @@ class Commands:
                 f"Goal: {goal_text}",
                 f"Run: {run}",
                 f"Sandbox: {sandbox}",
+                f"Workspace: {site.describe()}",
             ]
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from core.agent.journal import JournalBox
@@ -30,11 +31,13 @@ class Conversation:
     counter: TokenCounter = field(default_factory=TokenCounter)
     guards: Guards = field(default_factory=Guards)
     messages: list[Message] = field(default_factory=list)
+    # Where its tools work (set by each run: workspace_scope); None: the workspace root.
+    workspace: Path | None = None
 
     def stable_prompt(self) -> str:
         """The part of the system message that comes from configuration and tools; its
         hash tells a resumed run whether the ground shifted under it."""
-        workspace = self.executor.ctx.sandbox.resolved_workspace()
+        workspace = self.workspace or self.executor.ctx.sandbox.resolved_workspace()
         return f"{self.system_prompt}\n\nTools run in the working directory {workspace}."
 
     def prompt_hash(self) -> str:

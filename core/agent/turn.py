@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from core.agent.lane import Lane, RunReport, RunState
 from core.agent.recovery import PREVIEW_RETRACTED
 from core.agent.runs import RunRecorder, close_unanswered, reopen_resumable
 from core.chat import Asker, Inbound, ReplyStream, Responder
+from core.context.manager import ContextManager
 from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.events import EventName
@@ -34,7 +34,9 @@ from core.run_context import RunContext, RunKind
 from core.store import Store
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
+from core.tools.sandbox import release_site
 from core.tools.settings import default_temp_root
+from core.tools.site import ToolSite, site_for
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,7 @@ class Turn:
     sink: RunEvents = field(init=False)
     recorder: RunRecorder | None = field(default=None, init=False)
     conversation: Conversation | None = field(default=None, init=False)
+    site: ToolSite | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.run_id = self.given_id or new_run_id()
@@ -221,6 +224,7 @@ class Turn:
     async def _loop(self) -> LoopOutcome:
         lane = self.lane
         conversation = self.conversation = await self.host.conversation_of(lane)
+        site = self.site = self._site(conversation)
         recorder = self.recorder = await self._start(conversation)
         ctx = RunContext(
             run_id=self.run_id,
@@ -230,7 +234,8 @@ class Turn:
             recorder=recorder,
             envelope=recorder,
             approver=self.host.approver(lane),
-            scratch=run_scratch(self.run_id),
+            scratch=site.scratch,
+            site=site,
             deadline=self.parent.deadline if self.parent is not None else None,
             parent_run_id=self.parent.run_id if self.parent is not None else None,
             delegator=self.host.delegator(self),
@@ -252,6 +257,19 @@ class Turn:
         )
         async with self.responder.typing():
             return await conversation.run(ctx)
+
+    def _site(self, conversation: Conversation) -> ToolSite:
+        """Where this run's tools work (its channel's or conversation's workspace, its
+        scratch dir, its conversation's artifacts); the system message and the context
+        manager's offloaded results follow it."""
+        site = site_for(
+            conversation.executor.ctx.sandbox, self.lane.conv_id, run_scratch(self.run_id)
+        )
+        conversation.workspace = site.workspace
+        context = conversation.guards.context
+        if isinstance(context, ContextManager):  # the conversation's tools may read them
+            context.artifacts_dir = site.artifacts
+        return site
 
     def _asker(self) -> Asker:
         """Who the run answers: the sender of its message, else nobody in the lane's
@@ -299,15 +317,14 @@ class Turn:
         conversation = self.conversation
         if conversation is not None and recorder is not None:
             recorder.checkpoint("final", recorder.iteration, conversation.messages)
-            scratch = run_scratch(self.run_id)
-            if scratch.exists():
-                asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, scratch, True)
             lane.add_usage(sink.input_tokens, sink.output_tokens)
             context = conversation.guards.context
             report = context.last_compaction if context is not None else None
             if report is not None:
                 lane.last_compaction = f"{report.before}→{report.after} ({report.kind})"
             lane.save_snapshot(store)
+        if self.site is not None:  # its file thread closed, its scratch dir removed
+            release_site(self.site)
         store.finish_run(
             self.run_id,
             state=ending.state,

@@ -19,6 +19,7 @@ from core.tools.jail import Jail
 from core.tools.settings import (
     SandboxSettings,
 )
+from core.tools.site import ToolSite
 
 if TYPE_CHECKING:
     from core.messages import ToolCall
@@ -49,6 +50,9 @@ class ToolContext:
     call_id: str = ""  # the call being run (set per call by the executor)
     delegator: Delegator | None = None  # starts child runs (`delegate`); None: cannot
     asker: Asker | None = None  # who the run answers, where (per-person state is scoped by it)
+    # The run's workspace, scratch and artifacts (None: a run outside any conversation, in
+    # the workspace root; see core/tools/site.py). Set per call by the executor.
+    site: ToolSite | None = None
 
 
 class Tool(ABC):

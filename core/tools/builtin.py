@@ -1,8 +1,11 @@
-"""Built-in tools: `bash`, `read_file`, `write_file`, `list_directory` (SPEC §4)."""
+"""Built-in tools: `bash`, `read_file`, `write_file`, `list_directory` (SPEC §4).
+
+The file tools check the path (a seatbelt with a clear reason), then do the work on
+their run's confined thread (core/tools/filejail.py): the kernel grants that thread
+exactly what the run's tool processes get."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 from pathlib import Path
@@ -14,7 +17,8 @@ from core.errors import ToolDenied, ToolError
 from core.tools.base import Category, Tool, ToolContext, ToolResult
 from core.tools.outputcap import cap_output
 from core.tools.paths import mentions_denied_path, resolve_path
-from core.tools.sandbox import run_in_workspace
+from core.tools.quota import budget, refuse_write, usage_of
+from core.tools.sandbox import file_jail_of, run_in_workspace, site_of
 from core.tools.settings import SandboxSettings
 
 if TYPE_CHECKING:
@@ -81,7 +85,7 @@ class BashTool(Tool):
             raise ToolError(f"command refused (stdin is closed): {verdict.reason}")
         sandbox = ctx.sandbox
         # bash is not bound by the file-tool walls, so at least refuse naming a denied path.
-        denied = mentions_denied_path(args.command, sandbox)
+        denied = mentions_denied_path(args.command, sandbox, site_of(ctx))
         if denied is not None:
             raise ToolDenied(f"permission denied: the command names the denied path {denied}")
         timeout = self.call_timeout(args, sandbox)
@@ -104,8 +108,9 @@ class ReadFileParams(BaseModel):
 def _open_nofollow(path: Path, flags: int) -> BinaryIO:
     """Open a checked path. O_NOFOLLOW stops a symlink swapped in since the check; a
     regular file with another hard link is refused, since the other name may be a denied
-    path (a link made in the workspace to `~/.ssh/id_rsa` passes every path check)."""
-    fd = os.open(path, flags | os.O_NOFOLLOW, 0o644)
+    path (a link made in the workspace to `~/.ssh/id_rsa` passes every path check).
+    O_NONBLOCK: a FIFO with no writer must not hold the run's file thread forever."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     try:
         info = os.fstat(fd)
         if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
@@ -113,6 +118,8 @@ def _open_nofollow(path: Path, flags: int) -> BinaryIO:
                 f"permission denied: {path} has {info.st_nlink} hard links, and another name "
                 "of the file may be a denied path"
             )
+        if flags != os.O_RDONLY and stat.S_ISFIFO(info.st_mode):
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
@@ -129,7 +136,10 @@ def _count_lines(f: BinaryIO) -> int:
 
 def _read_page(path: Path, offset: int, limit: int, cap: int) -> tuple[bytes, int, int]:
     """Lines offset.. (at most `limit`, stopping before `cap` bytes unless the first line
-    alone exceeds it). Returns (page, last line shown, total lines)."""
+    alone exceeds it). Returns (page, last line shown, total lines). Runs on the run's
+    confined file thread: a directory raises IsADirectoryError."""
+    if stat.S_ISDIR(os.stat(path).st_mode):
+        raise IsADirectoryError(path)
     page = bytearray()
     last = total = 0
     with _open_nofollow(path, os.O_RDONLY) as f:
@@ -142,10 +152,6 @@ def _read_page(path: Path, offset: int, limit: int, cap: int) -> tuple[bytes, in
             page += line
             last = number
     return bytes(page), last, total
-
-
-INLINE_READ_BYTES = 256 * 1024
-"""Files up to this size are read on the event loop (~50 µs); larger ones in a thread."""
 
 
 class ReadFileTool(Tool):
@@ -161,24 +167,15 @@ class ReadFileTool(Tool):
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         assert isinstance(args, ReadFileParams)
-        path = resolve_path(args.path, ctx.sandbox, for_write=False)
-        try:
-            info = path.stat()
-        except FileNotFoundError:
-            raise ToolError(f"`{args.path}` does not exist ({path})") from None
-        except OSError as exc:
-            raise ToolError(f"cannot read `{args.path}`: {exc.strerror or exc}") from exc
-        if stat.S_ISDIR(info.st_mode):
-            raise ToolError(f"`{args.path}` is a directory; use list_directory")
+        files = file_jail_of(ctx)
+        path = resolve_path(args.path, ctx.sandbox, for_write=False, site=files.site)
         cap = ctx.sandbox.output_cap_bytes
         try:
-            if stat.S_ISREG(info.st_mode) and info.st_size <= INLINE_READ_BYTES:
-                # A small regular file reads in microseconds: a thread hand-off costs more.
-                page, last, total = _read_page(path, args.offset, args.limit, cap)
-            else:  # large, or a FIFO or device that may block: off the event loop
-                page, last, total = await asyncio.to_thread(
-                    _read_page, path, args.offset, args.limit, cap
-                )
+            page, last, total = await files.run(_read_page, path, args.offset, args.limit, cap)
+        except FileNotFoundError:
+            raise ToolError(f"`{args.path}` does not exist ({path})") from None
+        except IsADirectoryError:
+            raise ToolError(f"`{args.path}` is a directory; use list_directory") from None
         except OSError as exc:
             raise ToolError(f"cannot read `{args.path}`: {exc.strerror or exc}") from exc
         if total == 0:
@@ -201,12 +198,25 @@ class WriteFileParams(BaseModel):
     content: str = Field(description="The full new content of the file (UTF-8).")
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: Path, data: bytes, limit: int | None, why: str) -> int:
+    """Write `data` to `path` unless it adds more than `limit` bytes (the write quota);
+    the bytes it added. Runs on the run's confined file thread."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        old = 0
+    else:
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(path)
+        old = info.st_size if stat.S_ISREG(info.st_mode) else 0
+    if limit is not None and len(data) - old > limit:
+        raise refuse_write(len(data) - old, limit, why)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Truncate only after the hard-link check: O_TRUNC would empty the other name's file.
     with _open_nofollow(path, os.O_WRONLY | os.O_CREAT) as f:
         f.truncate(0)
         f.write(data)
+    return len(data) - old
 
 
 class WriteFileTool(Tool):
@@ -224,14 +234,23 @@ class WriteFileTool(Tool):
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         assert isinstance(args, WriteFileParams)
-        path = resolve_path(args.path, ctx.sandbox, for_write=True)
-        if path.is_dir():
-            raise ToolError(f"`{args.path}` is a directory")
+        sandbox = ctx.sandbox
+        files = file_jail_of(ctx)
+        path = resolve_path(args.path, sandbox, for_write=True, site=files.site)
         data = args.content.encode("utf-8")
+        if sandbox.max_file_bytes and len(data) > sandbox.max_file_bytes:
+            raise ToolError(
+                f"{len(data):,} bytes is over the largest file a tool may write "
+                f"({sandbox.max_file_bytes:,}, tools.max_file_bytes)"
+            )
+        limit, why = budget(sandbox, files.site)
         try:
-            await asyncio.to_thread(_write, path, data)
+            added = await files.run(_write, path, data, limit, why)
+        except IsADirectoryError:
+            raise ToolError(f"`{args.path}` is a directory") from None
         except OSError as exc:
             raise ToolError(f"cannot write `{args.path}`: {exc.strerror or exc}") from exc
+        usage_of(files.site).charge(added)
         return ToolResult(f"wrote {len(data):,} bytes to {path}")
 
 
@@ -244,6 +263,7 @@ class ListDirectoryParams(BaseModel):
 
 
 def _list(path: Path) -> list[str]:
+    # On the run's confined file thread; not a directory raises NotADirectoryError.
     with os.scandir(path) as it:
         entries = sorted(it, key=lambda e: e.name)
     # ls -F style markers: the model knows them and they cost one character.
@@ -263,11 +283,12 @@ class ListDirectoryTool(Tool):
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         assert isinstance(args, ListDirectoryParams)
-        path = resolve_path(args.path, ctx.sandbox, for_write=False)
-        if not path.is_dir():
-            raise ToolError(f"`{args.path}` is not a directory ({path})")
+        files = file_jail_of(ctx)
+        path = resolve_path(args.path, ctx.sandbox, for_write=False, site=files.site)
         try:
-            names = await asyncio.to_thread(_list, path)
+            names = await files.run(_list, path)
+        except (NotADirectoryError, FileNotFoundError):
+            raise ToolError(f"`{args.path}` is not a directory ({path})") from None
         except OSError as exc:
             raise ToolError(f"cannot list `{args.path}`: {exc.strerror or exc}") from exc
         if not names:

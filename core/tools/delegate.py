@@ -20,6 +20,7 @@ from core.errors import ToolDenied, ToolValidationError
 from core.tools.base import Category, Tool, ToolContext, ToolResult
 from core.tools.delegation import ChildOutcome, ChildTask
 from core.tools.outputcap import cap_output
+from core.tools.sandbox import site_of
 from core.tools.settings import SandboxSettings
 
 DELEGATE = "delegate"
@@ -112,7 +113,7 @@ class DelegateTool(Tool):
             for t in args.tasks
         ]
         outcomes = await delegator.delegate(ctx.call_id, tasks)
-        text, files = render_outcomes(tasks, outcomes, ctx.sandbox)
+        text, files = render_outcomes(tasks, outcomes, site_of(ctx).artifacts)
         artifacts = tuple(files) + tuple(p for o in outcomes for p in _paths(o.artifacts))
         return ToolResult(
             text, is_error=not any(o.state == "completed" for o in outcomes), artifacts=artifacts
@@ -120,10 +121,11 @@ class DelegateTool(Tool):
 
 
 def render_outcomes(
-    tasks: Sequence[ChildTask], outcomes: Sequence[ChildOutcome], sandbox: SandboxSettings
+    tasks: Sequence[ChildTask], outcomes: Sequence[ChildOutcome], artifacts_dir: Path
 ) -> tuple[str, list[Path]]:
     """The one tool result: a count by state, then per child its state, run, task, answer
-    (head and tail if long, the whole kept in an artifact file) and artifacts."""
+    (head and tail if long, the whole kept in an artifact file in the conversation's
+    `artifacts_dir`) and artifacts."""
     states = Counter(o.state for o in outcomes)
     summary = ", ".join(f"{n} {state}" for state, n in states.items())
     parts = [f"{len(outcomes)} child run{'s' if len(outcomes) != 1 else ''}: {summary}."]
@@ -136,7 +138,7 @@ def render_outcomes(
             f"{outcome.iterations} iterations{replayed})\n"
             f"Task: {_short(task.instruction, 200)}"
         )
-        answer, file = _answer(outcome, budget, sandbox)
+        answer, file = _answer(outcome, budget, artifacts_dir)
         if file is not None:
             files.append(file)
         lines = [answer or "(no answer)"]
@@ -146,15 +148,13 @@ def render_outcomes(
     return "\n\n".join(parts), files
 
 
-def _answer(
-    outcome: ChildOutcome, budget: int, sandbox: SandboxSettings
-) -> tuple[str, Path | None]:
+def _answer(outcome: ChildOutcome, budget: int, artifacts_dir: Path) -> tuple[str, Path | None]:
     """The child's answer, cut to `budget` characters (head and tail); the whole answer
     goes to an artifact file the parent can `read_file`."""
     data = outcome.text.encode()
     if len(outcome.text) <= budget:
         return outcome.text, None
-    artifact: Path | None = sandbox.resolved_artifacts() / f"child-{outcome.run_id}.txt"
+    artifact: Path | None = artifacts_dir / f"child-{outcome.run_id}.txt"
     try:
         assert artifact is not None
         artifact.parent.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ from core.tools.base import (
     ToolResult,
 )
 from core.tools.policy import ToolPolicy
+from core.tools.site import site_for
 
 RETRY_DELAYS: tuple[float, ...] = (0.5, 2.0, 8.0)
 """Backoff before retry 1, 2 and 3; the call runs at most `len(RETRY_DELAYS) + 1` times."""
@@ -70,7 +71,8 @@ class ToolExecutor:
 
     Attributes:
         ctx: what every call's tool may use (sandbox settings, the jail, extras); each
-            call's tool gets it with the run's own scratch dir, cwd and env added.
+            call's tool gets it with the run's own scratch dir, cwd, env and site (its
+            workspace, scratch and artifacts: core/tools/site.py) added.
         clock: sleeps between retries (a fake one in tests).
     """
 
@@ -142,8 +144,8 @@ class ToolExecutor:
         """Run an authorised call, retrying transient failures of idempotent ones."""
         call = prepared.call
         tool_ctx = self.ctx
-        per_run = run.scratch, run.cwd, run.delegator, run.asker
-        if run.env or any(thing is not None for thing in per_run):
+        per_run = run.scratch, run.cwd, run.delegator, run.asker, run.site
+        if run.env or run.conv or any(thing is not None for thing in per_run):
             tool_ctx = replace(
                 tool_ctx,
                 scratch=run.scratch,
@@ -152,6 +154,8 @@ class ToolExecutor:
                 call_id=call.id,
                 delegator=run.delegator,
                 asker=run.asker,
+                # Where the run's tools work: its conversation's workspace and artifacts.
+                site=run.site or site_for(tool_ctx.sandbox, run.conv, run.scratch),
             )
         retryable = prepared.idempotent
         attempt = 1

@@ -10,14 +10,15 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    Landlock decides what is reachable) — with no CAP_SYS_PTRACE and another uid, the
    tool cannot read Parley's `/proc/<pid>/environ` or memory, and RLIMIT_NPROC (which
    the kernel never applies to uid 0) holds a fork bomb;
-2. sets `no_new_privs` and enforces the ruleset: read-write beneath the workspace,
-   `allowed_paths` and a per-run scratch dir; read + execute beneath the system dirs
-   (with denied paths carved out); `/dev/null`, `/dev/zero`, `/dev/urandom`; nothing
-   else — not `$HOME`, not `/proc`, not Parley's store, events or artifacts. Parley's
-   configuration files stay read-only wherever they are, and a read-only spawn (a
-   read-category tool) may write only its scratch dir. From ABI 6
-   the tool can neither signal nor reach abstract sockets of processes outside its
-   domain (Parley, other tool calls); with `network = false`, TCP bind/connect are
+2. sets `no_new_privs` and enforces the ruleset: read-write beneath the run's own
+   workspace (its channel's or conversation's, see core/tools/site.py), `allowed_paths`
+   and the run's scratch dir; read-only its conversation's artifacts; read + execute
+   beneath the system dirs (with denied paths carved out); `/dev/null`, `/dev/zero`,
+   `/dev/urandom`; nothing else — not `$HOME`, not `/proc`, not Parley's store or
+   events, not other runs' scratch, workspaces or artifacts. Parley's configuration
+   files stay read-only wherever they are, and a read-only spawn (a read-category tool)
+   may write only its scratch dir. From ABI 6 the tool can neither signal nor reach
+   abstract sockets of processes outside its domain (Parley, other tool calls); with `network = false`, TCP bind/connect are
    denied (ABI 4). Right after `no_new_privs` it installs the seccomp filter of the
    network mode (core/tools/netguard.py), whose listener, if any, Parley serves while
    the spawn lasts;
@@ -25,6 +26,9 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    core file);
 4. the group reaper (core/tools/reaper.py) kills the tool's process group — its PID
    namespace's first process among them — if Parley dies.
+
+The built-in file tools get the same ruleset (`ruleset`) on a thread of their own per
+run (core/tools/filejail.py).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +59,9 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 DEVICE_RIGHTS = landlock.READ_FILE | landlock.WRITE_FILE | landlock.IOCTL_DEV
 _NEVER_FOLLOW = ("/proc", "/sys")  # symlinks in /etc into these are not granted
 _COUNT_TTL = 2.0  # seconds a count of the tool user's tasks stays fresh
+_WORKSPACES_KEPT = 64  # workspaces whose rules stay open (each holds a few O_PATH fds)
+# A conversation's cut outputs: its tools may read them, never change or run them.
+ARTIFACT_RIGHTS = landlock.READ_FILE | landlock.READ_DIR
 
 
 def _is_under(path: Path, root: Path) -> bool:
@@ -201,7 +209,14 @@ class Jail:
         self._system: list[landlock.Rule] | None = None
         self._rules: dict[bool, list[landlock.Rule]] = {}  # by read_only
         self._fds: dict[bool, list[tuple[int, int]]] = {}
+        # Each run is granted its own workspace (workspace_scope): its rules, by directory
+        # and read_only.
+        self._workspaces: OrderedDict[tuple[Path, bool], list[tuple[int, int]]] = OrderedDict()
         self._tasks = (0, 0.0)  # (count, when)
+        # Threads of Parley's own that run as the tools' user (the file tools' confined
+        # workers): the kernel counts them against the tools' process limit, /proc does
+        # not show them under that user, so the limit makes room for them.
+        self.own_tasks = 0
 
     @property
     def enforced(self) -> bool:
@@ -266,7 +281,9 @@ class Jail:
             self._system = system
         rights = landlock.READ_ONLY if read_only else landlock.READ_WRITE
         rules = list(self._system)
-        for root in self._writable:
+        # The first writable root is the workspace root: not granted here, since each run
+        # gets only its own workspace beneath it (`_workspace_fds`).
+        for root in self._writable[1:]:
             rules += _carve(root, self._denied, rights, self.config_paths)
         self._rules[read_only] = rules
         return rules
@@ -324,55 +341,121 @@ class Jail:
         if now - when > _COUNT_TTL:
             count = count_tasks(uid)
             self._tasks = (count, now)
-        return count + self.settings.max_processes
+        return count + self.settings.max_processes + self.own_tasks
 
-    def prepare(self, scratch: Path, *, read_only: bool = False) -> Spawn | None:
-        """What one spawn needs: the ruleset (scratch dir writable), limits, user and PID
-        namespace; None when nothing is enforced. Close the result after the spawn.
+    def _workspace_fds(self, workspace: Path, read_only: bool) -> list[tuple[int, int]]:
+        """The rules granting one workspace (carved around denied paths and Parley's
+        configuration inside it), kept for the most recently used directories."""
+        key = (workspace, read_only)
+        fds = self._workspaces.get(key)
+        if fds is not None:
+            self._workspaces.move_to_end(key)
+            return fds
+        fds = []
+        rights = landlock.READ_ONLY if read_only else landlock.READ_WRITE
+        for rule in _carve(workspace, self._denied, rights, self.config_paths):
+            with contextlib.suppress(OSError):  # vanished: nothing to grant
+                fds.append((os.open(rule.path, os.O_PATH | os.O_CLOEXEC), rule.rights))
+        self._workspaces[key] = fds
+        if len(self._workspaces) > _WORKSPACES_KEPT:
+            for fd, _ in self._workspaces.popitem(last=False)[1]:
+                os.close(fd)
+        return fds
+
+    def ruleset(
+        self,
+        scratch: Path | None,
+        *,
+        workspace: Path | None = None,
+        artifacts: Path | None = None,
+        read_only: bool = False,
+        network: bool | None = None,
+    ) -> int:
+        """A ruleset fd for one run's places: the shared rules plus its `workspace`
+        (default: the root) and `scratch` read-write, and its conversation's `artifacts`
+        readable. Only for an enforced jail; the caller closes it.
 
         Args:
-            scratch: the spawn's own directory, always writable.
-            read_only: the tool may write nowhere but `scratch` (read-category tools:
-                the workspace and `allowed_paths` become read-only).
+            read_only: the workspace and `allowed_paths` may only be read (read-category
+                tools write nowhere but `scratch`).
+            network: False denies TCP bind and connect whatever the mode (the file
+                tools' thread); None: as the network mode says.
         """
+        root = workspace or self.settings.resolved_workspace()
+        places = [*self._rule_fds(read_only), *self._workspace_fds(root, read_only)]
+        handled = netguard.handled_net(
+            self.settings.network if network is None else network, self.net
+        )
+        opened = []
+        try:
+            for path, rights in ((scratch, landlock.READ_WRITE), (artifacts, ARTIFACT_RIGHTS)):
+                if path is not None:
+                    opened.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+                    places.append((opened[-1], rights))
+            return landlock.create_ruleset(self.abi, places, handled_net=handled)
+        finally:
+            for fd in opened:
+                os.close(fd)
+
+    def prepare(
+        self,
+        scratch: Path,
+        *,
+        read_only: bool = False,
+        workspace: Path | None = None,
+        artifacts: Path | None = None,
+        max_file_bytes: int | None = None,
+    ) -> Spawn | None:
+        """What one spawn needs: the ruleset (see `ruleset`), limits, user and PID
+        namespace; None when nothing is enforced. `max_file_bytes` lowers the file-size
+        limit for this spawn (a write quota). Close the result after the spawn."""
         if not self.enforced:
             return None
-        scratch_fd = os.open(scratch, os.O_PATH | os.O_CLOEXEC)
-        try:
-            ruleset = landlock.create_ruleset(
-                self.abi,
-                [*self._rule_fds(read_only), (scratch_fd, landlock.READ_WRITE)],
-                handled_net=netguard.handled_net(self.settings.network, self.net),
-            )
-        finally:
-            os.close(scratch_fd)
+        ruleset = self.ruleset(
+            scratch, workspace=workspace, artifacts=artifacts, read_only=read_only
+        )
         return Spawn(
             ruleset,
-            self._limits(),
+            self._limits(max_file_bytes),
             self.run_as,
-            self.settings.max_processes,
+            self.settings.max_processes + self.own_tasks,
             pid_namespaces=self.pid_namespaces,
             network=self.net,
         )
 
-    def _limits(self) -> tuple[tuple[int, int], ...]:
+    def _limits(self, max_file_bytes: int | None = None) -> tuple[tuple[int, int], ...]:
         s = self.settings
+        fsize = s.max_file_bytes
+        if max_file_bytes is not None:  # at least 1: 0 would mean no limit below
+            fsize = max(1, min(fsize, max_file_bytes) if fsize > 0 else max_file_bytes)
         pairs = [
             (resource.RLIMIT_CORE, 0),
             (resource.RLIMIT_CPU, s.max_cpu_seconds),
-            (resource.RLIMIT_FSIZE, s.max_file_bytes),
+            (resource.RLIMIT_FSIZE, fsize),
             (resource.RLIMIT_AS, s.max_memory_bytes),
-            (resource.RLIMIT_NPROC, self._process_limit()),
+            (resource.RLIMIT_NPROC, self._process_limit() if s.max_processes else 0),
         ]
         return tuple(
             (res, value) for res, value in pairs if value > 0 or res == resource.RLIMIT_CORE
         )
 
     def close(self) -> None:
-        for fds in self._fds.values():
+        for fds in [*self._fds.values(), *self._workspaces.values()]:
             for fd, _ in fds:
                 os.close(fd)
         self._fds = {}
+        self._workspaces.clear()
+
+
+def confine_thread(ruleset: int, run_as: RunAs | None) -> None:
+    """Confine the calling thread for good, as a tool's spawning thread is: the tools'
+    user (keeping only the DAC-override capabilities) when Parley is root, then
+    `no_new_privs` and the Landlock `ruleset`."""
+    if run_as is not None:
+        keep = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)
+        landlock.drop_thread_to_user(run_as.uid, run_as.gid, keep)
+    landlock.set_no_new_privs()
+    landlock.restrict_self(ruleset)
 
 
 @dataclass(slots=True)

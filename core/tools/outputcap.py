@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import codecs
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
+
+
+class ArtifactBudget(Protocol):
+    """Where an artifact's bytes come from (a call's write quota)."""
+
+    def take(self, n: int) -> int:
+        """How many of `n` more bytes may be written (0..n)."""
 
 
 def _decode_head(data: bytes) -> str:
@@ -20,14 +27,22 @@ def _decode_tail(data: bytes) -> str:
     return data[skip:].decode("utf-8", errors="replace")
 
 
-def cut_notice(cut: int, artifact: Path | None) -> str:
-    """The marker put where output was cut."""
-    where = f"full output in {artifact}" if artifact else "full output not kept"
+def cut_notice(cut: int, artifact: Path | None, kept: int | None = None) -> str:
+    """The marker put where output was cut; `kept`: the artifact holds only the first
+    `kept` bytes (the write quota stopped it)."""
+    if artifact is None:
+        where = "full output not kept" if kept is None else "not kept: write quota reached"
+    elif kept is None:
+        where = f"full output in {artifact}"
+    else:
+        where = f"first {kept:,} bytes in {artifact}; the rest not kept: write quota reached"
     return f"\n…[{cut:,} bytes cut; {where}]…\n"
 
 
-def _join_cut(head: bytes, tail: bytes, cut: int, artifact: Path | None) -> str:
-    return _decode_head(head) + cut_notice(cut, artifact) + _decode_tail(tail)
+def _join_cut(
+    head: bytes, tail: bytes, cut: int, artifact: Path | None, kept: int | None = None
+) -> str:
+    return _decode_head(head) + cut_notice(cut, artifact, kept) + _decode_tail(tail)
 
 
 def cap_output(data: bytes, cap: int, artifact: Path | None = None) -> tuple[str, bool, int]:
@@ -46,9 +61,10 @@ def cap_output(data: bytes, cap: int, artifact: Path | None = None) -> tuple[str
 
 class CappedStream:
     """Keeps the first and the last cap/2 bytes of a stream in memory; once the stream
-    exceeds the cap, everything is also written to an artifact file."""
+    exceeds the cap, everything is also written to an artifact file, as far as `budget`
+    (the call's write quota) allows."""
 
-    def __init__(self, cap: int, artifact: Path) -> None:
+    def __init__(self, cap: int, artifact: Path, budget: ArtifactBudget | None = None) -> None:
         self._head_cap = cap // 2
         self._tail_cap = cap - self._head_cap
         self._head = bytearray()
@@ -56,16 +72,29 @@ class CappedStream:
         self._total = 0
         self._artifact_path = artifact
         self._file: BinaryIO | None = None
+        self._budget = budget
+        self._kept: int | None = None  # bytes in the artifact once the budget ran out
 
-    def feed(self, data: bytes) -> None:
-        if self._file is None and self._total + len(data) > self._head_cap + self._tail_cap:
-            # Nothing has been dropped yet, so head + tail is everything read so far.
+    def _write(self, data: bytes) -> None:
+        """Write what the budget allows of `data`; after a refusal, nothing more."""
+        if self._kept is not None:
+            return
+        granted = len(data) if self._budget is None else self._budget.take(len(data))
+        if granted and self._file is None:
             self._artifact_path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self._artifact_path.open("wb")
-            self._file.write(self._head + self._tail)
         if self._file is not None:
             # Small sequential writes to local disk; not worth a thread hop per chunk.
-            self._file.write(data)
+            self._file.write(data[:granted] if granted < len(data) else data)
+        if granted < len(data):
+            self._kept = self._file.tell() if self._file is not None else 0
+
+    def feed(self, data: bytes) -> None:
+        if self._total + len(data) > self._head_cap + self._tail_cap:
+            if self._file is None and self._kept is None:
+                # Nothing has been dropped yet, so head + tail is everything read so far.
+                self._write(bytes(self._head + self._tail))
+            self._write(data)
         self._total += len(data)
         room = self._head_cap - len(self._head)
         if room > 0:
@@ -80,8 +109,9 @@ class CappedStream:
             self._file.close()
 
     def result(self) -> tuple[str, Path | None]:
-        if self._file is None:
-            return (self._head + self._tail).decode("utf-8", errors="replace"), None
         cut = self._total - len(self._head) - len(self._tail)
-        text = _join_cut(bytes(self._head), bytes(self._tail), cut, self._artifact_path)
-        return text, self._artifact_path
+        if cut == 0:
+            return (self._head + self._tail).decode("utf-8", errors="replace"), None
+        artifact = self._artifact_path if self._file is not None else None
+        text = _join_cut(bytes(self._head), bytes(self._tail), cut, artifact, self._kept)
+        return text, artifact

@@ -1,7 +1,7 @@
 """Path boundaries for the tools (SPEC §4): where file tools may read and write, and the
 denied paths a `bash` command line names.
 
-Roots and denied paths are resolved once per configuration (`PathRules.of`); each check is
+Roots and denied paths are resolved once per run's site (`PathRules.of`); each check is
 then a string-prefix test on the resolved path, with symlinks followed.
 """
 
@@ -10,12 +10,16 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ToolDenied
-from core.tools.settings import SandboxSettings, default_temp_root
+from core.tools.settings import SandboxSettings
+from core.tools.site import ToolSite, site_for
+
+_SITES_KEPT = 256  # runs whose rules are kept (a run's are computed at its first file call)
 
 
 def _expand(path: Path | str, base: Path) -> Path:
@@ -51,45 +55,71 @@ class PathRules:
     _denied: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, sandbox: SandboxSettings) -> PathRules:
-        """The rules of `sandbox`, computed on first use and kept with the settings."""
-        rules = sandbox._cache.get("paths")
-        if rules is None:
-            rules = sandbox._cache["paths"] = cls._compute(sandbox)
-        assert isinstance(rules, PathRules)
-        return rules
+    def of(cls, sandbox: SandboxSettings, site: ToolSite | None = None) -> PathRules:
+        """The rules of `sandbox` for the run at `site` (None: a run outside any
+        conversation, in the workspace root), computed on first use and kept with the
+        settings."""
+        if site is None:
+            rules = sandbox._cache.get("paths")
+            if rules is None:
+                rules = sandbox._cache["paths"] = cls._compute(sandbox, site_for(sandbox, ""))
+            assert isinstance(rules, PathRules)
+            return rules
+        sites: OrderedDict[ToolSite, PathRules] = sandbox._cache.setdefault(
+            "site-paths", OrderedDict()
+        )
+        cls.of(sandbox)  # the configuration's rules first: a site's build on them
+        found = sites.get(site)
+        if found is None:
+            found = sites[site] = cls._compute(sandbox, site)
+            if len(sites) > _SITES_KEPT:
+                sites.popitem(last=False)
+        return found
 
     @classmethod
-    def _compute(cls, sandbox: SandboxSettings) -> PathRules:
-        workspace = sandbox.resolved_workspace()
-        write = [workspace, default_temp_root(), *sandbox.allowed_paths]
-        write_roots = tuple(_expand(root, workspace).resolve() for root in write)
-        # Cut outputs point the model at artifacts; it must be able to page through them.
-        read_roots = (*write_roots, sandbox.resolved_artifacts())
-        denied = []
-        for path in sandbox.denied_paths:
-            written = Path(os.path.normpath(_expand(path, workspace)))
-            denied.append((path, (written, written.resolve())))
+    def _compute(cls, sandbox: SandboxSettings, site: ToolSite) -> PathRules:
+        # Only the run's own places: its workspace (per workspace_scope), its own temp dir
+        # (not the temp root, which holds every other run's) and its conversation's
+        # artifacts (readable: cut outputs point the model at them), never another's.
+        # `allowed_paths` and the denied paths come resolved from the configuration's.
+        base = sandbox._cache.get("paths")
+        if isinstance(base, PathRules):
+            allowed, denied = base.write_roots[1:], base.denied
+        else:  # the configuration's own (site "", no scratch): resolve everything
+            root = sandbox.resolved_workspace()
+            allowed = tuple(_expand(path, root).resolve() for path in sandbox.allowed_paths)
+            forms = ((p, Path(os.path.normpath(_expand(p, root)))) for p in sandbox.denied_paths)
+            denied = tuple((path, (written, written.resolve())) for path, written in forms)
+        # Parley names and makes the site's directories; only the temp root may be a link.
+        scratch = (Path(os.path.realpath(site.scratch)),) if site.scratch else ()
+        write_roots = (site.workspace, *scratch, *allowed)
+        read_roots = (*write_roots, site.artifacts)
         return cls(
-            workspace,
+            site.workspace,
             read_roots,
             write_roots,
-            tuple(denied),
-            str(workspace),
+            denied,
+            str(site.workspace),
             _prefixes(read_roots),
             _prefixes(write_roots),
             _prefixes(form for _, forms in denied for form in forms),
         )
 
 
-def allowed_roots(sandbox: SandboxSettings, *, for_write: bool) -> list[Path]:
+def allowed_roots(
+    sandbox: SandboxSettings, *, for_write: bool, site: ToolSite | None = None
+) -> list[Path]:
     """The resolved roots a file tool may use. Artifacts are readable, never writable."""
-    rules = PathRules.of(sandbox)
+    rules = PathRules.of(sandbox, site)
     return list(rules.write_roots if for_write else rules.read_roots)
 
 
-def resolve_path(path: str, sandbox: SandboxSettings, *, for_write: bool) -> Path:
-    """Resolve `path` to an absolute, symlink-free path inside the sandbox.
+def resolve_path(
+    path: str, sandbox: SandboxSettings, *, for_write: bool, site: ToolSite | None = None
+) -> Path:
+    """Resolve `path` to an absolute, symlink-free path inside the roots of the run at
+    `site` (see `PathRules.of`). A seatbelt: the file tools' wall is the kernel
+    (core/tools/filejail.py); this gives the model a clear reason first.
 
     Relative paths are relative to the workspace. Denied paths beat allowed roots and are
     matched both as written and resolved, so a symlink cannot reach them either.
@@ -97,7 +127,7 @@ def resolve_path(path: str, sandbox: SandboxSettings, *, for_write: bool) -> Pat
     Raises:
         ToolDenied: the path is outside every allowed root or inside a denied path.
     """
-    rules = PathRules.of(sandbox)
+    rules = PathRules.of(sandbox, site)
     lexical = os.path.normpath(os.path.join(rules._workspace, os.path.expanduser(path)))
     try:
         resolved = os.path.realpath(lexical, strict=True)
@@ -132,10 +162,12 @@ def resolve_path(path: str, sandbox: SandboxSettings, *, for_write: bool) -> Pat
 _PATHISH = re.compile(r"(?:~|\$\{?HOME\}?|[\w.-]+)?/[^\s'\"`;|&()<>=]*|~(?=[\s'\"]|$)")
 
 
-def mentions_denied_path(command: str, sandbox: SandboxSettings) -> Path | None:
+def mentions_denied_path(
+    command: str, sandbox: SandboxSettings, site: ToolSite | None = None
+) -> Path | None:
     """The first denied path a shell command line names, if any: a seatbelt for `bash`
     (the kernel sandbox is the wall; this only catches the obvious spelling early)."""
-    rules = PathRules.of(sandbox)
+    rules = PathRules.of(sandbox, site)
     home = os.path.expanduser("~")
     for match in _PATHISH.finditer(command):
         text = re.sub(r"^(~|\$\{?HOME\}?)", lambda _: home, match.group())

@@ -17,11 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.errors import ToolError
 from core.tools.jail import Spawn
 from core.tools.outputcap import CappedStream
 from core.tools.reaper import REAPER
+
+if TYPE_CHECKING:
+    from core.tools.quota import CallQuota
 
 # After the main process exits, how long we keep reading output still in flight. Then the
 # group is killed: background jobs (`sleep 30 &`) never outlive the tool call, and waiting
@@ -183,24 +187,28 @@ async def run_process(
     cap: int,
     artifacts_dir: Path,
     spawn: Spawn | None = None,
+    quota: CallQuota | None = None,
 ) -> ProcessResult:
     """Run `argv` (no shell) with stdin closed in its own process group.
 
     The group is SIGKILLed on timeout and on cancellation (which is re-raised), and by
     the reaper if Parley dies; output beyond `cap` bytes per stream is cut to head +
-    tail and kept in full as an artifact. `spawn` confines the process (the sandbox).
+    tail and kept in full as an artifact. `spawn` confines the process (the sandbox);
+    `quota` bounds the artifacts and ends the group when the call writes too much.
 
     Raises:
         ToolError: the program could not be started.
     """
     base = _artifact_base(artifacts_dir)
-    out = CappedStream(cap, base.with_suffix(".stdout.txt"))
-    err = CappedStream(cap, base.with_suffix(".stderr.txt"))
+    out = CappedStream(cap, base.with_suffix(".stdout.txt"), quota)
+    err = CappedStream(cap, base.with_suffix(".stderr.txt"), quota)
     started = time.monotonic()
     proc = _launch(argv, cwd, env, spawn)
     pid = proc.pid
     REAPER.track(pid)
     transports: list[asyncio.BaseTransport] = []
+    if quota is not None:
+        quota.watch(lambda: _kill_group(pid))
     try:
         watch, transports = await _connect(proc, out, err)
         ending = await _await_exit(pid, watch, timeout)
@@ -212,6 +220,8 @@ async def run_process(
             await asyncio.to_thread(proc.wait, _REAP_LIMIT)
         raise
     finally:
+        if quota is not None:
+            quota.unwatch()
         REAPER.untrack(pid)
         for transport in transports:
             transport.close()

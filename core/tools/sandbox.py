@@ -1,10 +1,12 @@
-"""Running a tool's process inside the walls (SPEC §4, §13): in the workspace, in the
-kernel sandbox (the jail), with a minimal environment and a private scratch dir; and the
-observation the model gets back. Path rules are in `paths.py`, output caps in
-`outputcap.py`, the process-group runner in `process.py`."""
+"""Running a tool's process inside the walls (SPEC §4, §13): in the run's workspace, in
+the kernel sandbox (the jail), with a minimal environment, a private scratch dir and a
+write quota; and the observation the model gets back. Where a run works is in `site.py`,
+path rules in `paths.py`, the file tools' confined thread in `filejail.py`, quotas in
+`quota.py`, output caps in `outputcap.py`, the process-group runner in `process.py`."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -13,10 +15,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from core.tools.base import ToolContext, ToolResult
+from core.tools.filejail import FileJail, file_jail, release
 from core.tools.gitenv import neutralised
 from core.tools.jail import Jail
+from core.tools.paths import PathRules
 from core.tools.process import ProcessResult, run_process
+from core.tools.quota import call_quota, tree_bytes, usage_of
 from core.tools.settings import SandboxSettings, default_temp_root
+from core.tools.site import ToolSite, prepare_site, site_for
 
 
 def tool_env(sandbox: SandboxSettings, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -26,10 +32,14 @@ def tool_env(sandbox: SandboxSettings, extra: Mapping[str, str] | None = None) -
     return neutralised(host, extra or {})
 
 
-def format_observation(result: ProcessResult, *, timeout: float) -> ToolResult:
+def format_observation(
+    result: ProcessResult, *, timeout: float, quota_error: str | None = None
+) -> ToolResult:
     """One structured observation for the model: exit code, duration, both streams and
-    notes on timeouts and cut output."""
+    notes on timeouts, write quotas and cut output."""
     lines: list[str] = []
+    if quota_error is not None:
+        lines.append(f"error: {quota_error}")
     if result.timed_out:
         lines.append(f"error: timed out; the process group was killed after {timeout:g}s")
     lines += [f"exit_code: {result.exit_code}", f"duration: {result.duration:.2f}s"]
@@ -43,7 +53,7 @@ def format_observation(result: ProcessResult, *, timeout: float) -> ToolResult:
             f"note: output was cut; full output in {paths} "
             "(page through it with read_file offset/limit)"
         )
-    failed = result.timed_out or result.exit_code != 0
+    failed = result.timed_out or result.exit_code != 0 or quota_error is not None
     return ToolResult("\n".join(lines), is_error=failed, artifacts=result.artifacts)
 
 
@@ -58,12 +68,49 @@ def jail_of(ctx: ToolContext) -> Jail:
     return jail
 
 
+def site_of(ctx: ToolContext) -> ToolSite:
+    """Where the call's tools work: the run's site, else the workspace root (a call
+    outside any conversation)."""
+    return ctx.site or site_for(ctx.sandbox, "", ctx.scratch)
+
+
+def file_jail_of(ctx: ToolContext) -> FileJail:
+    """The confined thread and path rules of the call's run, for the file tools."""
+    return file_jail(jail_of(ctx), ctx.sandbox, site_of(ctx))
+
+
+def release_site(site: ToolSite) -> None:
+    """The run at `site` ended: close its file tools' thread, and remove its scratch dir
+    on a worker thread, crediting its bytes back to the conversation's write quota."""
+    release(site)
+    scratch = site.scratch
+    if scratch is None or not scratch.exists():
+        return
+    usage = usage_of(site)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # outside the event loop (a test's teardown): do it here
+        usage.charge(-tree_bytes(scratch))
+        shutil.rmtree(scratch, ignore_errors=True)
+        return
+
+    def clear() -> int:
+        held = tree_bytes(scratch)
+        shutil.rmtree(scratch, ignore_errors=True)
+        return held
+
+    def credit(done: asyncio.Future[int]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            usage.charge(-done.result())
+
+    loop.run_in_executor(None, clear).add_done_callback(credit)
+
+
 @contextlib.contextmanager
-def _scratch(ctx: ToolContext) -> Iterator[Path]:
+def _scratch(site: ToolSite) -> Iterator[Path]:
     """The run's scratch dir, or a fresh one for this call alone (removed after)."""
-    if ctx.scratch is not None:
-        ctx.scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
-        yield ctx.scratch
+    if site.scratch is not None:
+        yield site.scratch
         return
     root = default_temp_root() / "calls"
     root.mkdir(parents=True, exist_ok=True)
@@ -86,26 +133,37 @@ async def run_in_workspace(
     model. `env`: the tool's own extra variables; `read_only`: it may write nowhere but
     its scratch dir (a read-category tool)."""
     sandbox = ctx.sandbox
-    workspace = sandbox.resolved_workspace()
-    workspace.mkdir(parents=True, exist_ok=True)
+    site = site_of(ctx)
+    prepare_site(site)
     jail = jail_of(ctx)
-    with _scratch(ctx) as scratch:
+    with _scratch(site) as scratch:
         variables = tool_env(sandbox, {**ctx.env, **(env or {})})
         variables["TMPDIR"] = str(scratch)
         if jail.enforced:  # the real home is out of reach; give tools one they can use
             variables["HOME"] = str(scratch)
-        spawn = jail.prepare(scratch, read_only=read_only)
+        # Everything the process may write: the site's roots, and this call's own scratch.
+        roots = list(dict.fromkeys((scratch, *PathRules.of(sandbox, site).write_roots)))
+        quota = call_quota(sandbox, site, roots)
+        spawn = jail.prepare(
+            scratch,
+            workspace=site.workspace,
+            artifacts=site.artifacts,
+            max_file_bytes=quota.file_limit,
+            read_only=read_only,
+        )
         try:
             result = await run_process(
                 argv,
-                cwd=ctx.cwd or workspace,
+                cwd=ctx.cwd or site.workspace,
                 env=variables,
                 timeout=timeout,
                 cap=sandbox.output_cap_bytes,
-                artifacts_dir=sandbox.resolved_artifacts(),
+                artifacts_dir=site.artifacts,
                 spawn=spawn,
+                quota=quota,
             )
         finally:
             if spawn is not None:
                 spawn.close()
-    return format_observation(result, timeout=timeout)
+        await quota.settle()
+    return format_observation(result, timeout=timeout, quota_error=quota.exceeded)

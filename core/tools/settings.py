@@ -83,6 +83,23 @@ class SandboxSettings(BaseModel):
     )
     max_file_bytes: int = Field(default=1 << 30, ge=0, description="Largest file a tool writes.")
     max_memory_bytes: int = Field(default=8 << 30, ge=0, description="Address space per process.")
+    workspace_scope: Literal["channel", "conversation", "shared"] = Field(
+        default="channel",
+        description="Who shares a workspace directory under `workspace`: each channel (chat, "
+        "DM) has its own, each conversation (thread) has its own, or all share the root.",
+    )
+    max_call_write_bytes: int = Field(
+        default=100 << 20,
+        ge=0,
+        description="Bytes one tool call may add to its workspace, temp dir and artifacts; "
+        "0: no limit.",
+    )
+    max_conversation_write_bytes: int = Field(
+        default=1 << 30,
+        ge=0,
+        description="Bytes a conversation's tool calls and artifacts may hold (its oldest "
+        "artifacts are deleted first when over); 0: no limit.",
+    )
 
     _cache: dict[str, Any] = PrivateAttr(default_factory=dict)
 

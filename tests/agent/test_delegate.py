@@ -343,6 +343,7 @@ async def test_a_long_child_answer_is_cut_and_kept_whole_in_an_artifact(
         assert "HEAD" in result
         assert "TAIL" in result
         [child] = await _children(agent, report.run_id)
-        artifact = tmp_path / "artifacts" / f"child-{child.id}.txt"
+        # In the conversation's own artifacts dir, which its tools may read.
+        [artifact] = (tmp_path / "artifacts").glob(f"*/child-{child.id}.txt")
         assert f"full output in {artifact}" in result
         assert artifact.read_text() == long_answer

@@ -9,6 +9,7 @@ import pytest
 from core.errors import ToolDenied
 from core.tools.paths import mentions_denied_path, resolve_path
 from core.tools.settings import SandboxSettings, default_temp_root
+from core.tools.site import site_for
 
 
 @pytest.fixture
@@ -48,21 +49,33 @@ def test_dot_dot_cannot_escape(settings: SandboxSettings) -> None:
         resolve_path("missing/../../../x", settings, for_write=True)
 
 
-def test_extra_allowed_roots_and_temp_root_are_allowed(
+def test_extra_allowed_roots_and_the_runs_own_temp_dir_are_allowed(
     tmp_path: Path, settings: SandboxSettings
 ) -> None:
     assert resolve_path(str(tmp_path / "extra/f"), settings, for_write=True) == (
         tmp_path / "extra/f"
     )
-    temp_file = default_temp_root() / "scratch.txt"
-    assert resolve_path(str(temp_file), settings, for_write=True) == temp_file.resolve()
+    scratch = default_temp_root() / "runs" / "r1"
+    site = site_for(settings, "slack:C1:t", scratch)
+    temp_file = scratch / "scratch.txt"
+    assert resolve_path(str(temp_file), settings, for_write=True, site=site) == (
+        temp_file.resolve()
+    )
+    # Not the temp root: it holds every other run's dir.
+    for other in (default_temp_root() / "scratch.txt", default_temp_root() / "runs/r2/x"):
+        with pytest.raises(ToolDenied, match="outside the allowed roots"):
+            resolve_path(str(other), settings, for_write=False, site=site)
 
 
 def test_artifacts_are_readable_not_writable(tmp_path: Path, settings: SandboxSettings) -> None:
-    artifact = str(tmp_path / "artifacts" / "out.txt")
-    assert resolve_path(artifact, settings, for_write=False) == Path(artifact)
+    site = site_for(settings, "slack:C1:t")
+    artifact = str(site.artifacts / "out.txt")
+    assert resolve_path(artifact, settings, for_write=False, site=site) == Path(artifact)
     with pytest.raises(ToolDenied, match="outside the allowed roots"):
-        resolve_path(artifact, settings, for_write=True)
+        resolve_path(artifact, settings, for_write=True, site=site)
+    other = site_for(settings, "slack:C2:t").artifacts / "out.txt"  # another conversation's
+    with pytest.raises(ToolDenied, match="outside the allowed roots"):
+        resolve_path(str(other), settings, for_write=False, site=site)
 
 
 def test_denied_beats_allowed(settings: SandboxSettings) -> None:
