@@ -18,10 +18,10 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    events, not other runs' scratch, workspaces or artifacts. Parley's configuration
    files stay read-only wherever they are, and a read-only spawn (a read-category tool)
    may write only its scratch dir. From ABI 6 the tool can neither signal nor reach
-   abstract sockets of processes outside its domain (Parley, other tool calls); with `network = false`, TCP bind/connect are
-   denied (ABI 4). Right after `no_new_privs` it installs the seccomp filter of the
-   network mode (core/tools/netguard.py), whose listener, if any, Parley serves while
-   the spawn lasts;
+   abstract sockets of processes outside its domain (Parley, other tool calls); with
+   `network = false`, TCP bind/connect are denied (ABI 4). Right after `no_new_privs` it
+   installs the seccomp filter of the network mode (core/tools/netguard.py), whose
+   listener, if any, Parley serves while the spawn lasts;
 3. resource limits are lowered (CPU seconds, file size, processes, address space, no
    core file);
 4. the group reaper (core/tools/reaper.py) kills the tool's process group — its PID
