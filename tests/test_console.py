@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
-from tests.helpers import wait_dead
+from tests.helpers import pids_running, wait_dead
 from tests.process import REPO, child_env, start_parley, write_config
 
 STOP_WITHIN = 2.0  # seconds from typing /stop to the "Stopped." line
@@ -133,14 +133,15 @@ async def test_stop_while_waiting_for_the_model(fake_llm: FakeLLM, tmp_path: Pat
 
 
 async def test_stop_inside_a_long_bash_call(fake_llm: FakeLLM, tmp_path: Path) -> None:
-    command = "echo $$ > sleeper.pid; exec sleep 60"
+    # Found by its command line: inside the call's PID namespace `$$` is not the host's pid.
+    command = "exec sleep 60.103"
     fake_llm.script(Reply(tool_calls=[ToolCallSpec("bash", {"command": command})]))
-    pid_file = tmp_path / "ws" / "sleeper.pid"
     async with terminal(fake_llm, tmp_path, "chat") as term:
         await term.type(b"wait a minute")
-        await term.until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", "pid")
+        await term.until(lambda: bool(pids_running("sleep", "60.103")), "the sleeper")
+        sleepers = pids_running("sleep", "60.103")
         await stop_within_deadline(term)
-        assert wait_dead([int(pid_file.read_text())]) == []
+        assert wait_dead(sleepers) == []
         code = await term.exit()
     assert code == 0, bytes(term.err)
     assert len(fake_llm.requests) == 1  # the model was not asked to go on

@@ -16,6 +16,7 @@ from core.store import RunRow
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.delegatekit import PARENT, Scripts, delegate
 from tests.fakes.llm import FakeLLM, Fault, Reply, ToolCallSpec
+from tests.helpers import pids_running
 
 CONV = "test:c1:"
 
@@ -117,18 +118,20 @@ async def test_stop_on_the_parent_cancels_every_child_and_its_tool_processes(
     scripts = Scripts()
     fake_llm.responder = scripts
     scripts.parent.append(Reply(tool_calls=[delegate("alpha: wait", "beta: wait", call_id="d1")]))
-    for key in ("alpha", "beta"):
-        command = f"echo $$ > {key}.pid; exec sleep 600"
+    # Each sleeper is found by its command line: inside its PID namespace `$$` is not the
+    # host's pid.
+    naps = {"alpha": "600.101", "beta": "600.102"}
+    for key, nap in naps.items():
+        command = f"touch {key}.started; exec sleep {nap}"
         scripts.child(key, Reply(tool_calls=[ToolCallSpec("bash", {"command": command})]))
     workspace = tmp_path / "workspace"
     chat = RecordingResponder()
     async with running_agent(fake_llm, tmp_path, agent={"cancel_grace_seconds": 0.1}) as agent:
         await agent.submit(inbound("split the work"), chat)
-        pids = [workspace / "alpha.pid", workspace / "beta.pid"]
         async with asyncio.timeout(20):
-            while not all(p.exists() and p.read_text().strip() for p in pids):
+            while len(sleepers := [p for n in naps.values() for p in pids_running("sleep", n)]) < 2:
                 await asyncio.sleep(0.02)
-        sleepers = [int(p.read_text()) for p in pids]
+        assert all((workspace / f"{key}.started").exists() for key in naps)
         await agent.submit(inbound("/stop"), chat)
         await agent.wait_idle()
         [parent] = await agent.store.runs(conv=CONV)
@@ -261,7 +264,8 @@ WAIT_TOOL = """
 tools:
   - name: wait_for_go
     description: "Wait until the file go exists."
-    category: read
+    category: write  # it leaves a mark in the workspace, which read tools cannot write
+    idempotent: true
     cmd: sh
     args: ["-c", "echo waited >> waits.txt; while [ ! -f go ]; do sleep 0.05; done; echo ready"]
     timeout: 60
