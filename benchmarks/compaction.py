@@ -1,4 +1,5 @@
-"""What each `[context] strategy` keeps of the step in progress (SPEC §5, §15).
+"""What each `[context] strategy` keeps of the step in progress
+(docs/context.md#context-strategies).
 
 A scripted session of three subgoals (inspect the logs, patch the config, run the tests),
 each several tool calls with large outputs, runs through the real `ContextManager` (window

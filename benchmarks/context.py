@@ -1,4 +1,4 @@
-"""Cost of context-pressure management (SPEC §2, §5).
+"""Cost of context-pressure management (docs/context.md).
 
 * **Pre-flight below the soft threshold**: µs per call at 10 … 5,000 messages, one new tool
   turn appended before each call (the loop's pattern). The incremental path checks and

@@ -1,4 +1,5 @@
-"""Long-term memory recall (SPEC §15): quality and latency of lexical recall, per backend.
+"""Long-term memory recall (docs/delegation-memory.md): quality and latency of lexical recall, per
+backend.
 
 A generated set: 200 memories made from seven templates (favourites, on-call rotas,
 backups, contact preferences, release dates, decisions, allergies) over 20 people, 12

@@ -1,5 +1,5 @@
 """Relay of a long streamed answer to each chat platform: first-call delay, posts, edits and
-the highest edit rate in any window, against the platform's budget (SPEC §9).
+the highest edit rate in any window, against the platform's budget (docs/channels.md).
 
 One DM per platform, three platforms one after the other. The path is the production one:
 the fake LLM (``tests.fakes.llm.FakeLLM``, OpenAI Chat Completions wire format) streams a

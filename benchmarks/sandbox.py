@@ -1,4 +1,4 @@
-"""What the kernel sandbox costs per tool call (SPEC §4; goal: ≤ 5 ms added).
+"""What the kernel sandbox costs per tool call (docs/tools.md; goal: ≤ 5 ms added).
 
 One run times the same calls unconfined (`sandbox = "off"`) and confined under each
 network mode (`network = true`, `false`, `"public"`), interleaved in rounds so drift hits

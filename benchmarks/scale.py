@@ -1,4 +1,4 @@
-"""Scale-out (SPEC §14): `parley run` workers on one PostgreSQL against one process on
+"""Scale-out (docs/scale-out.md): `parley run` workers on one PostgreSQL against one process on
 SQLite, end to end, and how long a dead Telegram poller takes to be replaced.
 
 **Throughput.** Each phase starts fresh `parley run` worker processes (`python -m bot run`)

@@ -85,7 +85,7 @@ def _redactor(config: ParleyConfig, environ: Mapping[str, str], registry: ToolRe
 
 
 def shared_settings(config: StoreConfig, channels: Collection[str]) -> SharedSettings | None:
-    """Several workers may share a PostgreSQL store (SPEC §14), answering the conversations
+    """Several workers may share a PostgreSQL store (docs/scale-out.md), answering the conversations
     of `channels` whichever of them took a message in; SQLite is one process's."""
     if config.backend() != "postgresql":
         return None
@@ -338,7 +338,8 @@ class App:
                 await agent.store.aclose()
 
     def reload(self) -> str:
-        """Read config.toml and tools.yaml again (SPEC §8). The new settings apply to each
+        """Read config.toml and tools.yaml again (docs/operations.md#reloading). The new settings
+        apply to each
         conversation from its next turn; a turn already running finishes on the old ones.
 
         Returns a line for the log. Raises `ConfigError` (the running configuration stays)

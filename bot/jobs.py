@@ -1,4 +1,4 @@
-"""Scheduled jobs (SPEC §10): `[[jobs]]` fired by APScheduler as cron sessions.
+"""Scheduled jobs (docs/jobs.md): `[[jobs]]` fired by APScheduler as cron sessions.
 
 A fire is named by its scheduled time and claimed in the store before it runs
 (`Store.claim_job_fire`), so neither a restart nor a duplicate trigger runs it twice. At
@@ -254,7 +254,7 @@ class Scheduler:
         return ([older] if older else []) + fires_between(trigger, recent, now)
 
     async def hold(self, takeover: float) -> None:
-        """The scheduler as a leased singleton (several workers, SPEC §14): it fires
+        """The scheduler as a leased singleton (several workers, docs/scale-out.md): it fires
         while this worker holds the `scheduler` lease, catching up what a predecessor
         missed (see `start`). Cancelled when the lease is lost or at shutdown, it stops
         scheduling at once; fires already claimed finish (`shutdown` waits for them)."""

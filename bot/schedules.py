@@ -1,4 +1,4 @@
-"""Job schedules (SPEC §10): cron expressions, time zones, missed fires, targets.
+"""Job schedules (docs/jobs.md): cron expressions, time zones, missed fires, targets.
 
 Schedules are standard 5-field cron (`minute hour day month weekday`, 0 or 7 = Sunday),
 or 6 fields with seconds first. Unlike classic cron, a restricted day-of-month and a

@@ -1,4 +1,4 @@
-"""Leased singletons in `parley run` (SPEC §14): on a store several workers share
+"""Leased singletons in `parley run` (docs/scale-out.md): on a store several workers share
 (PostgreSQL), the connections only one worker may hold — Telegram long polling, each
 Discord gateway shard — and the job scheduler run under a lease (`core.lease`), so one
 worker holds each and another takes it over within about `[store] lease_seconds` when it

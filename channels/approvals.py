@@ -1,4 +1,4 @@
-"""Approval prompts: an admin tool call waits for an approver's click (SPEC §4, §13).
+"""Approval prompts: an admin tool call waits for an approver's click (docs/tools.md#approvals).
 
 The adapter shows the prompt with two buttons whose data comes from
 `approval_button_id`; a click goes to `Approvals.resolve_click`. Only approvers decide;

@@ -1,4 +1,4 @@
-"""The contract every chat adapter implements, and what they share (SPEC §9)."""
+"""The contract every chat adapter implements, and what they share (docs/channels.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Discord channel (discord.py 2.x): gateway in, REST out (SPEC §9).
+"""The Discord channel (discord.py 2.x): gateway in, REST out (docs/channels.md).
 
 Answers DMs, mentions in guild channels and messages in threads the bot is part of, in
 the same channel or thread. The nine agent commands are app (slash) commands on a

@@ -1,4 +1,5 @@
-"""Who the bot answers on a platform (SPEC §9, §13): its own messages never; other
+"""Who the bot answers on a platform (docs/channels.md#who-is-answered-the-gate): its own messages
+never; other
 bots only when they @mention it (or `ignore_bots = false`), pass the allowlists, stay
 within a per-peer budget and the chain cap; only allowlisted users or channels; in group
 channels, only when mentioned or in a thread it is part of.
@@ -23,7 +24,8 @@ BOT_PEER_WINDOW = 60.0
 
 
 class AccessConfig(BaseModel):
-    """Who may talk to the bot on one platform (SPEC §13). An empty allowlist admits
+    """Who may talk to the bot on one platform (docs/channels.md#who-is-answered-the-gate). An
+    empty allowlist admits
     nobody unless `open = true`; a message is admitted when its user is in
     `allow_users` or its channel/chat is in `allow_channels`.
 

@@ -69,7 +69,7 @@ ACK_BUDGET = 2.5  # seconds a listener may hold the ack (Slack retries after 3 s
 
 
 class SlackChannel:
-    """The Slack adapter (SPEC §9): bolt handlers → `Inbound` → `agent.submit`."""
+    """The Slack adapter (docs/channels.md): bolt handlers → `Inbound` → `agent.submit`."""
 
     name = "slack"
 

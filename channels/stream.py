@@ -1,4 +1,4 @@
-"""Streaming a reply into a chat: one post, throttled edits, then the final text (SPEC §9).
+"""Streaming a reply into a chat: one post, throttled edits, then the final text (docs/channels.md).
 
 A `Surface` is one place in one platform conversation (a chat, a thread) that can post,
 edit and delete messages; the adapter maps its platform's errors onto `core.errors`:

@@ -1,4 +1,4 @@
-"""The Telegram channel, on python-telegram-bot (SPEC §9).
+"""The Telegram channel, on python-telegram-bot (docs/channels.md).
 
 Updates arrive by long polling (default) or by a webhook whose secret-token header is
 checked. DMs are always answered; in groups the bot answers when mentioned, when a

@@ -1,7 +1,7 @@
 """Reply text for chat platforms: splitting over the size limit and Markdown conversion.
 
 Models answer in CommonMark-ish Markdown; each platform wants its own dialect and has a
-per-message limit (SPEC §9). `split_message` first lays out Markdown tables (no platform
+per-message limit (docs/channels.md). `split_message` first lays out Markdown tables (no platform
 renders them; channels/tables.py), then cuts at paragraph, line, sentence and word
 boundaries (in that order), keeps a laid-out table in one piece where it fits, and never
 leaves a code fence open in a piece: a cut inside a fence closes it and reopens it, with

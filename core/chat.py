@@ -1,4 +1,4 @@
-"""What the agent and the chat channels say to each other (SPEC §9), platform-free.
+"""What the agent and the chat channels say to each other (docs/channels.md), platform-free.
 
 A channel turns platform events into `Inbound` and hands them to the agent with a
 `Responder` for that conversation; the agent answers through the responder: a streamed
@@ -124,7 +124,7 @@ class ApprovalRequest:
 
     `timeout` is what is left of the approvers' time. A request asked before a restart
     comes with the `prompt` already posted for it: the channel settles that one and posts
-    none; clicks on its buttons still answer it (SPEC §13).
+    none; clicks on its buttons still answer it (docs/tools.md#approvals).
     """
 
     id: str

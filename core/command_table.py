@@ -1,4 +1,5 @@
-"""The one list of chat commands (SPEC §8): core handles them, every adapter registers them.
+"""The one list of chat commands (docs/commands.md): core handles them, every adapter registers
+them.
 
 Slack's `!stop`, Telegram's "/" menu, Discord's slash commands, the console's help line and
 the agent's own parser all read this table, so a command added here exists everywhere.

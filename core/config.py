@@ -130,7 +130,7 @@ class ToolsConfig(SandboxSettings):
 
 class StoreConfig(_Section):
     """Where conversations, runs and events are kept: one SQLite file (the default), or a
-    PostgreSQL database that several workers share (SPEC §14)."""
+    PostgreSQL database that several workers share (docs/scale-out.md)."""
 
     path: Path = Field(Path("~/.parley/parley.db"), description="SQLite database (WAL).")
     url: str | None = Field(
@@ -150,7 +150,7 @@ class StoreConfig(_Section):
         "platform's one connection, the scheduler) lasts unless renewed; renewed every third "
         "of it, so a dead holder is replaced within about this long.",
     )
-    # Several workers on one PostgreSQL store (SPEC §14); unused on SQLite.
+    # Several workers on one PostgreSQL store (docs/scale-out.md); unused on SQLite.
     heartbeat_seconds: float = Field(
         2.0, gt=0, le=60, description="Seconds between a worker's heartbeats (PostgreSQL)."
     )
@@ -231,7 +231,8 @@ class GoalsConfig(_Section):
 
 
 class MemoryConfig(_Section):
-    """Long-term memory (SPEC §15): the `remember` and `recall` tools, and recall of the
+    """Long-term memory (docs/delegation-memory.md): the `remember` and `recall` tools, and recall
+    of the
     most relevant memories into the system message before each run."""
 
     enabled: bool = Field(True, description="Offer the `remember` and `recall` tools.")

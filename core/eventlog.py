@@ -1,4 +1,4 @@
-"""Structured events (SPEC §11): JSON lines in a log file and rows in the store.
+"""Structured events (docs/operations.md): JSON lines in a log file and rows in the store.
 
 Every event carries its run id, conversation key and iteration. `RunEvents` is the sink of
 one run: it forwards every loop event to the reply stream and turns the ones worth keeping

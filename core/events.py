@@ -108,7 +108,7 @@ class Notice:
 
 
 EventName = Literal[
-    # runs (SPEC §7)
+    # runs (docs/durability.md)
     "agent_run.started",
     "agent_run.completed",
     "agent_run.cancelled",
@@ -121,7 +121,7 @@ EventName = Literal[
     "agent_run.reconcile",
     "agent_run.resumed",
     "agent_run.resume_unsafe",
-    # the loop and its guards (SPEC §3, §6)
+    # the loop and its guards (docs/loop.md, docs/durability.md)
     "agent.llm.call",
     "agent.llm.usage",
     "agent.llm.retry",
@@ -130,7 +130,7 @@ EventName = Literal[
     "agent.loop.detected",
     "agent.exhaustion.soft_limit",
     "agent.exhaustion.hard_limit",
-    # context (SPEC §5)
+    # context (docs/context.md)
     "agent.compaction.run",
     "agent.recovery.fired",
     "agent.transcript.repaired",
@@ -146,7 +146,7 @@ EventName = Literal[
     "agent.goal.ended",
     "agent.delegate.started",
     "agent.delegate.finished",
-    # long-term memory (SPEC §15): a recall that found nothing, or failed (seed 003's name)
+    # long-term memory (docs/delegation-memory.md): a recall that found nothing, or failed
     "memory_miss",
     # channels
     "channel.event.duplicate",
@@ -158,18 +158,19 @@ EventName = Literal[
     "job.skipped",
     "job.finished",
     "config.reloaded",
-    # leased singletons across workers (SPEC §14)
+    # leased singletons across workers (docs/scale-out.md)
     "lease.taken",
     "lease.lost",
     "lease.released",
 ]
-"""Every observability event name (SPEC §11), in one place: emitters are type-checked
+"""Every observability event name (docs/operations.md#events), in one place: emitters are
+type-checked
 against it, so a typo or a new event without an entry here fails `mypy`."""
 
 
 @dataclass(frozen=True, slots=True)
 class Observed:
-    """A structured observability event (SPEC §11), e.g. `agent.tool.retry`."""
+    """A structured observability event (docs/operations.md#events), e.g. `agent.tool.retry`."""
 
     name: EventName
     data: dict[str, Any] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Leased singletons (SPEC §14): work that must run in one worker at a time — a Telegram
+"""Leased singletons (docs/scale-out.md): work that must run in one worker at a time — a Telegram
 long poll, a Discord gateway shard, the job scheduler — held through a named lease in the
 shared store, and taken over by another worker within seconds when its holder dies.
 

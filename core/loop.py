@@ -1,4 +1,4 @@
-"""The tool loop (SPEC §3): pure, stateless over a message list, emits events to a sink.
+"""The tool loop (docs/loop.md): pure, stateless over a message list, emits events to a sink.
 
 Per iteration: pre-flight check → stream one LLM call → append the assistant message →
 run its tool calls (one result per call id, in call order) → loop, until a final answer.
@@ -69,7 +69,7 @@ StopReason = Literal[
 
 
 class ContextGuard(Protocol):
-    """Context management (SPEC §5): what the loop needs, and what a conversation's
+    """Context management (docs/context.md): what the loop needs, and what a conversation's
     commands read (`/status`, `/compact`, `/clear`)."""
 
     last_compaction: CompactionReport | None

@@ -1,4 +1,4 @@
-"""Secret redaction (SPEC §13): tool output loses known secret values (in any spelling
+"""Secret redaction (docs/tools.md): tool output loses known secret values (in any spelling
 `core.secrets.encodings` knows: URL-quoted, base64, JSON-escaped, hex) and common token
 shapes before it is stored, posted or sent to the model; the model is told.
 

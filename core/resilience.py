@@ -1,8 +1,9 @@
-"""Loop resilience (SPEC §6): tool-loop detection with an escalation ladder, the doom-loop
+"""Loop resilience (docs/durability.md): tool-loop detection with an escalation ladder, the
+doom-loop
 stop, and per-run time limits. Tool retries live in `core.tools.executor`.
 
 Both pieces are plain state machines the loop drives; each emits its own `Observed`
-event (SPEC §11) to the sink it was given, and leaves what to do to the loop:
+event (docs/operations.md#events) to the sink it was given, and leaves what to do to the loop:
 
     detector = LoopDetector(sink=sink)          # per run; reset() on a new user turn
     verdict = detector.observe(call, result)    # after every tool result, in order
@@ -141,7 +142,7 @@ class _Entry:
 
 @dataclass(slots=True)
 class LoopDetector:
-    """Watches the tool calls of one run for thrash and doom loops (SPEC §6).
+    """Watches the tool calls of one run for thrash and doom loops (docs/durability.md).
 
     Attributes:
         window: how many recent calls the thrash detectors look at.
@@ -205,7 +206,7 @@ class LoopDetector:
         same_call = sum(1 for e in same_tool if e.arguments == entry.arguments)
         if same_call >= self.identical:
             return "identical", same_call
-        # Pattern thrash is variations that get nowhere (SPEC §6): errors, empty results,
+        # Pattern thrash is variations that get nowhere (docs/durability.md): errors, empty results,
         # or a result another variation already gave. Reading 20 different files is work.
         results = Counter(e.result for e in same_tool)
         stuck = [
@@ -218,7 +219,7 @@ class LoopDetector:
 
 @dataclass(slots=True)
 class TimeLimits:
-    """Soft and hard wall-clock limits of one run, in seconds (SPEC §6).
+    """Soft and hard wall-clock limits of one run, in seconds (docs/durability.md).
 
     `check()` says "soft" once, when the soft limit is first passed (the loop then runs one
     tool-less summary turn), and "hard" from the hard limit on (the loop aborts).

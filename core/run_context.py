@@ -1,4 +1,4 @@
-"""What one run carries down the call chain (seed 003's per-turn ExecutionContext).
+"""What one run carries down the call chain (docs/loop.md#what-one-run-carries).
 
 A `RunContext` is built once when a run starts and never changed while it runs: the loop,
 the tool executor and every tool receive it as an argument. Conversations, executors and
@@ -26,13 +26,14 @@ RunKind = Literal["chat", "cron", "goal", "child"]
 
 
 class Recorder(Protocol):
-    """Told of every safe boundary of a run (SPEC §7 checkpoints)."""
+    """Told of every safe boundary of a run (docs/durability.md checkpoints)."""
 
     def checkpoint(self, kind: str, iteration: int, messages: list[Message]) -> None: ...
 
 
 class Envelope(Protocol):
-    """The idempotency envelope (SPEC §7): every call is recorded as started before it runs
+    """The idempotency envelope (docs/durability.md): every call is recorded as started before it
+    runs
     and as completed with its result after; a completed call is replayed, not re-run.
 
     A call is recorded as started only once it is authorised: one still waiting on an

@@ -1,5 +1,6 @@
-"""A `parley run` killed right after its answer's first preview reached the chat (SPEC §7,
-§14, issue 15): the message must be answered at most once. The run is announced as
+"""A `parley run` killed right after its answer's first preview reached the chat
+(docs/durability.md, docs/scale-out.md, issue 15): the message must be answered at most once. The
+run is announced as
 interrupted — its preview, then the "interrupted — /resume" notice, once — and never queued
 and answered again.
 

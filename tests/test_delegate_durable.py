@@ -1,4 +1,5 @@
-"""Delegation survives a crash (SPEC §15): `parley chat` is killed with SIGKILL while one
+"""Delegation survives a crash (docs/delegation-memory.md): `parley chat` is killed with SIGKILL
+while one
 child run has finished and its sibling is inside a side-effecting tool. After the restart
 `/resume` replays the finished child from the store and halts the other to
 `waiting_on_human`: no child is run again, no side effect happens twice."""

@@ -1,4 +1,4 @@
-"""Leased singletons fail over between `parley run` workers (SPEC §14), the hard way: two
+"""Leased singletons fail over between `parley run` workers (docs/scale-out.md), the hard way: two
 real workers on one PostgreSQL (a schema of their own), the fake platforms and the fake
 LLM; the worker holding the singletons is killed with SIGKILL, and the other takes them
 over within seconds.

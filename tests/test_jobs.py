@@ -1,4 +1,4 @@
-"""Scheduled jobs (SPEC §10): cron sessions under the restricted policy, posted to a
+"""Scheduled jobs (docs/jobs.md): cron sessions under the restricted policy, posted to a
 target channel, never fired twice, a missed fire run once, failures visible."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scheduler taken over by another worker (SPEC §14): the successor runs every fire
+"""The scheduler taken over by another worker (docs/scale-out.md): the successor runs every fire
 of the takeover window that nobody claimed, and coalesces older missed fires into their
 latest, as a restart does; a restart alone still runs only the latest."""
 

@@ -1,5 +1,5 @@
 """The agent loop against the fake LLM over real HTTP: scenarios S5.1–S5.8 and the rest of
-SPEC §3 (parallel reads, empty turns, reasoning, cancel grace)."""
+docs/loop.md (parallel reads, empty turns, reasoning, cancel grace)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Context management inside real runs: compaction before a call, and one compact-and-retry
-when the provider itself says the prompt is too long (SPEC §5)."""
+when the provider itself says the prompt is too long (docs/context.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The loop's guards against the fake LLM: loop detection ladder, doom loop, time limits,
-ask_human (SPEC §6)."""
+ask_human (docs/durability.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A run's answer is owed to its conversation until the platform takes it (SPEC §7): a
+"""A run's answer is owed to its conversation until the platform takes it (docs/durability.md): a
 `parley run` killed after the run ended but before its reply was accepted — the post
 waiting out a 429, as a rate limiter makes it wait — posts it after the restart, once.
 

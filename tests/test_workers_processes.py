@@ -1,4 +1,4 @@
-"""Three `parley run` workers on one PostgreSQL schema (SPEC §14, issue 15), the hard way:
+"""Three `parley run` workers on one PostgreSQL schema (docs/scale-out.md, issue 15), the hard way:
 real processes against a fake platform and the fake LLM, 300 messages across 50
 conversations, one worker killed with SIGKILL midway while it runs turns.
 

@@ -1,5 +1,5 @@
 """What the process tests of several `parley run` workers on one PostgreSQL schema share
-(tests/test_workers_processes.py, SPEC §14, issue 15): starting a worker on the shared
+(tests/test_workers_processes.py, docs/scale-out.md, issue 15): starting a worker on the shared
 store, killing one with SIGKILL while it runs turns, and the outcome rules every message
 is held to, whatever the platform.
 

@@ -1,4 +1,5 @@
-"""The durable agent (SPEC §7, §8): lanes, runs, commands, goals, approvals, recovery.
+"""The durable agent (docs/durability.md, docs/commands.md): lanes, runs, commands, goals,
+approvals, recovery.
 
 `Agent` (agent.py) keeps one `Lane` (lane.py) per conversation; a `Turn` (turn.py) is one
 durable run of the tool loop; `recovery.py` picks up what a crash left; `commands.py`

@@ -1,4 +1,4 @@
-"""The durable conversation agent (SPEC §7, §8).
+"""The durable conversation agent (docs/durability.md, docs/commands.md).
 
 `Agent` keeps one `Lane` per conversation key (its `Conversation` holds the history and what
 a turn needs): messages queue in order and run one at a time, commands act at once (`/stop`

@@ -1,4 +1,4 @@
-"""Approval requests that outlive the process (SPEC §13).
+"""Approval requests that outlive the process (docs/tools.md#approvals).
 
 An admin tool call asks the approvers through its conversation's `Responder`. The request
 is committed to the store first — its run and tool call id, what is asked and its

@@ -1,4 +1,4 @@
-"""Child runs (SPEC §15, seed 002 "Run Lanes"): what the `delegate` tool starts.
+"""Child runs (docs/delegation-memory.md#delegation): what the `delegate` tool starts.
 
 Each child is a durable run of its own — a row in the store with `parent_run_id`,
 checkpoints, its own idempotency envelope — in its own lane keyed on a child conversation

@@ -1,4 +1,4 @@
-"""Chat commands (SPEC §8): handled before the LLM, the same on every channel.
+"""Chat commands (docs/commands.md): handled before the LLM, the same on every channel.
 
 Read-only commands and `/stop` act at once, even while a run is going; commands that change
 the history (`/clear`, `/compact`, `/provider`, `/resume`) wait for an idle lane and say so

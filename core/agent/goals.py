@@ -1,4 +1,4 @@
-"""Autonomous goals (SPEC §8, `/goal create <text> --auto [--turns N]`).
+"""Autonomous goals (docs/commands.md, `/goal create <text> --auto [--turns N]`).
 
 The driver runs turns in the conversation's own lane (queued user messages still go
 first; with several workers each turn is a queued run of the conversation, claimed like a

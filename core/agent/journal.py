@@ -1,4 +1,5 @@
-"""The run journal (SPEC §7): the model's structured notes on a long task, per conversation.
+"""The run journal (docs/durability.md): the model's structured notes on a long task, per
+conversation.
 
 A ~500-char digest goes into the system prompt every turn and the full journal sits after
 any history summary, so a compaction never loses where the work stands. The model edits it

@@ -1,4 +1,4 @@
-"""One conversation's lane (SPEC §8): its queue, its history and its running run.
+"""One conversation's lane (docs/commands.md): its queue, its history and its running run.
 
 `Lane` keeps its own invariants: changes go through its methods (queue, stop, reset,
 pin, usage), so the rules — one run at a time, a pinned conversation is never rebuilt,

@@ -1,4 +1,4 @@
-"""Start-up recovery (SPEC §7): what a crash or a restart left behind.
+"""Start-up recovery (docs/durability.md): what a crash or a restart left behind.
 
 Runs an earlier process left `running` become `timed_out`; those with a checkpoint are
 announced in their conversation with a `/resume` hint, after the half-streamed preview a

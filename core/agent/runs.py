@@ -1,4 +1,4 @@
-"""Durable runs (SPEC §7): checkpoints, the idempotency envelope, resume and reconcile.
+"""Durable runs (docs/durability.md): checkpoints, the idempotency envelope, resume and reconcile.
 
 `RunRecorder` is told of every safe boundary of a run by the loop and wraps every tool call
 (it is the executor's `Envelope`). The functions decide whether an interrupted run can go

@@ -1,4 +1,4 @@
-"""One durable run, start to end (SPEC §7): record it, run the loop, settle and deliver.
+"""One durable run, start to end (docs/durability.md): record it, run the loop, settle and deliver.
 
 `Turn` is built by the agent for each run and used once. It marks the run running (or
 resumed) in the store, runs the conversation's loop with a `RunContext` of its own,
@@ -104,7 +104,7 @@ class TurnHost(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ParentLink:
-    """A child run's place under the run that delegated it (SPEC §15)."""
+    """A child run's place under the run that delegated it (docs/delegation-memory.md)."""
 
     run_id: str  # the parent's
     depth: int  # the child's: 1 under a top-level run

@@ -1,4 +1,4 @@
-"""Several workers on one PostgreSQL store (SPEC §14): the agent's shared mode.
+"""Several workers on one PostgreSQL store (docs/scale-out.md): the agent's shared mode.
 
 In one process (SQLite) a conversation's messages wait in its lane's queue in memory. With
 several `parley run` workers on one PostgreSQL every promise must hold across them, so in
@@ -18,7 +18,7 @@ shared mode:
   so two workers cannot both go on with it;
 - every worker beats (`worker_heartbeat`) every `heartbeat` seconds; one not heard from for
   `timeout` seconds is dead: one live worker takes its running runs over atomically
-  (`take_over_runs`) and they become resumable as after a crash of one process (SPEC §7:
+  (`take_over_runs`) and they become resumable as after a crash of one process (docs/durability.md:
   `timed_out`, the preview retracted, the "interrupted — /resume" notice posted once), or
   go on at once if they were waiting on an approver. Its queued runs were never its own.
 """

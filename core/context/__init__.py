@@ -1,1 +1,1 @@
-"""Context management (SPEC §5): token counts, windows, pressure, compaction, TACO."""
+"""Context management (docs/context.md): token counts, windows, pressure, compaction, TACO."""

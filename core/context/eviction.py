@@ -1,4 +1,4 @@
-"""Eviction by score for the `subgoal` strategies (SPEC §15, seed 003).
+"""Eviction by score for the `subgoal` strategies (docs/context.md#context-strategies).
 
 Compaction cuts the history into blocks (an assistant message with its tool results is one
 block: pairs are never split) and gives the summary model the blocks that fit its input

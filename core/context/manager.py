@@ -1,4 +1,4 @@
-"""Context pressure management (SPEC §5): masking, the recovery ladder, TACO, hard limit.
+"""Context pressure management (docs/context.md): masking, the recovery ladder, TACO, hard limit.
 
 `ContextManager.preflight` runs before every LLM call. Below the soft threshold it only
 checks the transcript and counts tokens, both incrementally (O(new messages)). Above it:
@@ -13,7 +13,8 @@ checks the transcript and counts tokens, both incrementally (O(new messages)). A
 A failed or missing summarizer never stalls work: compaction falls back to a
 deterministic truncation summary.
 
-`strategy` "subgoal"/"subgoal_mig" (SPEC §15) keeps the active subgoal's messages (see
+`strategy` "subgoal"/"subgoal_mig" (docs/context.md#context-strategies) keeps the active subgoal's
+messages (see
 `subgoals.py`; older outputs masked only if still over) and ranks the summary input
 (`eviction.py`).
 """
@@ -200,7 +201,8 @@ class ContextManager:
         """
         self.iteration += 1
         self._repair(messages, sink)
-        if self.subgoals is not None:  # between steps, never awaited (SPEC §15)
+        # between steps, never awaited (docs/context.md#context-strategies)
+        if self.subgoals is not None:
             self.subgoals.refresh(messages)
         if self._upper_bound(messages) < self.soft_at:
             return "ok"  # the exact count is lower still: no need for the tokenizer

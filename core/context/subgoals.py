@@ -1,4 +1,5 @@
-"""HiAgent subgoal tracking (SPEC §15, seed 003): which messages serve the step in progress.
+"""HiAgent subgoal tracking (docs/context.md#context-strategies): which messages serve the step in
+progress.
 
 A `SubgoalRegistry` holds subgoals with message spans `[start, end)` into one conversation's
 history; the active subgoal's end is open (it grows with every append at no cost). Tiers for

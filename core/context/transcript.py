@@ -1,4 +1,4 @@
-"""Transcript repair and shaping (SPEC §5): keep a history acceptable to every provider.
+"""Transcript repair and shaping (docs/context.md): keep a history acceptable to every provider.
 
 Providers reject a history where a tool call has no result, a result has no call
 (an "orphan", e.g. after compaction dropped its assistant message), or an assistant

@@ -1,4 +1,4 @@
-"""Context windows per model (SPEC §2): explicit config → shipped catalog → 8192.
+"""Context windows per model (docs/context.md): explicit config → shipped catalog → 8192.
 
 The catalog is `core/models.toml` (package data), read once with `importlib.resources`.
 """

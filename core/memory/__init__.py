@@ -1,4 +1,5 @@
-"""Scoped long-term memory (SPEC §15): what the model remembers across conversations, each
+"""Scoped long-term memory (docs/delegation-memory.md): what the model remembers across
+conversations, each
 memory in one scope — a user, a conversation, a channel or a team — and never recalled
 where its scope does not reach.
 

@@ -2,7 +2,7 @@
 in the store and always read through the scopes of the person asking (`scopes.py`).
 
 A recall that finds nothing above `min_score`, or fails, is logged as a `memory_miss`
-event (seed 003 "Memory Retrieval Failure Logging"): queued with the events, never
+event (docs/delegation-memory.md#memory): queued with the events, never
 awaited, and never shown to the model or the user — operators mine those for what memory
 should have known.
 """

@@ -33,7 +33,7 @@ POOL_STREAMS = 64
 """Streams one connection pool carries before another is opened beside it. httpcore's
 pool looks at each of its connections on every request, so with one connection per
 concurrent conversation that bookkeeping grows with their square: at 1,000 at once it
-took most of the CPU (../shared/bench/run.sh --phases conc --conc-ns 1000)."""
+took most of the CPU (docs/benchmarks.md, 1,000 concurrent conversations)."""
 
 
 def pool_limits(max_connections: int | None) -> httpx2.Limits:

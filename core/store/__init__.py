@@ -1,4 +1,4 @@
-"""Parley's durable state behind one seam (SPEC §7, §14).
+"""Parley's durable state behind one seam (docs/durability.md, docs/scale-out.md).
 
 `Store` is a `typing.Protocol` made of narrower ones, one per concern (`RunStore`,
 `MessageStore`, `JournalStore`, `PreferenceStore`, `DedupeStore`, `ApprovalStore`,

@@ -1,6 +1,6 @@
 """Which backend a store target names: a path or a `sqlite:///…` URL is the embedded
 SQLite store; `postgresql://…` (or `postgres://…`) is the PostgreSQL store that several
-workers share (SPEC §14). The PostgreSQL driver is imported only when one is opened."""
+workers share (docs/scale-out.md). The PostgreSQL driver is imported only when one is opened."""
 
 from __future__ import annotations
 

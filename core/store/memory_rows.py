@@ -1,4 +1,5 @@
-"""Long-term memories as every backend stores them (SPEC §15): the scope a memory lives in,
+"""Long-term memories as every backend stores them (docs/delegation-memory.md): the scope a memory
+lives in,
 the row a store hands back, and the query terms both backends' full-text search match.
 
 A memory belongs to exactly one scope, `(kind, id)`: `("user", "slack:U123")`,

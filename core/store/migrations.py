@@ -103,7 +103,8 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
     CREATE INDEX runs_parent ON runs (parent_run_id);
     """,
-    # Long-term memory (SPEC §15): the rows, and an FTS5 index over their text that the
+    # Long-term memory (docs/delegation-memory.md): the rows, and an FTS5 index over their text
+    # that the
     # triggers keep in step (external content: the text is stored once).
     6: """
     CREATE TABLE memories (
@@ -127,13 +128,13 @@ _MIGRATIONS: dict[int, str] = {
         INSERT INTO memories_fts (rowid, text) VALUES (new.id, new.text);
     END;
     """,
-    # Several workers (SPEC §14): whose tool process groups, and runs by worker.
+    # Several workers (docs/scale-out.md): whose tool process groups, and runs by worker.
     7: """
     ALTER TABLE tool_groups ADD COLUMN worker TEXT;
     CREATE INDEX runs_worker ON runs (worker, state);
     """,
     # Runs in the order they were stored, whatever the clock of the worker that stored
-    # them (SPEC §14): `seq`, given at insert (the next after the highest, under the write
+    # them (docs/scale-out.md): `seq`, given at insert (the next after the highest, under the write
     # lock). Existing runs keep the order they had, by `created_at`.
     8: """
     ALTER TABLE runs ADD COLUMN seq INTEGER;
@@ -144,7 +145,7 @@ _MIGRATIONS: dict[int, str] = {
     DROP INDEX runs_conv;
     CREATE INDEX runs_conv ON runs (conv, seq);
     """,
-    # The answer a run owes its conversation until the platform took it (SPEC §7): a
+    # The answer a run owes its conversation until the platform took it (docs/durability.md): a
     # crash between the run's end and the post leaves it to recovery, not lost.
     9: """
     ALTER TABLE runs ADD COLUMN reply TEXT;

@@ -1,4 +1,4 @@
-"""Notices between workers on one store (SPEC §14): PostgreSQL's `LISTEN/NOTIFY`.
+"""Notices between workers on one store (docs/scale-out.md): PostgreSQL's `LISTEN/NOTIFY`.
 
 A notice is a topic and a short payload (a run or conversation id). `publish` sends it
 through the store's group commit, so it is delivered when what was queued before it is

@@ -1,5 +1,5 @@
 """Parley's durable state on PostgreSQL: `PostgresStore`, the `Store` that any number of
-`parley run` workers share (SPEC §14). Same protocol, same schema, same semantics as
+`parley run` workers share (docs/scale-out.md). Same protocol, same schema, same semantics as
 `SqliteStore`; `tests/store/` runs its whole conformance suite against both.
 
 The driver is psycopg 3 (with psycopg_pool), not asyncpg: it is typed (`py.typed`, so

@@ -1,4 +1,5 @@
-"""The store seam: what core needs from durable state, split by concern (SPEC §7, §14).
+"""The store seam: what core needs from durable state, split by concern (docs/durability.md,
+docs/scale-out.md).
 
 Every backend keeps the same promises; `tests/store/test_conformance.py` holds them to it.
 
@@ -276,7 +277,7 @@ class DedupeStore(Protocol):
 
 
 class ApprovalStore(Protocol):
-    """Approval requests, which survive a restart (SPEC §13)."""
+    """Approval requests, which survive a restart (docs/tools.md#approvals)."""
 
     async def request_approval(self, row: ApprovalRow) -> None:
         """Committed: a new `pending` request (before its prompt is posted); `row.state`,
@@ -316,7 +317,7 @@ class ApprovalStore(Protocol):
 
 
 class EventStore(Protocol):
-    """Structured events (SPEC §11)."""
+    """Structured events (docs/operations.md)."""
 
     def add_event(
         self,
@@ -367,7 +368,7 @@ class JobStore(Protocol):
 
 
 class WorkerStore(Protocol):
-    """What several workers on one store coordinate through (SPEC §14): queued runs handed
+    """What several workers on one store coordinate through (docs/scale-out.md): queued runs handed
     out one at a time per conversation, heartbeats, and leases on singletons. Times are the
     store's clock (PostgreSQL's server clock), so workers' clocks need not agree.
 
@@ -449,7 +450,8 @@ class WorkerStore(Protocol):
 
 
 class MemoryStore(Protocol):
-    """Long-term memories (SPEC §15), each in one scope. Every read and delete is limited
+    """Long-term memories (docs/delegation-memory.md), each in one scope. Every read and delete is
+    limited
     to the scopes it is given: which ones a person may see is the caller's to decide."""
 
     async def remember(self, scope: Scope, text: str, *, made_by: str, conv: str) -> MemoryRow:

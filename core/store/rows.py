@@ -13,7 +13,8 @@ from core.chat import PromptRef
 
 @dataclass(frozen=True, slots=True)
 class RunRow:
-    """One run (SPEC §7): `queued → running → completed | cancelled | failed | timed_out |
+    """One run (docs/durability.md): `queued → running → completed | cancelled | failed | timed_out
+    |
     waiting_on_human`, what it answered and what it used."""
 
     id: str

@@ -214,7 +214,7 @@ Approver = Callable[[str, str, str], Awaitable[bool]]
 @runtime_checkable
 class CallApprover(Protocol):
     """An approver that is told which call it decides: the agent keeps each request in
-    the store under (run, call id), so a restart does not lose it (SPEC §13)."""
+    the store under (run, call id), so a restart does not lose it (docs/tools.md)."""
 
     async def __call__(self, tool: str, summary: str, reason: str) -> bool: ...
 

@@ -1,4 +1,4 @@
-"""Dangerous-command checks for `bash` (SPEC §4, §13): defence in depth, not the wall.
+"""Dangerous-command checks for `bash` (docs/tools.md): defence in depth, not the wall.
 
 This is a seatbelt. The wall is the kernel sandbox (`jail.py`, `landlock.py`): whatever
 slips past these checks still runs confined. The checks exist to stop the obvious accidents

@@ -1,4 +1,4 @@
-"""Built-in tools: `bash`, `read_file`, `write_file`, `list_directory` (SPEC §4).
+"""Built-in tools: `bash`, `read_file`, `write_file`, `list_directory` (docs/tools.md).
 
 The file tools check the path (a seatbelt with a clear reason), then do the work on
 their run's confined thread (core/tools/filejail.py): the kernel grants that thread

@@ -1,4 +1,4 @@
-"""CLI tools from `tools.yaml` (SPEC §4): structured argv, never a shell string.
+"""CLI tools from `tools.yaml` (docs/tools.md): structured argv, never a shell string.
 
 Each parameter spec becomes a field of a pydantic model built with `create_model`, so
 the JSON Schema sent to the LLM and the validation of its arguments are one definition.

@@ -1,4 +1,5 @@
-"""The `delegate` tool (SPEC §15): hand independent sub-tasks to child runs that work in
+"""The `delegate` tool (docs/delegation-memory.md): hand independent sub-tasks to child runs that
+work in
 parallel, and get their answers back as one tool result.
 
 The tool only checks its arguments and renders the outcome; the run that calls it starts

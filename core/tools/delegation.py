@@ -1,5 +1,6 @@
 """What the `delegate` tool hands to the run that may delegate, and what it gets back
-(SPEC §15). Plain values and one protocol, so that the tool contract (`ToolContext`) and
+(docs/delegation-memory.md). Plain values and one protocol, so that the tool contract
+(`ToolContext`) and
 `RunContext` can name the seam without importing the agent that implements it."""
 
 from __future__ import annotations

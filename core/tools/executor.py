@@ -3,7 +3,7 @@
 Every failure becomes an error result for the model (error-as-content); only
 cancellation propagates.
 
-Retries (SPEC §6): a transient failure — the tool raises `ToolTransientError`, or the
+Retries (docs/durability.md): a transient failure — the tool raises `ToolTransientError`, or the
 executor's own timeout fires — of an idempotent call is retried after 0.5 s, 2 s and
 8 s: the first try plus up to 3 retries, so at most 4 runs in all. A longer
 `retry_after` from the tool replaces the backoff delay; one over `MAX_RETRY_AFTER`
@@ -80,7 +80,7 @@ class ToolExecutor:
     policy: ToolPolicy
     ctx: ToolContext
     clock: Clock = field(default_factory=SystemClock)
-    redact: Callable[[str], str] | None = None  # secrets out of tool output (SPEC §13)
+    redact: Callable[[str], str] | None = None  # secrets out of tool output (docs/tools.md)
 
     def prepare(self, call: ToolCall) -> PreparedCall:
         tool = self.registry.get(call.name)

@@ -1,4 +1,4 @@
-"""The wall around every tool subprocess (SPEC §4, §13): what the kernel enforces.
+"""The wall around every tool subprocess (docs/tools.md): what the kernel enforces.
 
 A `Jail` is built once per configuration. For each spawn it makes a Landlock ruleset in
 Parley's process and starts the child from a throwaway thread that (see `Spawn`):

@@ -1,4 +1,4 @@
-"""Output caps (SPEC §13): a tool's output beyond the cap is cut to its head and tail,
+"""Output caps (docs/tools.md): a tool's output beyond the cap is cut to its head and tail,
 with a notice naming the artifact that keeps it whole."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Path boundaries for the tools (SPEC §4): where file tools may read and write, and the
+"""Path boundaries for the tools (docs/tools.md): where file tools may read and write, and the
 denied paths a `bash` command line names.
 
 Roots and denied paths are resolved once per run's site (`PathRules.of`); each check is
@@ -40,7 +40,7 @@ def _prefixes(roots: Iterable[Path]) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class PathRules:
-    """The file tools' boundaries, resolved once per configuration (SPEC §4)."""
+    """The file tools' boundaries, resolved once per configuration (docs/tools.md)."""
 
     workspace: Path
     read_roots: tuple[Path, ...]

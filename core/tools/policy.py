@@ -1,4 +1,4 @@
-"""Tool policy: category × session kind (SPEC §4).
+"""Tool policy: category × session kind (docs/tools.md).
 
 | category | interactive chat        | cron job                          |
 |----------|-------------------------|-----------------------------------|

@@ -1,4 +1,4 @@
-"""A subprocess runner that owns its whole process group (SPEC §4, §13): stdin closed,
+"""A subprocess runner that owns its whole process group (docs/tools.md): stdin closed,
 output capped per stream, the group killed on timeout, on cancellation and, through the
 reaper, if Parley dies. Inside the sandbox the group's leader is also the first process
 of the call's PID namespace, so the kill reaches processes that left the group."""

@@ -1,4 +1,4 @@
-"""Running a tool's process inside the walls (SPEC §4, §13): in the run's workspace, in
+"""Running a tool's process inside the walls (docs/tools.md): in the run's workspace, in
 the kernel sandbox (the jail), with a minimal environment, a private scratch dir and a
 write quota; and the observation the model gets back. Where a run works is in `site.py`,
 path rules in `paths.py`, the file tools' confined thread in `filejail.py`, quotas in

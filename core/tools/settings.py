@@ -1,4 +1,4 @@
-"""The sandbox's settings (SPEC §4): where tools may work, what they may read, their
+"""The sandbox's settings (docs/tools.md): where tools may work, what they may read, their
 limits. Shared by the tool contract (`core.tools.base`) and the jail that enforces them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pending approvals survive a restart (SPEC §13), in process.
+"""Pending approvals survive a restart (docs/tools.md#approvals), in process.
 
 A run waiting on an approver is resumed at start-up by itself and waits again on the same
 request: the prompt posted before the restart (no new one), the deadline of the first

@@ -1,4 +1,4 @@
-"""Commands (SPEC §8): /provider persistence and fallback, /clear, /compact, /status,
+"""Commands (docs/commands.md): /provider persistence and fallback, /clear, /compact, /status,
 /journal and the journal tools, /goal, /help."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Delegation (SPEC §15): `delegate` starts child runs in parallel, each a durable run in
+"""Delegation (docs/delegation-memory.md): `delegate` starts child runs in parallel, each a durable
+run in
 its own lane, bounded by the parent's tools, budget, depth and count, cancelled with the
 parent, and reported back as one tool result. The real agent on the fake LLM."""
 

@@ -1,4 +1,4 @@
-"""Checkpoints, the idempotency envelope, resume and reconcile (SPEC §7), in process.
+"""Checkpoints, the idempotency envelope, resume and reconcile (docs/durability.md), in process.
 
 A crash is simulated by what it leaves in the store: a run still `running`, the history
 persisted up to the assistant's tool calls, and tool call rows started (and maybe

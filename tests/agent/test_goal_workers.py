@@ -1,4 +1,5 @@
-"""Autonomous goals with several workers on one PostgreSQL store (SPEC §8, §14): a goal's
+"""Autonomous goals with several workers on one PostgreSQL store (docs/commands.md,
+docs/scale-out.md): a goal's
 turns queue like messages, so a message taken in by another worker never runs beside a
 goal turn and keeps its place in the order; `/stop` and `/goal clear` reach the goal
 wherever its turn is. The harness is tests/agent/test_workers.py's."""

@@ -1,4 +1,4 @@
-"""Autonomous goals (SPEC §8, `/goal create <text> --auto`): the supervisor's verdict, the
+"""Autonomous goals (docs/commands.md, `/goal create <text> --auto`): the supervisor's verdict, the
 turn limit, stuck detection, a failing supervisor, and /stop."""
 
 from __future__ import annotations

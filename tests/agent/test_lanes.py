@@ -1,4 +1,5 @@
-"""Lanes (SPEC §7): order within a conversation, concurrency across conversations, /stop."""
+"""Lanes (docs/durability.md): order within a conversation, concurrency across
+conversations, /stop."""
 
 from __future__ import annotations
 

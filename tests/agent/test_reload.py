@@ -1,4 +1,5 @@
-"""Reloading the configuration (SPEC §8): applied between turns, never mid-turn; a file
+"""Reloading the configuration (docs/operations.md#reloading): applied between turns, never
+mid-turn; a file
 that does not validate keeps the running configuration."""
 
 from __future__ import annotations

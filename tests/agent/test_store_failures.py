@@ -1,4 +1,4 @@
-"""Store write failures (SPEC §7): one bad statement loses only itself, never the rest of
+"""Store write failures (docs/durability.md): one bad statement loses only itself, never the rest of
 its group commit (other conversations' checkpoints and events); its writer hears a
 StoreError, `flush` raises, and a run whose writes failed says so. The failures come from
 the database itself: a trigger that refuses some rows."""

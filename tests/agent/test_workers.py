@@ -1,4 +1,4 @@
-"""Several workers on one PostgreSQL store, in process (SPEC §14): two or three real
+"""Several workers on one PostgreSQL store, in process (docs/scale-out.md): two or three real
 `Agent`s, each with its own store connection pool and worker id, on one schema, with the
 fake LLM. Every worker answers through the same conversation ends (the platform), as every
 `parley run` has every channel's outbound side. tests/test_workers_processes.py runs real

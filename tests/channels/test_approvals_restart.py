@@ -1,4 +1,4 @@
-"""A pending approval survives a restart, on each platform (SPEC §13).
+"""A pending approval survives a restart, on each platform (docs/tools.md#approvals).
 
 With real processes: `parley run` against the fake Telegram / Slack asks to approve
 `rm -rf ./junk`, is killed with SIGKILL while it waits, and is started again. The

@@ -1,4 +1,4 @@
-"""Discord with leased gateway shards (several workers, SPEC §14): a worker that does not
+"""Discord with leased gateway shards (several workers, docs/scale-out.md): a worker that does not
 hold the gateway still posts (replies, cron reports, resume notices go over REST), and the
 worker holding `discord:shard:<n>` runs that shard's gateway until the lease is gone.
 Real discord.py against the fake Discord, the real agent against the fake LLM."""

@@ -1,4 +1,5 @@
-"""A preview left by a crash (SPEC §7, §9): `parley run` is killed with SIGKILL while an
+"""A preview left by a crash (docs/durability.md, docs/channels.md): `parley run` is killed with
+SIGKILL while an
 answer streams into Telegram; after the restart the half-written message is edited to
 say the answer continues below, and `/resume` posts the answer once, in a new message."""
 

@@ -1,5 +1,5 @@
 """The provider's own "prompt too long", in the shapes real servers send it, makes the loop
-compact the history and retry once (SPEC §5): Anthropic's HTTP 400 and the Responses API's
+compact the history and retry once (docs/context.md): Anthropic's HTTP 400 and the Responses API's
 HTTP 400, in-stream `error` event and `response.failed`."""
 
 from __future__ import annotations

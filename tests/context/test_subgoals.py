@@ -1,4 +1,4 @@
-"""Subgoal-aware compaction (SPEC §15, seed 003 "HiAgent Subgoal-Aware Compaction"): one
+"""Subgoal-aware compaction (docs/context.md#context-strategies): one
 test per Key Invariant, then the registry's arithmetic, the reply protocol and the config."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def tracked(cm: ContextManager) -> SubgoalTracker:
     return cm.subgoals
 
 
-# ---- Key Invariants (seed 003) ------------------------------------------------------------
+# ---- Key invariants (docs/context.md) ------------------------------------------------------------
 
 
 async def test_extraction_is_fire_and_forget_the_turn_never_waits_for_it(

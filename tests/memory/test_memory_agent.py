@@ -1,4 +1,5 @@
-"""Scoped long-term memory (SPEC §15) through the real agent, the fake LLM over HTTP and
+"""Scoped long-term memory (docs/delegation-memory.md) through the real agent, the fake LLM over
+HTTP and
 the real store (SQLite; the scope tests on PostgreSQL too): who sees which memory, misses
 logged and kept from the model, automatic recall, and `/memory`."""
 

@@ -1,4 +1,4 @@
-"""Tool-loop detection (SPEC §6): identical and pattern thrash, the escalation ladder,
+"""Tool-loop detection (docs/durability.md): identical and pattern thrash, the escalation ladder,
 the doom loop, argument normalisation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-run time limits (SPEC §6) on a fake clock."""
+"""Per-run time limits (docs/durability.md) on a fake clock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tool retries in the executor (SPEC §6): transient failures of idempotent tools are
+"""Tool retries in the executor (docs/durability.md): transient failures of idempotent tools are
 retried with backoff on an injected clock; side-effecting tools never are."""
 
 from __future__ import annotations

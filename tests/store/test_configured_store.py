@@ -1,4 +1,5 @@
-"""`[store]` in config.toml (SPEC §12, §14): a SQLite path by default, or a URL; the
+"""`[store]` in config.toml (docs/operations.md, docs/scale-out.md): a SQLite path by default, or a
+URL; the
 PostgreSQL password from the variable `password_env` names; a bad URL says which key and
 how to fix it. And the durable agent and `parley runs` on the store the config names."""
 

@@ -1,4 +1,5 @@
-"""What every `Store` backend promises about long-term memory (`MemoryStore`, SPEC §15),
+"""What every `Store` backend promises about long-term memory (`MemoryStore`,
+docs/delegation-memory.md),
 through the protocol only: scoped reads and deletes, lexical recall, ids never reused."""
 
 from __future__ import annotations

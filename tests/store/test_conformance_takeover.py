@@ -1,4 +1,4 @@
-"""What every `Store` backend promises the shared mode of the agent (SPEC §14; see
+"""What every `Store` backend promises the shared mode of the agent (docs/scale-out.md; see
 test_conformance_workers.py): runs owned by a worker, a dead worker's runs taken over once,
 an interrupted run resumed by one worker, queued runs dropped by `/stop`, and the tool
 process-group ledger scoped to a machine's dead workers."""

@@ -1,4 +1,4 @@
-"""What every `Store` backend promises to several workers (SPEC §14; see
+"""What every `Store` backend promises to several workers (docs/scale-out.md; see
 test_conformance.py): queued runs handed out one at a time per conversation and in order,
 heartbeats, leases. Through the protocol only; several workers are several stores opened
 on the same data (`reopen`)."""

@@ -1,4 +1,4 @@
-"""`open_store`: which backend a path or URL names, and what a bad one says (SPEC §14)."""
+"""`open_store`: which backend a path or URL names, and what a bad one says (docs/scale-out.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Several processes on one store, as several `parley run` workers are (SPEC §14): they
+"""Several processes on one store, as several `parley run` workers are (docs/scale-out.md): they
 open it at once on new data (so they migrate it at once), then race to claim the same
 fires of a job (each fire has exactly one winner), or to take queued runs (each run is
 taken once, and a conversation's runs one after the other, in order)."""

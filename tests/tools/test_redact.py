@@ -1,4 +1,4 @@
-"""Secret redaction of tool output (SPEC §13)."""
+"""Secret redaction of tool output (docs/tools.md)."""
 
 from __future__ import annotations
 

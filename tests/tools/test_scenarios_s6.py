@@ -1,4 +1,4 @@
-"""Seed 001 §6 scenarios S6.1–S6.13, each driven through `ToolExecutor.execute` so the
+"""The tool scenarios S6.1–S6.13 (docs/tools.md), each driven through `ToolExecutor.execute` so the
 assertions are on the tool-result message the LLM would receive."""
 
 from __future__ import annotations

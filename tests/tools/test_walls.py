@@ -1,4 +1,4 @@
-"""The kernel sandbox, tried as an attacker would (SPEC §4, §13): real processes, real
+"""The kernel sandbox, tried as an attacker would (docs/tools.md): real processes, real
 Landlock, no mocks. Each attack here walked through the text checks before the sandbox.
 
 Under `PARLEY_REQUIRE_SANDBOX=1` (CI) a kernel without Landlock fails these tests instead
