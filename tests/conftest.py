@@ -95,3 +95,16 @@ def provider_for(
     provider = build_provider(settings, clock=clock or FakeClock())
     _OPEN_PROVIDERS.append(provider)
     return provider
+
+
+@pytest.fixture
+def landlock_required() -> None:
+    """Skip where the kernel has no Landlock; fail instead under PARLEY_REQUIRE_SANDBOX=1
+    (CI), so the wall's tests cannot quietly stop running."""
+    from core.tools import landlock
+
+    if landlock.abi_version() == 0:
+        reason = "this kernel has no Landlock"
+        if os.environ.get("PARLEY_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"{reason}, and PARLEY_REQUIRE_SANDBOX=1")
+        pytest.skip(reason)

@@ -9,7 +9,6 @@ of skipping them (the per-file limit is set on the sandboxed child)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -20,7 +19,6 @@ import pytest
 
 from core.messages import Message, ToolCall
 from core.run_context import RunContext
-from core.tools import landlock
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
@@ -32,13 +30,7 @@ from core.tools.site import ToolSite, site_for
 MB = 1_000_000
 
 
-@pytest.fixture(autouse=True)
-def _landlock() -> None:
-    if landlock.abi_version() == 0:
-        reason = "this kernel has no Landlock"
-        if os.environ.get("PARLEY_REQUIRE_SANDBOX") == "1":
-            pytest.fail(f"{reason}, and PARLEY_REQUIRE_SANDBOX=1")
-        pytest.skip(reason)
+pytestmark = pytest.mark.usefixtures("landlock_required")
 
 
 class Conv:

@@ -31,7 +31,6 @@ import pytest
 from bot.app import build_jail, build_registry
 from bot.config import load_config, parse_config
 from core.messages import ToolCall
-from core.tools import landlock
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.cli import load_cli_tools
@@ -41,14 +40,7 @@ from core.tools.policy import ToolPolicy
 from core.tools.sandbox import run_in_workspace
 from tests.process import REPO
 
-
-@pytest.fixture(autouse=True)
-def _landlock() -> None:
-    if landlock.abi_version() == 0:
-        reason = "this kernel has no Landlock"
-        if os.environ.get("PARLEY_REQUIRE_SANDBOX") == "1":
-            pytest.fail(f"{reason}, and PARLEY_REQUIRE_SANDBOX=1")
-        pytest.skip(reason)
+pytestmark = pytest.mark.usefixtures("landlock_required")
 
 
 TOOLS_YAML = textwrap.dedent(

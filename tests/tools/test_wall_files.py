@@ -26,7 +26,6 @@ import pytest
 
 from core.messages import Message, ToolCall
 from core.run_context import RunContext
-from core.tools import landlock
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
@@ -43,13 +42,7 @@ A_ARTIFACT_SECRET = "A-ARTIFACT-SECRET"
 A_WORKSPACE_SECRET = "A-WORKSPACE-SECRET"
 
 
-@pytest.fixture(autouse=True)
-def _landlock() -> None:
-    if landlock.abi_version() == 0:
-        reason = "this kernel has no Landlock"
-        if os.environ.get("PARLEY_REQUIRE_SANDBOX") == "1":
-            pytest.fail(f"{reason}, and PARLEY_REQUIRE_SANDBOX=1")
-        pytest.skip(reason)
+pytestmark = pytest.mark.usefixtures("landlock_required")
 
 
 @dataclass

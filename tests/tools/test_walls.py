@@ -32,14 +32,7 @@ from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.helpers import pids_running
 from tests.process import REPO, child_env, start_parley, write_config
 
-
-@pytest.fixture(autouse=True)
-def _landlock() -> None:
-    if landlock.abi_version() == 0:
-        reason = "this kernel has no Landlock"
-        if os.environ.get("PARLEY_REQUIRE_SANDBOX") == "1":
-            pytest.fail(f"{reason}, and PARLEY_REQUIRE_SANDBOX=1")
-        pytest.skip(reason)
+pytestmark = pytest.mark.usefixtures("landlock_required")
 
 
 @pytest.fixture
