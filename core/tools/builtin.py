@@ -19,6 +19,7 @@ from core.tools.outputcap import cap_output
 from core.tools.paths import mentions_denied_path, resolve_path
 from core.tools.quota import budget, refuse_write, usage_of
 from core.tools.sandbox import file_jail_of, run_in_workspace, site_of
+from core.tools.seccomp import open_no_symlinks
 from core.tools.settings import SandboxSettings
 
 if TYPE_CHECKING:
@@ -140,18 +141,43 @@ def _read_page(path: Path, offset: int, limit: int, cap: int) -> tuple[bytes, in
     confined file thread: a directory raises IsADirectoryError."""
     if stat.S_ISDIR(os.stat(path).st_mode):
         raise IsADirectoryError(path)
+    with _open_nofollow(path, os.O_RDONLY) as f:
+        return _page_of(f, offset, limit, cap)
+
+
+def _page_of(f: BinaryIO, offset: int, limit: int, cap: int) -> tuple[bytes, int, int]:
     page = bytearray()
     last = total = 0
-    with _open_nofollow(path, os.O_RDONLY) as f:
-        for number, line in enumerate(f, start=1):
-            total = number
-            if number < offset:
-                continue
-            if number >= offset + limit or (page and len(page) + len(line) > cap):
-                return bytes(page), last, number + _count_lines(f)
-            page += line
-            last = number
+    for number, line in enumerate(f, start=1):
+        total = number
+        if number < offset:
+            continue
+        if number >= offset + limit or (page and len(page) + len(line) > cap):
+            return bytes(page), last, number + _count_lines(f)
+        page += line
+        last = number
     return bytes(page), last, total
+
+
+INLINE_READ_BYTES = 256 * 1024
+"""A regular file up to this size is read on the event loop: microseconds, where the hand-off
+to the run's file thread costs ~0.2 ms."""
+
+
+def _read_inline(path: Path, offset: int, limit: int, cap: int) -> tuple[bytes, int, int] | None:
+    """The page, read here when that is as safe as on the run's confined thread: `path`
+    passed the run's path rules, and the kernel opens exactly it (openat2 with no symlink
+    or /proc magic link anywhere on the way, so nothing swapped in since the check is
+    followed); a small regular file with one name. None: anything else, for the thread."""
+    try:
+        fd = open_no_symlinks(str(path), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None  # missing, a symlink, no openat2: the confined thread says what
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1 or info.st_size > INLINE_READ_BYTES:
+            return None
+        return _page_of(f, offset, limit, cap)
 
 
 class ReadFileTool(Tool):
@@ -171,7 +197,10 @@ class ReadFileTool(Tool):
         path = resolve_path(args.path, ctx.sandbox, for_write=False, site=files.site)
         cap = ctx.sandbox.output_cap_bytes
         try:
-            page, last, total = await files.run(_read_page, path, args.offset, args.limit, cap)
+            page_of = _read_inline(path, args.offset, args.limit, cap)
+            if page_of is None:
+                page_of = await files.run(_read_page, path, args.offset, args.limit, cap)
+            page, last, total = page_of
         except FileNotFoundError:
             raise ToolError(f"`{args.path}` does not exist ({path})") from None
         except IsADirectoryError:

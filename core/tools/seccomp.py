@@ -55,6 +55,7 @@ PIDFD_THREAD = os.O_EXCL
 SYS_PIDFD_GETFD = 438
 SYS_OPENAT2 = 437
 RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_NO_MAGICLINKS = 0x02
 
 # setsockopt options that send packets to another hop before their destination.
 IP_OPTIONS = 4
@@ -480,9 +481,10 @@ class _OpenHow(ctypes.Structure):
     _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
 
 
-def open_no_symlinks(path: str) -> int:
-    """An O_PATH fd for `path` if no component of it is a symlink (openat2)."""
-    how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, RESOLVE_NO_SYMLINKS)
+def open_no_symlinks(path: str, flags: int = os.O_PATH | os.O_CLOEXEC) -> int:
+    """An fd for `path` opened with `flags` if no component of it is a symlink or a
+    /proc magic link (openat2): the kernel opens exactly the path as written."""
+    how = _OpenHow(flags, 0, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
     raw = os.fsencode(path)
     return _check(
         int(_syscall(SYS_OPENAT2, -100, raw, ctypes.byref(how), ctypes.c_size_t(24))), "openat2"

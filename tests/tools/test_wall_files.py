@@ -373,3 +373,30 @@ async def test_the_file_walls_hold_for_root_and_an_ordinary_user(user: str) -> N
     assert "A-SECRET" not in b_by_path, text
     assert "A-SECRET" not in b_by_link, text
     assert "A-SECRET" in a_own, text
+
+
+def test_the_inline_read_opens_exactly_the_checked_path(tmp_path: Path) -> None:
+    """`read_file` reads a small file on the event loop only when the kernel opens exactly
+    the path the rules checked: a symlink anywhere on the way (swapped in after the check),
+    a /proc magic link, a FIFO or a file with another name goes to the confined thread."""
+    from core.tools.builtin import _read_inline
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "plain.txt").write_text("one\ntwo\n")
+    (ws / "link.txt").symlink_to(secret)
+    (ws / "dir").symlink_to(tmp_path)
+    os.link(secret, ws / "hard.txt")
+    os.mkfifo(ws / "fifo")
+    assert _read_inline(ws / "plain.txt", 1, 10, 1000) == (b"one\ntwo\n", 2, 2)
+    for path in (
+        ws / "link.txt",
+        ws / "dir" / "secret.txt",
+        Path(f"/proc/self/root{secret}"),
+        Path(f"/proc/{os.getpid()}/cwd/{secret.relative_to('/')}"),
+        ws / "hard.txt",
+        ws / "fifo",
+    ):
+        assert _read_inline(path, 1, 10, 1000) is None, path
