@@ -26,6 +26,7 @@ from pydantic import (
 from core.context.manager import ContextSettings
 from core.context.windows import context_window
 from core.errors import ConfigError
+from core.mcp.config import McpConfig
 from core.providers.base import ProviderSettings
 from core.store.backends import parse_target
 from core.tools.settings import SandboxSettings
@@ -125,6 +126,12 @@ class ToolsConfig(SandboxSettings):
 
     tools_file: Path | None = Field(
         Path("tools.yaml"), description="CLI tools (relative to config.toml)."
+    )
+    search_threshold: int = Field(
+        30,
+        ge=0,
+        description="With more tools than this, a request carries the built-ins and "
+        "`find_tools`, and the tools it finds; 0: every tool in every request.",
     )
 
 
@@ -284,6 +291,7 @@ class CoreConfig(_Section):
     goals: GoalsConfig = Field(default_factory=GoalsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     jobs: list[JobConfig] = Field(default_factory=list)
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
     source: Path | None = Field(None, exclude=True)
 

@@ -100,6 +100,7 @@ class Commands:
                 f"Run: {run}",
                 f"Sandbox: {sandbox}",
                 f"Workspace: {site.describe()}",
+                *(line[0].upper() + line[1:] for line in self.agent.factory.tool_status()),
             ]
         )
 
