@@ -200,7 +200,14 @@ def build_mcp(config: ParleyConfig, environ: Mapping[str, str], jail: Jail) -> M
             "pip install 'parley[mcp]' (or remove the [mcp.servers.*] sections)",
         ) from exc
     base = config.source.parent if config.source else Path.cwd()
-    return McpHub(config.mcp.servers, jail=jail, sandbox=config.tools, environ=environ, base=base)
+    return McpHub(
+        config.mcp.servers,
+        jail=jail,
+        sandbox=config.tools,
+        environ=environ,
+        base=base,
+        state=config.store.resolved().parent,
+    )
 
 
 @dataclass(slots=True)

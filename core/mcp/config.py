@@ -73,7 +73,7 @@ class McpServerConfig(BaseModel):
     directory: Path | None = Field(
         None,
         description="stdio: the server's own read-write directory (its working directory); "
-        "default: `mcp/<name>` beside the default workspace.",
+        "default: `mcp/<name>` beside the store (`~/.parley/mcp/<name>`).",
     )
     read_paths: list[Path] = Field(
         default_factory=list,

@@ -65,12 +65,13 @@ def _argv(config: McpServerConfig, base: Path) -> list[str]:
     return argv
 
 
-def server_directory(name: str, config: McpServerConfig, sandbox: SandboxSettings) -> Path:
-    """A stdio server's own read-write directory: `directory`, else `mcp/<name>` beside
-    the default workspace (`~/.parley/mcp/<name>`, or under the state directory)."""
+def server_directory(name: str, config: McpServerConfig, state: Path) -> Path:
+    """A stdio server's own read-write directory: `directory`, else `mcp/<name>` in
+    Parley's state directory (`state`: where the store is, `~/.parley`) — outside every
+    workspace, so no tool can plant files where a server that holds credentials reads."""
     if config.directory is not None:
         return Path(os.path.expanduser(config.directory)).resolve()
-    return Path(os.path.expanduser(sandbox.default_workspace())).resolve().parent / "mcp" / name
+    return state / "mcp" / name
 
 
 def check_env(name: str, config: McpServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
@@ -105,12 +106,14 @@ class McpHub:
         sandbox: SandboxSettings,
         environ: Mapping[str, str],
         base: Path,
+        state: Path,
         on_change: Callable[[], None] = lambda: None,
         clock: Clock | None = None,
     ) -> None:
         """Raises:
         ConfigError: a variable that `env` or `headers_env` names is not set."""
         self.jail, self.sandbox, self.environ, self.base = jail, sandbox, environ, base
+        self.state = state
         self.on_change = on_change
         self._clock = clock
         self.configs = dict(servers)
@@ -234,7 +237,7 @@ class McpHub:
         """How to start a stdio server now: its directory (made), a fresh temp dir, and
         the spawn of the tools' sandbox (the current jail's)."""
         jail = self.jail
-        directory = server_directory(name, config, self.sandbox)
+        directory = server_directory(name, config, self.state)
         owner = (jail.run_as.uid, jail.run_as.gid) if jail.run_as is not None else None
         make_root(directory, owner)
         root = default_temp_root() / "mcp"

@@ -47,7 +47,8 @@ def delete_note(title: str) -> str:
 
 @app.tool()
 def hang() -> str:
-    """Never answers."""
+    """Never answers (it leaves `hanging.log` behind first)."""
+    Path("hanging.log").open("a").write("hang\n")
     time.sleep(3600)
     return "late"
 
@@ -57,6 +58,22 @@ def crash() -> str:
     """Ends the server mid-call."""
     Path("crashes.log").open("a").write("crash\n")
     os._exit(3)
+
+
+@app.tool()
+def crash_once() -> str:
+    """Ends the server mid-call the first time; answers after that."""
+    if Path("crashed-once").exists():
+        return "survived"
+    Path("crashed-once").write_text("1")
+    Path("crashes.log").open("a").write("crash\n")
+    os._exit(3)
+
+
+@app.tool()
+def header(name: str, ctx: Context) -> str:
+    """The value of one HTTP header of this request."""
+    return (ctx.headers or {}).get(name.lower(), "none")
 
 
 @app.tool()
