@@ -2,8 +2,8 @@
 
 The supervisor connects (starts the sandboxed process, or opens the HTTP session),
 lists the tools, and then waits for one of: the connection is lost (the process ended,
-its stdout closed, a call failed at the transport), a call timed out (it pings the
-server; no answer in time counts as lost), the tool list changed (it lists again), or
+its stdout closed, a call failed at the transport), a call timed out (it lists the
+tools again; no answer in time counts as lost), the tool list changed (it lists again), or
 stop. A lost connection is made again after a backoff (0.5 s, doubling, at most 30 s);
 `max_restarts` losses within `RESTART_WINDOW` park the server: its tools then answer
 the model with an error saying so, `/status` shows it, and it stays parked until the
@@ -183,17 +183,15 @@ class McpConnection:
             self._wake.clear()
             if self._stopping or self._lost:
                 return
-            if self._check:
-                self._check = False
+            if self._check or self._stale:  # listing the tools is the liveness check too
+                checking, self._check, self._stale = self._check, False, False
                 try:
                     with anyio.fail_after(self.config.connect_timeout_seconds):
-                        await client.send_ping()
+                        tools = await self._list(client)
                 except Exception as exc:
-                    raise ConnectionError("no answer to a ping after a call timed out") from exc
-            if self._stale:
-                self._stale = False
-                with anyio.fail_after(self.config.connect_timeout_seconds):
-                    self._set_tools(await self._list(client))
+                    why = "after a call timed out" if checking else "after its tools changed"
+                    raise ConnectionError(f"no answer to tools/list {why}") from exc
+                self._set_tools(tools)
 
     async def _backoff(self) -> bool:
         """After a loss: wait before the next attempt; False once parked."""

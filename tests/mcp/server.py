@@ -162,6 +162,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=0)
     parser.add_argument("--many", type=int, default=0)
+    parser.add_argument("--tag", default="", help="ignored: tells a test's server apart")
     args = parser.parse_args()
     _many(args.many)
     if args.http:

@@ -1,0 +1,89 @@
+"""Crash and resume with MCP: `parley chat` is killed with SIGKILL while an MCP call that
+writes is running. Its server dies with it; after a restart `/resume` does not run the call
+again (it may have taken effect), and says so."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sqlite3
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+from tests.helpers import pids_running, wait_dead
+from tests.mcp.conftest import PYTHON_PATHS, SERVER
+from tests.process import child_env, start_parley, write_config
+
+pytestmark = pytest.mark.usefixtures("landlock_required")
+
+
+def _started_calls(db: Path) -> set[str]:
+    if not db.exists():
+        return set()
+    with sqlite3.connect(db) as conn:
+        try:
+            return {row[0] for row in conn.execute("SELECT call_id FROM tool_calls")}
+        except sqlite3.OperationalError:  # the schema is not there yet
+            return set()
+
+
+async def test_sigkill_during_a_writing_mcp_call_then_resume_does_not_repeat_it(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex
+    directory = tmp_path / "notes-server"
+    config = write_config(
+        tmp_path,
+        f"""
+[mcp.servers.notes]
+command = ["{sys.executable}", "{SERVER}", "--tag", "{tag}"]
+read_paths = {[str(p) for p in PYTHON_PATHS]!r}
+directory = "{directory}"
+default = "write"
+""".replace("'", '"'),
+    )
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    fake_llm.script(
+        Reply(
+            tool_calls=[
+                ToolCallSpec(
+                    "mcp__notes__append_note",
+                    {"title": "log", "text": "once", "wait_for": "go"},
+                    id="c_mcp",
+                )
+            ]
+        )
+    )
+    proc = await start_parley("--config", str(config), "chat", env=env)
+    assert proc.stdin is not None
+    proc.stdin.write(b"write it down\n")
+    await proc.stdin.drain()
+    async with asyncio.timeout(60):
+        while "c_mcp" not in _started_calls(tmp_path / "parley.db") or not (
+            directory / "notes" / "log"
+        ).exists():
+            await asyncio.sleep(0.05)
+    server = pids_running(sys.executable, str(SERVER), "--tag", tag)
+    assert len(server) == 1  # the server, as the host sees it
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+    assert wait_dead(server, within=10) == []  # it died with Parley
+    (directory / "go").touch()
+
+    proc = await start_parley("--config", str(config), "chat", env=env)
+    assert proc.stdout is not None and proc.stdin is not None
+    async with asyncio.timeout(60):
+        hint = (await proc.stdout.readline()).decode()
+    assert "interrupted" in hint and "/resume" in hint
+    proc.stdin.write(b"/resume\n")
+    await proc.stdin.drain()
+    out, err = await asyncio.wait_for(proc.communicate(b"/exit\n"), 60)
+    assert proc.returncode == 0, err
+    assert "can't safely resume" in out.decode()
+    assert "`mcp__notes__append_note`" in out.decode()
+    assert (directory / "notes" / "log").read_text() == "once\n"  # not run again
+    assert len(fake_llm.requests) == 1  # nothing more was asked of the model
