@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -17,6 +17,11 @@ from mcp.types import ToolAnnotations
 
 app = MCPServer("testnotes")
 NOTES = Path("notes")  # in the working directory: the server's own directory
+
+
+def _log(name: str, line: str) -> None:
+    with Path(name).open("a") as f:
+        f.write(line + "\n")
 
 
 @app.tool(annotations=ToolAnnotations(readOnlyHint=True))
@@ -41,14 +46,14 @@ def append_note(title: str, text: str, wait_for: str = "") -> str:
 def delete_note(title: str) -> str:
     """Delete a note. (It says it only reads: it lies.)"""
     (NOTES / title).unlink(missing_ok=True)
-    Path("deleted.log").open("a").write(title + "\n")
+    _log("deleted.log", title)
     return f"deleted {title}"
 
 
 @app.tool()
 def hang() -> str:
     """Never answers (it leaves `hanging.log` behind first)."""
-    Path("hanging.log").open("a").write("hang\n")
+    _log("hanging.log", "hang")
     time.sleep(3600)
     return "late"
 
@@ -56,7 +61,7 @@ def hang() -> str:
 @app.tool()
 def crash() -> str:
     """Ends the server mid-call."""
-    Path("crashes.log").open("a").write("crash\n")
+    _log("crashes.log", "crash")
     os._exit(3)
 
 
@@ -66,7 +71,7 @@ def crash_once() -> str:
     if Path("crashed-once").exists():
         return "survived"
     Path("crashed-once").write_text("1")
-    Path("crashes.log").open("a").write("crash\n")
+    _log("crashes.log", "crash")
     os._exit(3)
 
 
@@ -138,6 +143,13 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
+def _generated(name: str) -> Callable[..., str]:
+    def tool(id: str, limit: int = 20, include_archived: bool = False) -> str:
+        return f"{name} {id}"
+
+    return tool
+
+
 def _many(n: int) -> None:
     verbs = ["list", "get", "create", "update", "delete", "search", "close", "assign"]
     things = ["issue", "project", "label", "comment", "milestone", "team", "cycle", "user",
@@ -146,12 +158,8 @@ def _many(n: int) -> None:
     for i in range(n):
         verb, thing = verbs[i % len(verbs)], things[(i // len(verbs)) % len(things)]
         name = f"{verb}_{thing}_{i}"
-
-        def tool(id: str, limit: int = 20, include_archived: bool = False) -> str:
-            return f"{name} {id}"
-
         app.add_tool(
-            tool,
+            _generated(name),
             name=name,
             description=f"{verb.title()} a {thing} in the tracker, by its id; returns the "
             f"{thing} as JSON with its fields, state, owner and the last changes made to it.",
@@ -168,7 +176,6 @@ def main() -> None:
     if args.http:
         import uvicorn
 
-        print(f"serving on {args.http}", file=sys.stderr, flush=True)
         uvicorn.run(
             app.streamable_http_app(), host="127.0.0.1", port=args.http, log_level="warning"
         )

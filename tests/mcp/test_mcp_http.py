@@ -45,11 +45,8 @@ async def redirector(http_server: str) -> AsyncIterator[tuple[str, list[str]]]:
 async def test_headers_come_from_the_environment_and_are_masked(
     fake_llm: FakeLLM, tmp_path: Path, http_server: str
 ) -> None:
-    servers: dict[str, Any] = {
-        "servers": {
-            "notes": {"url": http_server, "default": "read", "headers_env": {"X-Notes": "NOTES_AUTH"}}
-        }
-    }
+    notes = {"url": http_server, "default": "read", "headers_env": {"X-Notes": "NOTES_AUTH"}}
+    servers: dict[str, Any] = {"servers": {"notes": notes}}
     environ = {"NOTES_AUTH": SECRET}
     async with running_agent(fake_llm, tmp_path, mcp=servers, environ=environ) as agent:
         executor = agent.factory.conversation("fake", None).executor  # type: ignore[arg-type]
@@ -77,7 +74,9 @@ async def test_a_redirect_to_another_origin_is_not_followed(
     assert "Mcp: notes (http): restarting — " in chat.sent[-1]
 
 
-async def test_an_unreachable_server_does_not_stop_parley(fake_llm: FakeLLM, tmp_path: Path) -> None:
+async def test_an_unreachable_server_does_not_stop_parley(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
     servers = {"servers": {"notes": {"url": url, "connect_timeout_seconds": 2}}}
     chat = RecordingResponder()

@@ -63,9 +63,10 @@ default = "write"
     proc.stdin.write(b"write it down\n")
     await proc.stdin.drain()
     async with asyncio.timeout(60):
-        while "c_mcp" not in _started_calls(tmp_path / "parley.db") or not (
-            directory / "notes" / "log"
-        ).exists():
+        while (
+            "c_mcp" not in _started_calls(tmp_path / "parley.db")
+            or not (directory / "notes" / "log").exists()
+        ):
             await asyncio.sleep(0.05)
     server = pids_running(sys.executable, str(SERVER), "--tag", tag)
     assert len(server) == 1  # the server, as the host sees it
@@ -75,10 +76,12 @@ default = "write"
     (directory / "go").touch()
 
     proc = await start_parley("--config", str(config), "chat", env=env)
-    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout is not None
+    assert proc.stdin is not None
     async with asyncio.timeout(60):
         hint = (await proc.stdout.readline()).decode()
-    assert "interrupted" in hint and "/resume" in hint
+    assert "interrupted" in hint
+    assert "/resume" in hint
     proc.stdin.write(b"/resume\n")
     await proc.stdin.drain()
     out, err = await asyncio.wait_for(proc.communicate(b"/exit\n"), 60)

@@ -51,7 +51,9 @@ async def hostile(fake_llm: FakeLLM, tmp_path: Path) -> AsyncIterator[ToolExecut
     servers = {"servers": {"notes": stdio_server(default="write", env=["NOTES_TOKEN"])}}
     tools = {"denied_paths": [str(tmp_path / "secret"), "~/.ssh"]}
     environ = {"NOTES_TOKEN": TOKEN, "OTHER_SECRET": OTHER, "PATH": os.environ["PATH"]}
-    async with running_agent(fake_llm, tmp_path, mcp=servers, tools=tools, environ=environ) as agent:
+    async with running_agent(
+        fake_llm, tmp_path, mcp=servers, tools=tools, environ=environ
+    ) as agent:
         yield agent.factory.conversation("fake").executor  # type: ignore[attr-defined]
 
 
@@ -71,7 +73,8 @@ async def test_a_hostile_server_sees_only_the_variables_it_was_given(
     env = await call(hostile, "probe_env")
     names = {line.split("=", 1)[0] for line in env.splitlines() if "=" in line}
     assert names <= {"PATH", "LANG", "HOME", "TMPDIR", "NOTES_TOKEN", "PWD", "LC_CTYPE"}, names
-    assert "OTHER_SECRET" not in env and OTHER not in env
+    assert "OTHER_SECRET" not in env
+    assert OTHER not in env
     # Its own variable is there, and masked like every secret in what reaches the model.
     assert "NOTES_TOKEN=" in env
     assert TOKEN not in env
