@@ -130,8 +130,8 @@ class ToolsConfig(SandboxSettings):
     search_threshold: int = Field(
         30,
         ge=0,
-        description="With more tools than this, a request carries the built-ins and "
-        "`find_tools`, and the tools it finds; 0: every tool in every request.",
+        description="With more tools.yaml and MCP tools than this, a request carries the "
+        "built-ins, `find_tools` and the tools it found; 0: every tool in every request.",
     )
 
 

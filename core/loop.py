@@ -250,6 +250,8 @@ async def _turn(run: _Run) -> LoopOutcome:
             empty_turns = 0
             messages.append(assistant)
             run.checkpoint("llm", iteration)
+            if run.search is not None:  # a tool the history names stays offered
+                run.search.add(call.name for call in assistant.tool_calls)
             await _run_tools(run, assistant.tool_calls, iteration)
             if (stop := await _after_tools(run, assistant.tool_calls, iteration)) is not None:
                 return stop

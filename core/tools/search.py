@@ -1,6 +1,6 @@
-"""Tool search: with more tools than `[tools] search_threshold`, a request carries the
-built-in tools and `find_tools`, not every schema (150 MCP tools are ~100 KB of JSON in
-every request).
+"""Tool search: with more than `[tools] search_threshold` tools from tools.yaml and MCP
+servers, a request carries the built-in tools and `find_tools`, not every schema (150 MCP
+tools are ~100 KB of JSON in every request).
 
 `find_tools` takes a few words and answers with the best-matching tools' names and
 one-line descriptions; from then on the run's requests carry those tools' full schemas
@@ -9,7 +9,7 @@ provider's prompt cache stays valid from one request to the next. A run starts w
 tools its conversation already called (and those earlier `find_tools` calls found, by
 running them again), so the history never names a tool its request lacks. A tool that
 was not found can still be called by name: the executor runs whatever the registry
-holds, through the same policy; only its schema was not sent.
+holds, through the same policy; it is offered from then on.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 def with_search(
     tools: Iterable[Tool], refused: Mapping[str, str] | None, threshold: int
 ) -> ToolRegistry:
-    """A registry of `tools`, plus `find_tools` when there are more than `threshold`
-    (0: never) and some of them may wait to be found."""
+    """A registry of `tools`, plus `find_tools` when more than `threshold` of them (0:
+    never) are tools.yaml or MCP tools, which then wait to be found."""
     listed = [tool for tool in tools if tool.name != FIND_TOOLS]
-    if threshold and len(listed) > threshold and any(t.deferrable for t in listed):
+    if threshold and sum(1 for t in listed if t.deferrable) > threshold:
         listed.append(FindToolsTool())
     return ToolRegistry(listed, refused)
 
