@@ -14,6 +14,7 @@ holds, through the same policy; it is offered from then on.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -38,8 +39,9 @@ def with_search(
     return ToolRegistry(listed, refused)
 
 
-def _words(text: str) -> set[str]:
-    return set(_WORD.findall(_CAMEL.sub(" ", text).lower()))
+@functools.lru_cache(maxsize=4096)
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(_CAMEL.sub(" ", text).lower()))
 
 
 def one_line(description: str, limit: int = 120) -> str:

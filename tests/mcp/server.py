@@ -7,6 +7,7 @@ Run as `python server.py` (stdio) or `python server.py --http PORT` (streamable 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -171,7 +172,11 @@ def main() -> None:
     parser.add_argument("--http", type=int, default=0)
     parser.add_argument("--many", type=int, default=0)
     parser.add_argument("--tag", default="", help="ignored: tells a test's server apart")
+    parser.add_argument("--bare", action="store_true", help="only the generated tools")
     args = parser.parse_args()
+    if args.bare:
+        for tool in asyncio.run(app.list_tools()):
+            app.remove_tool(tool.name)
     _many(args.many)
     if args.http:
         import uvicorn
