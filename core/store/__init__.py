@@ -21,14 +21,18 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
                     postgres_runs.py, postgres_workers.py, postgres_memory.py;
                     postgres_schema.py)
     memory_rows.py  memories' scopes and rows, and the query terms both backends match
+    grant_rows.py   durable approvals ("approve always") and their SQL
+                    (sqlite_grants.py, postgres_grants.py)
 """
 
 from core.store.backends import open_store
+from core.store.grant_rows import GrantRow, GrantScope
 from core.store.memory_rows import MemoryRow, Scope, ScopeKind
 from core.store.protocol import (
     ApprovalStore,
     DedupeStore,
     EventStore,
+    GrantStore,
     JobStore,
     JournalStore,
     MemoryStore,
@@ -60,6 +64,9 @@ __all__ = [
     "DedupeStore",
     "EventStore",
     "GoalRow",
+    "GrantRow",
+    "GrantScope",
+    "GrantStore",
     "JobRunRecord",
     "JobStore",
     "JournalStore",

@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -150,6 +150,15 @@ _MIGRATIONS: dict[int, str] = {
     9: """
     ALTER TABLE runs ADD COLUMN reply TEXT;
     CREATE INDEX runs_reply ON runs (worker) WHERE reply IS NOT NULL;
+    """,
+    # Durable approvals ("approve always", `/grants`): a tool that runs without asking in
+    # a conversation or a channel.
+    10: """
+    CREATE TABLE grants (
+        id TEXT PRIMARY KEY, scope TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
+        granted_by TEXT NOT NULL, granted_at REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX grants_key_tool ON grants (key, tool);
     """,
 }
 

@@ -29,6 +29,7 @@ from core.chat import PromptRef
 from core.errors import ConfigError
 from core.messages import Message
 from core.store.postgres_db import connection_kwargs, open_pool, upsert, where
+from core.store.postgres_grants import PostgresGrantTables
 from core.store.postgres_memory import PostgresMemoryTables
 from core.store.postgres_schema import migrate
 from core.store.postgres_workers import PostgresWorkerTables
@@ -60,7 +61,7 @@ _APPROVAL = upsert(
 )
 
 
-class PostgresStore(PostgresWorkerTables, PostgresMemoryTables):
+class PostgresStore(PostgresWorkerTables, PostgresMemoryTables, PostgresGrantTables):
     """One PostgreSQL database (or schema); open with `await PostgresStore.open(url)` (or
     `core.store.open_store`), close with `aclose()`."""
 

@@ -151,6 +151,14 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE runs ADD COLUMN reply TEXT;
     CREATE INDEX runs_reply ON runs (worker) WHERE reply IS NOT NULL;
     """,
+    # Durable approvals ("approve always", `/grants`).
+    10: """
+    CREATE TABLE grants (
+        id TEXT PRIMARY KEY, scope TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
+        granted_by TEXT NOT NULL, granted_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE UNIQUE INDEX grants_key_tool ON grants (key, tool);
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 

@@ -32,11 +32,12 @@ from core.store.rows import (
     goal_row,
 )
 from core.store.sqlite_db import BUSY_TIMEOUT_MS, reader_connection, writer_connection
+from core.store.sqlite_grants import SqliteGrantTables
 from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
 
 
-class SqliteStore(SqliteWorkerTables, SqliteMemoryTables):
+class SqliteStore(SqliteWorkerTables, SqliteMemoryTables, SqliteGrantTables):
     """One SQLite database; open with `await SqliteStore.open(path)` (or
     `core.store.open_store`), close with `aclose()`."""
 
