@@ -52,6 +52,7 @@ COMMAND_TABLE: tuple[CommandSpec, ...] = (
     ),
     CommandSpec("journal", "The run journal: objective, state, findings, next step"),
     CommandSpec("memory", "List what I remember here, or forget it", "[forget ID | forget all]"),
+    CommandSpec("grants", "Tools approved always here; revoke one", "[revoke ID]"),
 )
 
 COMMANDS: dict[str, CommandSpec] = {spec.name: spec for spec in COMMAND_TABLE}

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-GrantScope = Literal["conversation", "channel"]
+from core.chat import GrantScope
+
 GRANT_COLUMNS = "id, scope, key, tool, granted_by, granted_at"
 
 
@@ -26,7 +27,7 @@ class GrantRow:
 
 
 def grant_row(row: Sequence[Any]) -> GrantRow:
-    scope = "channel" if row[1] == "channel" else "conversation"
+    scope: GrantScope = "channel" if row[1] == "channel" else "conversation"
     return GrantRow(str(row[0]), scope, str(row[2]), str(row[3]), str(row[4]), float(row[5]))
 
 
@@ -34,8 +35,7 @@ def insert_grant(placeholder: str) -> str:
     """One grant per (key, tool): granting again keeps the first."""
     values = ", ".join([placeholder] * 6)
     return (
-        f"INSERT INTO grants ({GRANT_COLUMNS}) VALUES ({values}) "
-        "ON CONFLICT (key, tool) DO NOTHING"
+        f"INSERT INTO grants ({GRANT_COLUMNS}) VALUES ({values}) ON CONFLICT (key, tool) DO NOTHING"
     )
 
 

@@ -242,5 +242,8 @@ class CallApprover(Protocol):
 
     async def __call__(self, tool: str, summary: str, reason: str) -> bool: ...
 
-    async def approve_call(self, call: ToolCall, summary: str, reason: str) -> bool:
-        """True to allow `call`."""
+    async def approve_call(
+        self, call: ToolCall, summary: str, reason: str, *, grantable: bool = False
+    ) -> bool:
+        """True to allow `call`. `grantable`: the call is its tool's own category, so a
+        durable grant ("approve always") may answer it, and an approver may give one."""

@@ -201,7 +201,12 @@ class ToolExecutor:
             if approver is None:
                 allowed = False
             elif isinstance(approver, CallApprover):
-                allowed = await approver.approve_call(call, summary, decision.reason)
+                # A call escalated above its tool's category (a destructive `bash`
+                # command) is asked about every time: no durable grant covers it.
+                grantable = prepared.category == tool.category
+                allowed = await approver.approve_call(
+                    call, summary, decision.reason, grantable=grantable
+                )
             else:
                 allowed = await approver(call.name, summary, decision.reason)
             if not allowed:

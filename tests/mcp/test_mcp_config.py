@@ -27,21 +27,29 @@ def server(**settings: Any) -> dict[str, Any]:
     return {"mcp": {"servers": {"notes": {"command": ["true"], **settings}}}}
 
 
+def one(**settings: Any) -> dict[str, Any]:
+    """`[mcp]` with one server, `n`."""
+    return {"servers": {"n": settings}}
+
+
+N = "mcp.servers.n"
+
+
 @pytest.mark.parametrize(
     ("mcp", "key", "words"),
     [
         ({"servers": {"Notes": {"command": ["x"]}}}, "mcp.servers", "lower-case"),
-        ({"servers": {"n": {"command": ["x"], "url": "http://h/mcp"}}}, "mcp.servers.n", "exactly one"),
-        ({"servers": {"n": {}}}, "mcp.servers.n", "exactly one"),
-        ({"servers": {"n": {"url": "ftp://h/x"}}}, "mcp.servers.n.url", "http(s)"),
-        ({"servers": {"n": {"url": "http://u:p@h/x"}}}, "mcp.servers.n.url", "headers_env"),
-        ({"servers": {"n": {"command": ["x"], "headers_env": {"A": "B"}}}}, "mcp.servers.n", "HTTP"),
-        ({"servers": {"n": {"url": "http://h/x", "env": ["TOKEN"]}}}, "mcp.servers.n", "stdio"),
-        ({"servers": {"n": {"command": ["x"], "env": ["A-B"]}}}, "mcp.servers.n.env", "variable"),
-        ({"servers": {"n": {"command": ["x"], "tools": {"t": "maybe"}}}}, "mcp.servers.n.tools.t", "deny"),
-        ({"servers": {"n": {"command": ["x"], "default": "all"}}}, "mcp.servers.n.default", "admin"),
+        (one(command=["x"], url="http://h/mcp"), N, "exactly one"),
+        (one(), N, "exactly one"),
+        (one(url="ftp://h/x"), f"{N}.url", "http(s)"),
+        (one(url="http://u:p@h/x"), f"{N}.url", "headers_env"),
+        (one(command=["x"], headers_env={"A": "B"}), N, "HTTP"),
+        (one(url="http://h/x", env=["TOKEN"]), N, "stdio"),
+        (one(command=["x"], env=["A-B"]), f"{N}.env", "variable"),
+        (one(command=["x"], tools={"t": "maybe"}), f"{N}.tools.t", "deny"),
+        (one(command=["x"], default="all"), f"{N}.default", "admin"),
     ],
-)  # fmt: skip
+)
 def test_bad_settings_name_their_key(
     fake_llm: FakeLLM, tmp_path: Path, mcp: dict[str, Any], key: str, words: str
 ) -> None:
@@ -72,7 +80,8 @@ def test_a_variable_the_server_needs_must_be_set(fake_llm: FakeLLM, tmp_path: Pa
         ({}, (None, None), "admin"),  # the default default asks
         ({"default": "write"}, (True, None), "write"),  # a read-only hint alone lowers nothing
         ({"default": "write", "trust_annotations": True}, (True, None), "read"),
-        ({"default": "write", "trust_annotations": True, "tools": {"t": "admin"}}, (True, None), "admin"),
+        ({"default": "write", "trust_annotations": True, "tools": {"t": "admin"}},
+         (True, None), "admin"),
         ({"default": "write"}, (None, True), "admin"),  # a destructive hint raises
         ({"default": "read"}, (False, True), "admin"),
         ({"default": "write", "tools": {"t": "write"}}, (None, True), "write"),  # listed: as listed
