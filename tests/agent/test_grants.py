@@ -5,6 +5,7 @@ call escalated above its tool's category (a destructive `bash` command) always a
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import yaml
 
 from channels.approvals import Approvals
 from core.chat import ApprovalRequest, GrantScope
-from core.store import GrantRow
+from core.store import ApprovalRow, GrantRow
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 
@@ -128,3 +129,21 @@ async def test_a_denied_always_click_grants_nothing_and_escalated_calls_always_a
     assert chat.settled == ["❌ Denied by bob", "❌ Denied by bob"]
     assert "bash — this conversation; by eve" in chat.sent[-1]  # nothing added by a no
     assert chat.sent[-1].count("\n") == 2
+
+
+async def test_an_always_click_after_a_restart_stores_the_grant(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A click on a prompt posted before a restart, answered through the agent."""
+    async with running_agent(fake_llm, tmp_path) as agent:
+        now = time.time()
+        row = ApprovalRow(
+            "a1", "slack:C1:t1", "r1", "c1", "deploy", "deploy", "admin", "pending",
+            now, now + 300, None, None, None,
+        )  # fmt: skip
+        await agent.store.request_approval(row)
+        answered = await agent.answer_approval("a1", True, "bob", "channel")
+        assert answered is not None
+        await agent.store.flush()
+        grants = await agent.store.grants(["slack:C1"])
+    assert [(g.tool, g.scope, g.granted_by) for g in grants] == [("deploy", "channel", "bob")]
