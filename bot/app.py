@@ -253,6 +253,20 @@ class App:
         self._compose()
         self.generation += 1
 
+    async def start_mcp(self) -> None:
+        """Connect to the MCP servers (each within its connect timeout) and add their
+        tools to the registry; a server that fails keeps trying in the background."""
+        if self.mcp is not None:
+            await self.mcp.start()
+            self._compose()
+
+    async def stop_mcp(self) -> None:
+        """Stop the MCP servers (their processes end) and any reconfiguration."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self.mcp is not None:
+            await self.mcp.stop()
+
     def tool_status(self) -> list[str]:
         """Lines for `/status` about tool sources that can fail: the MCP servers."""
         return [self.mcp.describe()] if self.mcp is not None else []
@@ -388,9 +402,7 @@ class App:
 
         store = await open_configured_store(self.config.store, self.environ)
         REAPER.ledger = store  # live tool process groups, for a start-up after a crash
-        if self.mcp is not None:  # its tools are part of the first turn's registry
-            await self.mcp.start()
-            self._compose()
+        await self.start_mcp()  # its tools are part of the first turn's registry
         agent = Agent(
             store,
             self,
@@ -422,10 +434,7 @@ class App:
             await agent.shutdown(grace)
         finally:
             try:
-                for task in list(self._tasks):
-                    task.cancel()
-                if self.mcp is not None:
-                    await self.mcp.stop()
+                await self.stop_mcp()
                 agent.events.close()
             finally:
                 if REAPER.ledger is agent.store:

@@ -77,6 +77,8 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
         out.write(f"parley: provider {app.default_provider}; store {app.config.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
         out.write(f"parley: {describe_places(app.config.tools)}\n")
+        for line in app.tool_status():  # the MCP servers, connected by open_agent
+            out.write(f"parley: {line}\n")
         for name, channel in all_channels.items():
             out.write(f"parley: {name}: may talk to it: {channel.access()}\n")
         if app.config.jobs:

@@ -1,6 +1,7 @@
-"""Crash and resume with MCP: `parley chat` is killed with SIGKILL while an MCP call that
-writes is running. Its server dies with it; after a restart `/resume` does not run the call
-again (it may have taken effect), and says so."""
+"""MCP from the command line: `parley chat -m` starts the configured servers for its one
+turn; `parley chat` killed with SIGKILL while an MCP call that writes is running takes its
+server with it, and after a restart `/resume` does not run the call again (it may have
+taken effect), and says so."""
 
 from __future__ import annotations
 
@@ -16,9 +17,35 @@ import pytest
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.helpers import pids_running, wait_dead
 from tests.mcp.conftest import PYTHON_PATHS, SERVER
-from tests.process import child_env, start_parley, write_config
+from tests.process import child_env, parley, start_parley, write_config
 
 pytestmark = pytest.mark.usefixtures("landlock_required")
+
+
+def _notes_config(tmp_path: Path, tag: str, directory: Path) -> Path:
+    return write_config(
+        tmp_path,
+        f"""
+[mcp.servers.notes]
+command = ["{sys.executable}", "{SERVER}", "--tag", "{tag}"]
+read_paths = {[str(p) for p in PYTHON_PATHS]!r}
+directory = "{directory}"
+default = "write"
+""".replace("'", '"'),
+    )
+
+
+async def test_a_one_shot_turn_uses_the_servers(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    config = _notes_config(tmp_path, uuid.uuid4().hex, tmp_path / "notes-server")
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("mcp__notes__read_note", {"title": "x"}, "r")]),
+        Reply(text="there is no such note"),
+    )
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    code, out, err = await parley("--config", str(config), "chat", "-m", "read x", env=env)
+    assert code == 0, err
+    assert out.strip() == "there is no such note"
+    assert fake_llm.requests[-1].json["messages"][-1]["content"] == "no note called x"
 
 
 def _started_calls(db: Path) -> set[str]:
@@ -36,16 +63,7 @@ async def test_sigkill_during_a_writing_mcp_call_then_resume_does_not_repeat_it(
 ) -> None:
     tag = uuid.uuid4().hex
     directory = tmp_path / "notes-server"
-    config = write_config(
-        tmp_path,
-        f"""
-[mcp.servers.notes]
-command = ["{sys.executable}", "{SERVER}", "--tag", "{tag}"]
-read_paths = {[str(p) for p in PYTHON_PATHS]!r}
-directory = "{directory}"
-default = "write"
-""".replace("'", '"'),
-    )
+    config = _notes_config(tmp_path, tag, directory)
     env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
     fake_llm.script(
         Reply(
