@@ -108,13 +108,12 @@ async def measure(tools: int, rounds: int) -> list[str]:
 
 async def registry_of(cfg: Any) -> Any:
     app = App(cfg, {"PATH": "/usr/bin:/bin"}, build_registry(cfg, {}))
-    assert app.mcp is not None
-    await app.mcp.start()
+    await app.start_mcp()
     try:
-        app._compose()
         return app.registry
     finally:
-        await app.mcp.stop()
+        await app.stop_mcp()
+        await app.aclose()
 
 
 def main() -> None:

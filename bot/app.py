@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import os
 import socket
@@ -26,6 +27,7 @@ from core.context.tokens import TokenCounter
 from core.errors import ConfigError
 from core.eventlog import EventLog
 from core.loop import Guards, LoopConfig
+from core.mcp.config import check_env, command_files
 from core.memory.recall import MEMORY_KEY
 from core.memory.service import Memory
 from core.providers import Provider, build_provider
@@ -132,8 +134,6 @@ def config_files(config: ParleyConfig) -> list[Path]:
         # as written, not resolved: a symlink on the way must not be replaced either
         files.append(base / os.path.expanduser(config.tools.tools_file or ""))
     if config.mcp.servers:  # the programs and scripts stdio MCP servers run
-        from core.mcp.hub import command_files
-
         for server in config.mcp.servers.values():
             files += command_files(server, base)
     return files
@@ -182,23 +182,31 @@ def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegi
     return with_search(registry.tools(), None, config.tools.search_threshold)
 
 
-def build_mcp(config: ParleyConfig, environ: Mapping[str, str], jail: Jail) -> McpHub | None:
-    """The MCP servers `[mcp.servers]` names (not yet connected); None when there are
-    none. The SDK is imported only here.
+def check_mcp(config: ParleyConfig, environ: Mapping[str, str]) -> None:
+    """What start-up can say about `[mcp.servers]` without loading the SDK.
 
     Raises:
         ConfigError: the `mcp` package is missing, or a variable a server names is unset.
     """
     if not config.mcp.servers:
-        return None
-    try:
-        from core.mcp.hub import McpHub
-    except ImportError as exc:
+        return
+    if importlib.util.find_spec("mcp") is None:
         raise ConfigError(
             "mcp.servers",
-            f"MCP servers are configured, but the `mcp` package is not installed ({exc})",
+            "MCP servers are configured, but the `mcp` package is not installed",
             "pip install 'parley[mcp]' (or remove the [mcp.servers.*] sections)",
-        ) from exc
+        )
+    for name, server in config.mcp.servers.items():
+        check_env(name, server, environ)
+
+
+def build_mcp(config: ParleyConfig, environ: Mapping[str, str], jail: Jail) -> McpHub | None:
+    """The MCP servers `[mcp.servers]` names (not yet connected); None when there are
+    none. The SDK is imported only here (`check_mcp` has vouched for the rest)."""
+    if not config.mcp.servers:
+        return None
+    from core.mcp.hub import McpHub
+
     base = config.source.parent if config.source else Path.cwd()
     return McpHub(
         config.mcp.servers,
@@ -236,9 +244,7 @@ class App:
         self.redactor = _redactor(self.config, self.environ, self.registry)
         self.jail = build_jail(self.config)
         self._base = self.registry
-        self.mcp = build_mcp(self.config, self.environ, self.jail)
-        if self.mcp is not None:
-            self.mcp.on_change = self._tools_changed
+        check_mcp(self.config, self.environ)  # the hub itself waits for `start_mcp`
 
     def _compose(self) -> None:
         """The registry: the configured tools plus what the MCP servers offer now."""
@@ -256,7 +262,10 @@ class App:
     async def start_mcp(self) -> None:
         """Connect to the MCP servers (each within its connect timeout) and add their
         tools to the registry; a server that fails keeps trying in the background."""
+        if self.mcp is None:
+            self.mcp = build_mcp(self.config, self.environ, self.jail)
         if self.mcp is not None:
+            self.mcp.on_change = self._tools_changed
             await self.mcp.start()
             self._compose()
 
@@ -462,7 +471,8 @@ class App:
             for name in ("channels", "jobs")
             if getattr(config, name) != getattr(self.config, name)
         ]
-        self._reload_mcp(config, jail)  # raises on a server whose variable is unset
+        check_mcp(config, self.environ)
+        self._reload_mcp(config, jail)
         self.config, self._base = config, registry
         self._compose()
         if self.memory is not None:
@@ -492,10 +502,6 @@ class App:
             self.mcp = None
             self._spawn(hub.stop)
             return
-        from core.mcp.hub import check_env
-
-        for name, server in config.mcp.servers.items():
-            check_env(name, server, self.environ)
 
         async def reconfigure() -> None:
             await hub.reconfigure(config.mcp.servers, jail, config.tools)

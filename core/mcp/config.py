@@ -12,16 +12,22 @@ A tool's category, from the first that applies:
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from core.errors import ConfigError
+
 McpCategory = Literal["read", "write", "admin", "deny"]
 OfferedCategory = Literal["read", "write", "admin"]
 
+# Where a stdio server's program is already read-only to tools (the system dirs).
+SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
 SERVER_NAME = re.compile(r"[a-z0-9_]+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HEADER_NAME = re.compile(r"[A-Za-z0-9-]+")
@@ -169,4 +175,49 @@ class McpConfig(BaseModel):
         return servers
 
 
-__all__ = ["McpCategory", "McpConfig", "McpServerConfig", "OfferedCategory"]
+def command_files(config: McpServerConfig, base: Path) -> list[Path]:
+    """The files a stdio server's `command` names outside the system dirs: its program
+    and scripts. They are Parley's configuration (tools may not change them) and the
+    server may read them. A relative path is taken from `base` (config.toml's directory)."""
+    found: list[Path] = []
+    for item in config.command or ():
+        if item.startswith("-"):
+            continue
+        path = Path(os.path.expanduser(item))
+        path = path if path.is_absolute() else base / path
+        if ("/" in item or path.is_file()) and path.is_file():
+            resolved = path.resolve()
+            if not any(resolved.is_relative_to(root) for root in SYSTEM_ROOTS):
+                found.append(path)
+    return found
+
+
+def check_env(name: str, config: McpServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The HTTP headers of `headers_env`, checked present (stdio `env` too)."""
+    for variable in config.env:
+        if variable not in environ:
+            raise ConfigError(
+                f"mcp.servers.{name}.env",
+                f"host variable `{variable}` is not set",
+                f"export {variable} before starting Parley, or remove it from the list",
+            )
+    headers = {}
+    for header, variable in config.headers_env.items():
+        if variable not in environ:
+            raise ConfigError(
+                f"mcp.servers.{name}.headers_env.{header}",
+                f"host variable `{variable}` is not set",
+                f"export {variable} before starting Parley, or remove the header",
+            )
+        headers[header] = environ[variable]
+    return headers
+
+
+__all__ = [
+    "McpCategory",
+    "McpConfig",
+    "McpServerConfig",
+    "OfferedCategory",
+    "check_env",
+    "command_files",
+]

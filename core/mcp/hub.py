@@ -25,34 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from core.clock import Clock
-from core.errors import ConfigError
-from core.mcp.config import McpServerConfig
+from core.mcp.config import McpServerConfig, check_env, command_files
 from core.mcp.connection import McpConnection, Opener
 from core.mcp.stdio import Launch, ServerProcess, server_env, stdio_transport
 from core.mcp.tools import McpFeatureTool, McpTool, tool_name
 from core.tools.base import Tool
-from core.tools.jail import SYSTEM_ROOTS, Jail
+from core.tools.jail import Jail
 from core.tools.roots import make_root
 from core.tools.settings import SandboxSettings, default_temp_root
 
 log = logging.getLogger(__name__)
-
-
-def command_files(config: McpServerConfig, base: Path) -> list[Path]:
-    """The files a stdio server's `command` names outside the system dirs: its program
-    and scripts. They are Parley's configuration (tools may not change them) and the
-    server may read them. A relative path is taken from `base` (config.toml's directory)."""
-    found: list[Path] = []
-    for item in config.command or ():
-        if item.startswith("-"):
-            continue
-        path = Path(os.path.expanduser(item))
-        path = path if path.is_absolute() else base / path
-        if ("/" in item or path.is_file()) and path.is_file():
-            resolved = path.resolve()
-            if not any(resolved.is_relative_to(root) for root in SYSTEM_ROOTS):
-                found.append(path)
-    return found
 
 
 def _argv(config: McpServerConfig, base: Path) -> list[str]:
@@ -72,27 +54,6 @@ def server_directory(name: str, config: McpServerConfig, state: Path) -> Path:
     if config.directory is not None:
         return Path(os.path.expanduser(config.directory)).resolve()
     return state / "mcp" / name
-
-
-def check_env(name: str, config: McpServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
-    """The HTTP headers of `headers_env`, checked present (stdio `env` too)."""
-    for variable in config.env:
-        if variable not in environ:
-            raise ConfigError(
-                f"mcp.servers.{name}.env",
-                f"host variable `{variable}` is not set",
-                f"export {variable} before starting Parley, or remove it from the list",
-            )
-    headers = {}
-    for header, variable in config.headers_env.items():
-        if variable not in environ:
-            raise ConfigError(
-                f"mcp.servers.{name}.headers_env.{header}",
-                f"host variable `{variable}` is not set",
-                f"export {variable} before starting Parley, or remove the header",
-            )
-        headers[header] = environ[variable]
-    return headers
 
 
 class McpHub:
@@ -291,4 +252,4 @@ async def _http_transport(config: McpServerConfig, headers: dict[str, str]) -> A
         yield streams
 
 
-__all__ = ["McpHub", "check_env", "command_files", "server_directory"]
+__all__ = ["McpHub", "server_directory"]

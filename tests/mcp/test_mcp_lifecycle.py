@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from bot.app import App, build_registry
+from bot.config import load_config
 from core.agent import Agent
 from core.messages import CANCELLED_RESULT, ToolCall
 from core.tools.executor import ToolExecutor
@@ -23,6 +25,7 @@ from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.clock import FakeClock
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.mcp.conftest import stdio_server
+from tests.process import fake_llm_config
 
 pytestmark = pytest.mark.usefixtures("landlock_required")
 
@@ -175,3 +178,34 @@ async def test_a_changed_tool_list_reaches_the_next_turn_not_the_running_one(
     assert "mcp__notes__grown" not in offered[0]
     assert "mcp__notes__grown" not in offered[1]  # the same turn keeps its tools
     assert "mcp__notes__grown" in offered[2]
+
+
+async def test_a_reload_starts_a_parked_server_again(fake_llm: FakeLLM, tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    server = stdio_server(default="write", max_restarts=2)
+    toml = (
+        "[mcp.servers.notes]\n"
+        f"command = {json.dumps(server['command'])}\n"
+        f"read_paths = {json.dumps(server['read_paths'])}\n"
+        'default = "write"\nmax_restarts = 2\n'
+    )
+    path.write_text(fake_llm_config(fake_llm.base_url, tmp_path, toml))
+    config = load_config(path)
+    app = App(config, {}, build_registry(config, {}))
+    agent = await app.open_agent()
+    try:
+        executor = executor_of(agent)
+        await call(executor, "crash")
+        await call(executor, "crash")
+        assert app.mcp is not None
+        async with asyncio.timeout(20):
+            while app.mcp.connections["notes"].state != "parked":
+                await asyncio.sleep(0.05)
+        app.reload()
+        async with asyncio.timeout(20):
+            while app.mcp.connections["notes"].state != "ready":
+                await asyncio.sleep(0.05)
+        assert await call(executor_of(agent), "read_note", title="x") == ("no note called x", False)
+    finally:
+        await app.close_agent(agent)
+        await app.aclose()
