@@ -6,8 +6,9 @@ its stdout closed, a call failed at the transport), a call timed out (it lists t
 tools again; no answer in time counts as lost), the tool list changed (it lists again), or
 stop. A lost connection is made again after a backoff (0.5 s, doubling, at most 30 s);
 `max_restarts` losses within `RESTART_WINDOW` park the server: its tools then answer
-the model with an error saying so, `/status` shows it, and it stays parked until the
-configuration is reloaded or Parley restarts.
+the model with an error saying so and `/status` shows it; it is tried again every
+`PARKED_RETRY` seconds (a remote server that comes back is used again) and at once when
+the configuration is reloaded.
 
 Every SDK object lives in the supervisor's task (anyio's task groups must be entered and
 left in one task); calls from runs only send requests through the client.
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 State = Literal["starting", "ready", "restarting", "parked", "stopped"]
 RESTART_WINDOW = 300.0  # seconds in which `max_restarts` losses park a server
+PARKED_RETRY = 300.0  # a parked server is tried again this often
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 _LIST_PAGES = 50  # a server that pages forever is cut off here
 
@@ -82,7 +84,8 @@ class McpConnection:
         self._process: ServerProcess | None = None
         self._losses: deque[float] = deque()
         self._settled = asyncio.Event()  # the current attempt connected, or gave up
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # something for the live connection to look at
+        self._stop = asyncio.Event()
         self._lost = self._stale = self._check = self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
@@ -97,6 +100,7 @@ class McpConnection:
     async def stop(self) -> None:
         """End the connection (the process is stopped) and the supervisor."""
         self._stopping = True
+        self._stop.set()
         self._wake.set()
         if self._task is not None:
             await asyncio.wait({self._task})
@@ -118,7 +122,8 @@ class McpConnection:
             case "parked":
                 return (
                     f"{self.name} ({kind}): PARKED after {self.restarts} failures — "
-                    f"{self.last_error}; reload the configuration to try again"
+                    f"{self.last_error}; tried again every {PARKED_RETRY / 60:g} minutes, "
+                    "or at a reload"
                 )
             case _:
                 why = f" — {self.last_error}" if self.last_error else ""
@@ -194,26 +199,29 @@ class McpConnection:
                 self._set_tools(tools)
 
     async def _backoff(self) -> bool:
-        """After a loss: wait before the next attempt; False once parked."""
-        now = self._clock.monotonic()
-        self._losses.append(now)
-        while self._losses and now - self._losses[0] > RESTART_WINDOW:
-            self._losses.popleft()
-        self.restarts += 1
-        if len(self._losses) >= self.config.max_restarts:
-            self.state = "parked"
-            log.error("MCP server %s parked: %s", self.name, self.last_error)
-            self._pulse()
-            return False
-        self.state = "restarting"
-        self._pulse()  # callers waiting on the first attempt go on without it
-        delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (len(self._losses) - 1))
+        """After a failure: wait before the next attempt (a parked server waits
+        `PARKED_RETRY`); False once stopped."""
+        if self.state == "parked":  # the retry of a parked server failed too
+            delay = PARKED_RETRY
+        else:
+            now = self._clock.monotonic()
+            self._losses.append(now)
+            while self._losses and now - self._losses[0] > RESTART_WINDOW:
+                self._losses.popleft()
+            self.restarts += 1
+            if len(self._losses) >= self.config.max_restarts:
+                self.state, delay = "parked", PARKED_RETRY
+                log.error("MCP server %s parked: %s", self.name, self.last_error)
+            else:
+                self.state = "restarting"
+                delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (len(self._losses) - 1))
+        self._pulse()  # callers waiting on this attempt go on without it
         sleeper = asyncio.ensure_future(self._clock.sleep(delay))
-        woken = asyncio.ensure_future(self._wake.wait())
-        await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
+        stopped = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({sleeper, stopped}, return_when=asyncio.FIRST_COMPLETED)
         sleeper.cancel()
-        woken.cancel()
-        self._wake.clear()
+        stopped.cancel()
+        self._wake.clear()  # what the lost connection was told no longer matters
         return not self._stopping
 
     async def _list(self, client: Client) -> tuple[RemoteTool, ...]:
@@ -291,8 +299,8 @@ class McpConnection:
         if self.state == "parked":
             raise ToolError(
                 f"MCP server `{self.name}` is parked after {self.restarts} failures "
-                f"({self.last_error}); its tools are unavailable until the configuration is "
-                "reloaded or Parley restarts"
+                f"({self.last_error}); its tools are unavailable until it answers again (it is "
+                f"tried every {PARKED_RETRY / 60:g} minutes)"
             )
         if self.state == "stopped":
             raise ToolError(f"MCP server `{self.name}` was stopped")
