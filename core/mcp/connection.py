@@ -246,12 +246,15 @@ class McpConnection:
             self._wake.set()
 
     async def _listen(self, client: Client) -> None:
-        """A 2026-era server says its tool list changed on a `subscriptions/listen`."""
-        with contextlib.suppress(Exception):
-            async with client.listen(tools_list_changed=True) as events:
-                async for _event in events:
-                    self._stale = True
-                    self._wake.set()
+        """A 2026-era server says its tool list changed on a `subscriptions/listen`; a
+        stream that ends (an HTTP read timeout between changes) is opened again."""
+        while True:
+            with contextlib.suppress(Exception):
+                async with client.listen(tools_list_changed=True) as events:
+                    async for _event in events:
+                        self._stale = True
+                        self._wake.set()
+            await anyio.sleep(1.0)  # cancelled with the connection
 
     def _lose(self) -> None:
         """The connection is gone: calls from now on wait for the next one."""

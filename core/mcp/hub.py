@@ -35,6 +35,7 @@ from core.tools.roots import make_root
 from core.tools.settings import SandboxSettings, default_temp_root
 
 log = logging.getLogger(__name__)
+SILENT_STREAM = 300.0  # seconds an HTTP server's stream may stay silent
 
 
 def _argv(config: McpServerConfig, base: Path) -> list[str]:
@@ -234,8 +235,11 @@ async def _http_transport(config: McpServerConfig, headers: dict[str, str]) -> A
         if (url.scheme, url.host, url.port) != (origin.scheme, origin.host, origin.port):
             raise httpx2.UnsupportedProtocol(f"refused: {url} is not the configured server")
 
+    # Calls are bounded by `timeout_seconds` (the connection's own deadline); the read
+    # timeout ends a stream that went silent, as the tool-list subscription's is between
+    # changes (it is opened again).
     timeout = httpx2.Timeout(
-        config.timeout_seconds + 5,
+        max(SILENT_STREAM, config.timeout_seconds + 5),
         connect=config.connect_timeout_seconds,
         pool=config.connect_timeout_seconds,
     )

@@ -4,6 +4,7 @@ reached is reported, not fatal."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -86,3 +87,17 @@ async def test_an_unreachable_server_does_not_stop_parley(
         assert app.mcp.connections["notes"].state == "restarting"
         assert "connect" in app.mcp.connections["notes"].last_error.lower()
     assert "Mcp: notes (http): " in chat.sent[-1]
+
+
+async def test_a_changed_tool_list_is_heard_over_http(
+    fake_llm: FakeLLM, tmp_path: Path, http_server: str
+) -> None:
+    servers = {"servers": {"notes": {"url": http_server, "default": "write"}}}
+    async with running_agent(fake_llm, tmp_path, mcp=servers) as agent:
+        app: Any = agent.factory
+        executor = app.conversation("fake").executor
+        assert "mcp__notes__grown" not in app.registry.names()
+        await executor.execute(ToolCall(id="g", name="mcp__notes__grow", arguments="{}"))
+        async with asyncio.timeout(10):
+            while "mcp__notes__grown" not in app.registry.names():
+                await asyncio.sleep(0.02)
