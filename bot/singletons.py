@@ -37,9 +37,7 @@ def channel_singletons(channels: Mapping[str, Channel]) -> list[Singleton]:
     """What the channels leave to leases; call before starting them."""
     found: list[Singleton] = []
     for channel in channels.values():
-        offer = getattr(channel, "singletons", None)
-        if offer is not None:
-            found.extend(offer())
+        found.extend(channel.singletons())
     return found
 
 

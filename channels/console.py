@@ -32,6 +32,7 @@ from core.events import (
     ToolFinished,
     ToolStarted,
 )
+from core.lease import Singleton
 from core.run_context import RunContext
 from core.tools.base import Approver
 
@@ -466,3 +467,7 @@ class ConsoleChannel:
 
     def access(self) -> str:
         return "whoever types at this terminal"
+
+    def singletons(self) -> list[Singleton]:
+        """None: the terminal is this process's own."""
+        return []

@@ -13,7 +13,7 @@ from channels.discord_api import discord_call
 from channels.discord_config import DiscordConfig
 from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
 from channels.text import to_discord
-from core.chat import ApprovalRequest, ReplyStream
+from core.chat import ApprovalRequest, PreviewStream
 from core.clock import Clock
 from core.errors import ChannelError, ChannelRefused, DeliveryFailed
 
@@ -99,7 +99,7 @@ class DiscordResponder:
     async def send(self, text: str) -> None:
         await deliver(self._surface(), text, clock=self._adapter.clock)
 
-    def stream(self) -> ReplyStream:
+    def stream(self) -> PreviewStream:
         adapter = self._adapter
         return ReplyStreamer(
             self._surface(),

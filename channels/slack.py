@@ -58,6 +58,7 @@ from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound
 from core.clock import Clock, SystemClock
 from core.command_table import CHANNEL_WIDE, parse_command
 from core.errors import ChannelError, ConfigError
+from core.lease import Singleton
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +187,11 @@ class SlackChannel:
 
     def access(self) -> str:
         return self.config.who()
+
+    def singletons(self) -> list[Singleton]:
+        """None: Socket Mode allows several connections per app, and HTTP mode sits behind
+        a load balancer like any web service."""
+        return []
 
     def remember_thread(self, channel_id: str, thread_ts: str) -> None:
         if not channel_id.startswith("D"):

@@ -16,7 +16,7 @@ from channels.slack_blocks import approval_blocks
 from channels.slack_config import SlackConfig
 from channels.stream import ReplyStreamer, deliver
 from channels.text import split_message, to_slack_mrkdwn
-from core.chat import ApprovalRequest, PromptRef, ReplyStream
+from core.chat import ApprovalRequest, PreviewStream, PromptRef
 from core.clock import Clock
 from core.errors import ChannelRefused, DeliveryFailed
 from core.secrets import scrub
@@ -114,7 +114,7 @@ class SlackResponder:
             if response.status_code != 200:
                 raise DeliveryFailed(f"response_url answered {response.status_code}")
 
-    def stream(self) -> ReplyStream:
+    def stream(self) -> PreviewStream:
         return ReplyStreamer(
             self._surface(),
             clock=self._slack.clock,

@@ -18,7 +18,7 @@ from channels.stream import ReplyStreamer, Typing, deliver
 from channels.telegram_api import says, telegram_call
 from channels.telegram_config import TelegramConfig
 from channels.text import to_telegram_html
-from core.chat import ApprovalRequest, ReplyStream, is_silent
+from core.chat import ApprovalRequest, PreviewStream, is_silent
 from core.clock import Clock
 from core.errors import ChannelRefused
 
@@ -130,7 +130,7 @@ class TelegramResponder:
         if not is_silent(text):
             await deliver(self._surface, text, clock=self._channel.clock)
 
-    def stream(self) -> ReplyStream:
+    def stream(self) -> PreviewStream:
         return ReplyStreamer(
             self._surface,
             clock=self._channel.clock,
