@@ -35,7 +35,7 @@ class _VersionAction(argparse.Action):
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
 
-    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         sys.stdout.write(f"parley {_version()}\n")
         parser.exit()
 

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol, TextIO, runtime_checkable
+from typing import Protocol, TextIO, runtime_checkable
 
 from core.agent.conversation import Conversation
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, is_silent, valid_text
@@ -302,7 +302,7 @@ class ConversationLane(Protocol):
         """Takes the conversation's queued messages, one run after another."""
 
     @property
-    def run_task(self) -> asyncio.Task[Any] | None:
+    def run_task(self) -> asyncio.Task[object] | None:
         """The run going on."""
 
     @property

@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Protocol
 
 from channels.discord_api import discord_call
 from channels.discord_config import DiscordConfig
@@ -29,7 +29,7 @@ class DiscordHost(Protocol):
     clock: Clock
     config: DiscordConfig
 
-    def client(self) -> Any: ...  # the running discord.Client
+    def client(self) -> discord.Client: ...
 
     def edit_budget(self, channel_id: int) -> EditBudget: ...
 

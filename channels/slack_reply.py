@@ -5,8 +5,9 @@ prompts and the `response_url` fallback for slash commands."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Protocol
+from typing import Protocol
 
+from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from channels.approvals import Approvals
@@ -25,7 +26,7 @@ from core.secrets import scrub
 class SlackHost(Protocol):
     """What a responder uses of its channel (`channels.slack.SlackChannel`)."""
 
-    client: Any  # slack_sdk.web.async_client.AsyncWebClient
+    client: AsyncWebClient
     clock: Clock
     config: SlackConfig
     approvals: Approvals

@@ -36,7 +36,7 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from telegram import BotCommand, Message, Update
+from telegram import Bot, BotCommand, Message, Update
 from telegram.error import InvalidToken
 from telegram.ext import (
     ApplicationBuilder,
@@ -333,6 +333,10 @@ class TelegramChannel:
         return taken
 
     # ------------------------------------------------------------------ Channel
+
+    @property
+    def bot(self) -> Bot:
+        return self.app.bot
 
     def responder(self, key: ConversationKey) -> Responder:
         _, chat_id, thread = key
