@@ -1,4 +1,5 @@
-"""The terminal channel: `parley chat` (interactive) and `parley chat -m` (one turn).
+"""The terminal channel: `parley chat` (interactive), and the renderer `parley chat -m` (one
+turn, `bot.cli`) streams its answer with.
 
 The answer streams to stdout as it arrives (to a pipe as well as a terminal); tool activity,
 reasoning and notices go to stderr, so `parley chat -m "…" > answer.txt` captures only what
@@ -18,8 +19,7 @@ import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol, TextIO, runtime_checkable
 
-from core.agent.conversation import Conversation
-from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, is_silent, valid_text
+from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, is_silent
 from core.errors import ContextLimitExceeded, ProviderError, StoreError
 from core.events import (
     LLMCallStarted,
@@ -33,8 +33,6 @@ from core.events import (
     ToolStarted,
 )
 from core.lease import Singleton
-from core.run_context import RunContext
-from core.tools.base import Approver
 
 log = logging.getLogger(__name__)
 
@@ -234,22 +232,6 @@ def _report_failure(exc: BaseException, err: TextIO) -> None:
     else:
         err.write(f"error: {type(exc).__name__}: {exc}\n")
     err.flush()
-
-
-async def run_one_shot(
-    conversation: Conversation, message: str, approver: Approver | None = None
-) -> int:
-    """`parley chat -m`: one turn; the answer streams to stdout as it arrives."""
-    renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=False)
-    ctx = RunContext(sink=renderer, approver=approver)
-    try:
-        outcome = await conversation.turn(valid_text(message), ctx)
-    except (ProviderError, ContextLimitExceeded) as exc:
-        renderer.finish()
-        _report_failure(exc, sys.stderr)
-        return 1
-    renderer.complete(outcome.text)
-    return 0 if outcome.reason == "final" else 1
 
 
 CONSOLE_KEY = ("console", "local", "")
