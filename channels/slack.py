@@ -56,7 +56,7 @@ from channels.slack_events import HANDLED_SUBTYPES, Recent, Taken, UserNames, co
 from channels.slack_reply import SlackResponder
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound
 from core.clock import Clock, SystemClock
-from core.command_table import CHANNEL_WIDE, parse_command
+from core.command_table import CHANNEL_WIDE
 from core.errors import ChannelError, ConfigError
 from core.lease import Singleton
 
@@ -219,7 +219,7 @@ class SlackChannel:
         inbound = taken.inbound
         # A task, not an await: the hand-over finishes even if the listener gives up.
         handover = self._spawn(self._hand_over(taken))
-        if parse_command(inbound.text) is not None:
+        if inbound.command is not None:
             return None  # commands act at once and store nothing: no reason to wait
         await asyncio.wait({handover}, timeout=ACK_BUDGET)
         if not handover.done():

@@ -55,7 +55,7 @@ from channels.telegram_reply import Place, TelegramResponder, approval_prompt
 from channels.telegram_updates import Handover, MessageReader
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, PromptRef, Responder, valid_text
 from core.clock import Clock, SystemClock
-from core.command_table import COMMAND_TABLE, parse_command
+from core.command_table import COMMAND_TABLE
 from core.errors import ChannelError, ChannelRefused, ChannelUnavailable, ConfigError
 from core.lease import Singleton
 
@@ -374,7 +374,7 @@ class TelegramChannel:
             None if inbound.is_dm else message.message_id,
         )
         taken = self._taking.pop(id(update), None)
-        if taken is not None and parse_command(inbound.text) is not None:
+        if taken is not None and inbound.command is not None:
             taken.set_result(None)  # commands act at once and store nothing
             taken = None
         self._enqueue(Handover(inbound, TelegramResponder(self, place), taken))

@@ -12,6 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, fields
 from typing import Protocol, TypeGuard, runtime_checkable
 
+from core.command_table import parse_command
 from core.events import LoopEvent
 
 ConversationKey = tuple[str, str, str]
@@ -45,7 +46,8 @@ class Inbound:
     """One message from a platform, normalised. `text` is untrusted user data.
 
     Every field is made valid Unicode when the message is built (see `valid_text`), so no
-    platform's odd bytes can break a store commit or a request later on.
+    platform's odd bytes can break a store commit or a request later on. The text is
+    read for a command then too, once: `command` is what the channel and the agent act on.
     """
 
     channel: str
@@ -58,12 +60,15 @@ class Inbound:
     mentions_bot: bool = False
     event_id: str = ""
     message_id: str = ""
+    command: tuple[str, str] | None = field(init=False, default=None, compare=False)
+    """(name, arguments) if `text` is one of our commands (`core.command_table`), else None."""
 
     def __post_init__(self) -> None:
         for name in _TEXT_FIELDS:
             value = getattr(self, name)
             if (valid := valid_text(value)) is not value:
                 object.__setattr__(self, name, valid)  # frozen: set once, while being built
+        object.__setattr__(self, "command", parse_command(self.text))
 
     @property
     def key(self) -> ConversationKey:

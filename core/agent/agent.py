@@ -29,7 +29,6 @@ from core.agent.turn import Turn, new_run_id
 from core.agent.workers import SharedSettings, Workers
 from core.chat import ApprovalRequest, ConversationKey, Inbound, Responder
 from core.clock import Clock, SystemClock
-from core.command_table import parse_command
 from core.config import GoalsConfig
 from core.eventlog import EventLog
 from core.messages import Message
@@ -140,7 +139,7 @@ class Agent:
                 _settle(done, _not_run("", "duplicate"))
                 return False
         workers = self.workers if self.workers and self.workers.shares(inbound.key) else None
-        if workers is not None and parse_command(inbound.text) is None:
+        if workers is not None and inbound.command is None:
             try:  # queued in the store, for whichever worker is free
                 return await workers.take_in(inbound, responder, done)
             finally:
@@ -149,7 +148,7 @@ class Agent:
         lane.users += 1  # not evicted while this message is being taken in
         try:
             lane.responder = responder
-            if (command := parse_command(inbound.text)) is not None:
+            if (command := inbound.command) is not None:
                 if inbound.event_id:
                     await self.store.mark_seen(*event)
                 await self.commands.handle(lane, inbound, responder)

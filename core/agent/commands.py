@@ -49,7 +49,7 @@ class Commands:
 
     async def handle(self, lane: Lane, inbound: Inbound, responder: Responder) -> bool:
         """Run `inbound` as a command if it is one; False if it is ordinary text."""
-        parsed = parse_command(inbound.text)
+        parsed = inbound.command
         if parsed is None:
             return False
         name, args = parsed
