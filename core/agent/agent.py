@@ -109,7 +109,7 @@ class Agent:
         the lane is dropped after."""
         if self.workers is not None:
             await self.workers.start()  # its run is this worker's: others notice if it dies
-        lane = await self.lane(key)
+        lane = await self.lane(key, build=False)
         try:
             lane.pin(build(lane.journal), provider_name)
             report = await self.run_in_lane(
@@ -188,8 +188,8 @@ class Agent:
         )
         return True
 
-    async def lane(self, key: ConversationKey) -> Lane:
-        """The lane of `key`, loaded from the store on first use."""
+    async def lane(self, key: ConversationKey, *, build: bool = True) -> Lane:
+        """The lane of `key`, loaded from the store on first use (its conversation if `build`)."""
         if (lane := self.lanes.pop(key, None)) is not None:
             self.lanes[key] = lane  # most recently used last
             return lane
@@ -214,7 +214,8 @@ class Agent:
                 lane.input_tokens, lane.output_tokens = row.input_tokens, row.output_tokens
                 lane.last_compaction = row.last_compaction
             lane.goal = goal
-            await self.conversation_of(lane, messages)
+            if build:  # a cron job pins one of its own instead (`run_job`)
+                await self.conversation_of(lane, messages)
             self.lanes[key] = lane
             self._evict_idle()
             return lane
