@@ -21,6 +21,7 @@ from core.agent.conversation import Conversation, ConversationFactory
 from core.agent.goals import drive_goal
 from core.agent.journal import JournalBox
 from core.agent.lane import Lane, Queued, RunReport
+from core.agent.prefs import ProviderPrefs
 from core.agent.recovery import parse_conv, reconcile
 from core.agent.responders import QuietResponder, safe_send
 from core.agent.runs import resume_blocker
@@ -64,6 +65,7 @@ class Agent:
         self.store = store
         self.max_queued = max_queued  # messages waiting per conversation; more are turned away
         self.factory = factory
+        self.prefs = ProviderPrefs(store, factory)  # each channel's provider, kept
         self.events = events or EventLog(store)
         self.clock = clock or SystemClock()
         self.approval_timeout = approval_timeout
@@ -265,10 +267,7 @@ class Agent:
 
     async def provider_for(self, key: ConversationKey) -> str:
         """The stored preference of this channel, silently the default when it is gone."""
-        stored = await self.store.provider_pref(key[0], key[1])
-        if stored is not None and stored in self.factory.provider_names():
-            return stored
-        return self.factory.default_provider
+        return await self.prefs.provider_for(key[0], key[1])
 
     def extra_system(self, lane: Lane) -> str:
         """The journal digest and the active goal, for the run's system message."""
