@@ -142,7 +142,7 @@ class SlackChannel:
         client.wss_uri = await self._checked(
             "apps.connections.open", self.config.app_token_env, client.issue_new_wss_url
         )
-        await self._socket.connect_async()  # type: ignore[no-untyped-call]
+        await self._socket.connect_async()  # type: ignore[no-untyped-call]  # bolt leaves it untyped
 
     async def _serve_http(self, app: AsyncApp) -> None:
         """Bolt's aiohttp app (signature checks included) on http_listen:http_port."""
@@ -165,7 +165,7 @@ class SlackChannel:
     async def stop(self) -> None:
         if self._socket is not None:
             socket, self._socket = self._socket, None
-            await socket.close_async()  # type: ignore[no-untyped-call]
+            await socket.close_async()  # type: ignore[no-untyped-call]  # bolt leaves it untyped
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()

@@ -46,6 +46,8 @@ class ProviderPrefs:
         self._kept.pop((channel, channel_id), None)
 
     def forget_all(self) -> None:
+        """Changes may have been missed (notices lost while not listening): read every
+        channel's choice again."""
         self._forgets += 1
         self._kept.clear()
 
