@@ -239,11 +239,15 @@ class Agent:
         current = lane.conversation
         if current is not None and lane.pinned:
             return current
+        self.factory.refresh()  # between turns: configuration files edited since are read
         wanted = await self.provider_for(lane.key)
-        fresh = lane.generation == self.factory.generation
+        chosen = await self.chosen_instructions(lane.key)
+        fresh = lane.generation == self.factory.generation and lane.instructions == chosen
         if current is not None and lane.provider_name == wanted and fresh:
             return current
         conversation = self.factory.conversation(wanted, lane.journal)
+        conversation.instructions = self.factory.guidance.instructions(lane.key[0], chosen)
+        lane.instructions = chosen
         conversation.messages = (
             messages if messages is not None else (current.messages if current else [])
         )
@@ -269,6 +273,15 @@ class Agent:
         if stored is not None and stored in self.factory.provider_names():
             return stored
         return self.factory.default_provider
+
+    async def chosen_instructions(self, key: ConversationKey) -> str | None:
+        """The library file this chat's approvers chose (`/instructions set`), while it
+        exists (the store is asked only when the library has files)."""
+        library = self.factory.guidance.library
+        if not library:
+            return None
+        name = await self.store.instruction_pref(key[0], key[1])
+        return name if name in library else None
 
     def extra_system(self, lane: Lane) -> str:
         """The journal digest and the active goal, for the run's system message."""

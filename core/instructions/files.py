@@ -89,7 +89,9 @@ def read_instruction(
     return InstructionFile(label, path, text) if text else None
 
 
-def read_library(directory: Path, max_bytes: int, warnings: list[str]) -> dict[str, InstructionFile]:
+def read_library(
+    directory: Path, max_bytes: int, warnings: list[str]
+) -> dict[str, InstructionFile]:
     """The `*.md` files of `directory` by name (file name without `.md`): what
     `/instructions set NAME` may choose. Missing directory: none."""
     try:
@@ -104,7 +106,9 @@ def read_library(directory: Path, max_bytes: int, warnings: list[str]) -> dict[s
         if not entry.name.endswith(LIBRARY_SUFFIX) or entry.name.startswith("."):
             continue
         if len(found) >= MAX_LIBRARY_FILES:
-            warnings.append(f"instructions library {directory}: more than {MAX_LIBRARY_FILES} files")
+            warnings.append(
+                f"instructions library {directory}: more than {MAX_LIBRARY_FILES} files"
+            )
             break
         name = entry.name.removesuffix(LIBRARY_SUFFIX)
         read = read_instruction(Path(entry.path), name, max_bytes, warnings)

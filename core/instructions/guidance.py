@@ -6,10 +6,16 @@ for the whole turn, so an edit takes effect between turns, never mid-turn. The t
 changes when the files change, so the system message stays byte-for-byte the same from
 turn to turn (prompt caching), and a change shows in the run's prompt hash.
 
-Where the files are (`GuidancePlaces`): `AGENTS.md`, the instruction library and `skills/`
-in the workspace root by default, which no tool can write (the workspaces of
-channels and conversations are folders beneath it, and these files are frozen for tools
-anyway); channel instruction files wherever the channel's `instructions` names them.
+Where the files are (`GuidancePlaces`): `AGENTS.md`, the instruction library `instructions/`
+and `skills/` beside config.toml by default (relative paths hang off its folder, as
+`tools_file` does), channel instruction files wherever a channel's `instructions` names
+them. They are protected configuration: tools can read the skills (to run their scripts)
+but neither write nor create any of them. Not the workspace root: it is the working
+directory of every tool under `workspace_scope = "shared"` and of runs outside a
+conversation, and the kernel cannot keep one name in a writable directory from being
+created or replaced without taking that right for the whole directory — every such run
+would lose the right to create anything at the top of its workspace. A team that keeps
+config.toml at the top of its workspace has them there (that top is frozen already).
 """
 
 from __future__ import annotations
@@ -61,6 +67,11 @@ class Guidance:
     library: Mapping[str, InstructionFile] = field(default_factory=dict)
     skills: tuple[Skill, ...] = ()
     warnings: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """No instruction file and no skill was read."""
+        return not (self.workspace or self.channels or self.library or self.skills)
 
     def skill(self, name: str) -> Skill | None:
         return next((s for s in self.skills if s.name == name), None)

@@ -16,7 +16,7 @@ class SkillsConfig(BaseModel):
 
     paths: list[Path] = Field(
         default_factory=lambda: [Path("skills")],
-        description="Folders holding one skill folder each (relative: to the workspace root); "
+        description="Folders holding one skill folder each (relative: to config.toml's folder); "
         "[] offers no skills.",
     )
 
@@ -28,13 +28,13 @@ class InstructionsConfig(BaseModel):
 
     file: Path | None = Field(
         Path("AGENTS.md"),
-        description="The team's instructions for every conversation (relative: to the "
-        'workspace root); "" for none.',
+        description="The team's instructions for every conversation (relative: to "
+        "config.toml's folder); empty for none.",
     )
     library: Path | None = Field(
         Path("instructions"),
         description="Folder of `NAME.md` files an approver may choose per chat with "
-        '`/instructions set NAME` (relative: to the workspace root); "" for none.',
+        "`/instructions set NAME` (relative: to config.toml's folder); empty for none.",
     )
     max_bytes: int = Field(
         DEFAULT_MAX_BYTES, ge=256, le=1 << 20, description="Per file; the rest is cut."

@@ -64,7 +64,7 @@ class CheckedBackend(httpcore2.AsyncNetworkBackend):
         self,
         host: str,
         port: int,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  (httpcore's interface)
         local_address: str | None = None,
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
@@ -88,7 +88,7 @@ class CheckedBackend(httpcore2.AsyncNetworkBackend):
     async def connect_unix_socket(
         self,
         path: str,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  (httpcore's interface)
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
         raise FetchRefused("refused: unix sockets are never fetched")
@@ -152,9 +152,12 @@ class Fetcher:
         """
         backend = CheckedBackend(self.resolve, self.allow)
         try:
-            async with asyncio.timeout(self.timeout), httpcore2.AsyncConnectionPool(
-                network_backend=backend, retries=0, max_connections=2
-            ) as pool:
+            async with (
+                asyncio.timeout(self.timeout),
+                httpcore2.AsyncConnectionPool(
+                    network_backend=backend, retries=0, max_connections=2
+                ) as pool,
+            ):
                 return await self._follow(pool, checked_url(url))
         except TimeoutError:
             raise ToolError(f"fetching {url} took longer than {self.timeout:g} s") from None
