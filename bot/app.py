@@ -236,6 +236,8 @@ class App:
     # More files whose change makes `refresh` reload (e.g. files a section names).
     watched: list[Callable[[ParleyConfig], list[Path]]] = field(default_factory=list)
     _stamps: tuple[object, ...] = ()
+    _watch: tuple[list[Path], list[Path]] = ((), ())  # type: ignore[assignment]
+    _watch_of: ParleyConfig | None = None  # the configuration `_watch` was worked out for
 
     def __post_init__(self) -> None:
         # No tool (and no other process of this user) may read our memory or environment.
@@ -413,14 +415,17 @@ class App:
         return self.config.channel(channel).approvers if channel in PLATFORMS else ()
 
     def _signature(self, config: ParleyConfig) -> tuple[object, ...]:
-        """The state of every file a reload reads (see `core.instructions.signature`)."""
-        places = guidance_places(config)
-        files = [p for p in (config.source, config.tools_path(), places.workspace_file) if p]
-        files += places.channels.values()
-        for more in self.watched:
-            files += more(config)
-        folders = [p for p in (places.library, *places.skills) if p is not None]
-        return signature(files, folders)
+        """The state of every file a reload reads (see `core.instructions.signature`);
+        which files those are is worked out once per configuration."""
+        if self._watch_of is not config:
+            places = guidance_places(config)
+            files = [p for p in (config.source, config.tools_path(), places.workspace_file) if p]
+            files += places.channels.values()
+            for more in self.watched:
+                files += more(config)
+            folders = [p for p in (places.library, *places.skills) if p is not None]
+            self._watch, self._watch_of = (files, folders), config
+        return signature(*self._watch)
 
     def refresh(self) -> None:
         """Between turns: when config.toml, tools.yaml, an instruction file or a skill
