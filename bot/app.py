@@ -236,7 +236,7 @@ class App:
     # More files whose change makes `refresh` reload (e.g. files a section names).
     watched: list[Callable[[ParleyConfig], list[Path]]] = field(default_factory=list)
     _stamps: tuple[object, ...] = ()
-    _watch: tuple[list[Path], list[Path]] = ((), ())  # type: ignore[assignment]
+    _watch: tuple[list[Path], list[Path]] = field(default_factory=lambda: ([], []))
     _watch_of: ParleyConfig | None = None  # the configuration `_watch` was worked out for
 
     def __post_init__(self) -> None:

@@ -169,3 +169,17 @@ async def test_a_broken_tools_yaml_found_by_the_watch_keeps_the_running_configur
     assert app.generation == 0
     assert "the running configuration stays" in caplog.text
     assert tools(fake_llm.requests[0]) == tools(fake_llm.requests[1])
+
+
+async def test_sighup_reads_the_guidance_again_too(
+    fake_llm: FakeLLM, tmp_path: Path, app: App, agent: Agent
+) -> None:
+    fake_llm.script(Reply(text="a"), Reply(text="b"))
+    await agent.run(inbound("first"))
+    (tmp_path / "AGENTS.md").write_text("Rule three.\n")
+    add_skill(tmp_path, "triage", SKILL.format(name="triage", description="Sort.", body="z"))
+    line = app.reload()  # what SIGHUP calls
+    assert line == "configuration reloaded (generation 1); instructions: AGENTS.md; skills: triage"
+    await agent.run(inbound("second"))
+    assert "Rule three." in system(fake_llm.requests[1])
+    assert app.generation == 1  # the watch found nothing more to read
