@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 
 if TYPE_CHECKING:
     from bot.app import App
+    from core.agent.conversation import Conversation
+    from core.tools.base import Approver
 
 EXIT_CONFIG = 2
 
@@ -35,7 +37,7 @@ class _VersionAction(argparse.Action):
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
 
-    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         sys.stdout.write(f"parley {_version()}\n")
         parser.exit()
 
@@ -135,7 +137,6 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         ConsoleApprover,
         LineReader,
         run_interactive,
-        run_one_shot,
         terminal_responder,
     )
 
@@ -144,7 +145,7 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         if message is not None:  # one stateless turn, for scripts
             reader = LineReader() if sys.stdin.isatty() else None
             approver = ConsoleApprover(reader, sys.stderr, timeout)
-            return await run_one_shot(app.conversation(provider_name), message, approver)
+            return await _one_shot(app.conversation(provider_name), message, approver)
         sys.stderr.write(f"parley: {app.jail.describe()}\n")
         from core.tools.site import describe_places
 
@@ -161,6 +162,27 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
             await app.close_agent(agent)
     finally:
         await app.aclose()
+
+
+async def _one_shot(conversation: Conversation, message: str, approver: Approver) -> int:
+    """`parley chat -m`: one stateless turn on a conversation of its own, outside the
+    agent; the answer streams to stdout as it arrives."""
+    from channels.console import ConsoleRenderer
+    from core.chat import valid_text
+    from core.errors import ContextLimitExceeded, ProviderError
+    from core.run_context import RunContext
+
+    renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=False)
+    ctx = RunContext(sink=renderer, approver=approver)
+    try:
+        outcome = await conversation.turn(valid_text(message), ctx)
+    except (ProviderError, ContextLimitExceeded) as exc:
+        renderer.finish()
+        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.flush()
+        return 1
+    renderer.complete(outcome.text)
+    return 0 if outcome.reason == "final" else 1
 
 
 async def _jobs(app: App, action: str, name: str | None) -> int:

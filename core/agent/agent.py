@@ -21,6 +21,7 @@ from core.agent.conversation import Conversation, ConversationFactory
 from core.agent.goals import drive_goal
 from core.agent.journal import JournalBox
 from core.agent.lane import Lane, Queued, RunReport
+from core.agent.prefs import ProviderPrefs
 from core.agent.recovery import parse_conv, reconcile
 from core.agent.responders import QuietResponder, safe_send
 from core.agent.runs import resume_blocker
@@ -29,7 +30,6 @@ from core.agent.turn import Turn, new_run_id
 from core.agent.workers import SharedSettings, Workers
 from core.chat import ApprovalRequest, ConversationKey, Inbound, Responder
 from core.clock import Clock, SystemClock
-from core.command_table import parse_command
 from core.config import GoalsConfig
 from core.eventlog import EventLog
 from core.messages import Message
@@ -65,6 +65,7 @@ class Agent:
         self.store = store
         self.max_queued = max_queued  # messages waiting per conversation; more are turned away
         self.factory = factory
+        self.prefs = ProviderPrefs(store, factory)  # each channel's provider, kept
         self.events = events or EventLog(store)
         self.clock = clock or SystemClock()
         self.approval_timeout = approval_timeout
@@ -110,7 +111,7 @@ class Agent:
         the lane is dropped after."""
         if self.workers is not None:
             await self.workers.start()  # its run is this worker's: others notice if it dies
-        lane = await self.lane(key)
+        lane = await self.lane(key, build=False)
         try:
             lane.pin(build(lane.journal), provider_name)
             report = await self.run_in_lane(
@@ -140,7 +141,7 @@ class Agent:
                 _settle(done, _not_run("", "duplicate"))
                 return False
         workers = self.workers if self.workers and self.workers.shares(inbound.key) else None
-        if workers is not None and parse_command(inbound.text) is None:
+        if workers is not None and inbound.command is None:
             try:  # queued in the store, for whichever worker is free
                 return await workers.take_in(inbound, responder, done)
             finally:
@@ -149,7 +150,7 @@ class Agent:
         lane.users += 1  # not evicted while this message is being taken in
         try:
             lane.responder = responder
-            if (command := parse_command(inbound.text)) is not None:
+            if (command := inbound.command) is not None:
                 if inbound.event_id:
                     await self.store.mark_seen(*event)
                 await self.commands.handle(lane, inbound, responder)
@@ -189,8 +190,8 @@ class Agent:
         )
         return True
 
-    async def lane(self, key: ConversationKey) -> Lane:
-        """The lane of `key`, loaded from the store on first use."""
+    async def lane(self, key: ConversationKey, *, build: bool = True) -> Lane:
+        """The lane of `key`, loaded from the store on first use (its conversation if `build`)."""
         if (lane := self.lanes.pop(key, None)) is not None:
             self.lanes[key] = lane  # most recently used last
             return lane
@@ -215,7 +216,8 @@ class Agent:
                 lane.input_tokens, lane.output_tokens = row.input_tokens, row.output_tokens
                 lane.last_compaction = row.last_compaction
             lane.goal = goal
-            await self.conversation_of(lane, messages)
+            if build:  # a cron job pins one of its own instead (`run_job`)
+                await self.conversation_of(lane, messages)
             self.lanes[key] = lane
             self._evict_idle()
             return lane
@@ -269,10 +271,7 @@ class Agent:
 
     async def provider_for(self, key: ConversationKey) -> str:
         """The stored preference of this channel, silently the default when it is gone."""
-        stored = await self.store.provider_pref(key[0], key[1])
-        if stored is not None and stored in self.factory.provider_names():
-            return stored
-        return self.factory.default_provider
+        return await self.prefs.provider_for(key[0], key[1])
 
     async def chosen_instructions(self, key: ConversationKey) -> str | None:
         """The library file this chat's approvers chose (`/instructions set`), while it

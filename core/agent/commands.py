@@ -51,7 +51,7 @@ class Commands:
 
     async def handle(self, lane: Lane, inbound: Inbound, responder: Responder) -> bool:
         """Run `inbound` as a command if it is one; False if it is ordinary text."""
-        parsed = parse_command(inbound.text)
+        parsed = inbound.command
         if parsed is None:
             return False
         name, args = parsed
@@ -169,7 +169,7 @@ class Commands:
             return f"There is no provider `{wanted}`. Configured: {', '.join(names)}."
         if lane.busy:
             return BUSY
-        await self.agent.store.set_provider_pref(lane.key[0], lane.key[1], wanted)
+        await self.agent.prefs.choose(lane.key[0], lane.key[1], wanted)
         # Every conversation of this channel switches at the start of its next run.
         async with lane.lock:
             await self.agent.conversation_of(lane)

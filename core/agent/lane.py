@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 from core.agent.conversation import Conversation, ConversationFactory
 from core.agent.journal import JournalBox, RunJournal
+from core.agent.prefs import ProviderPrefs
 from core.chat import ConversationKey, Inbound, Responder
 from core.clock import Clock
 from core.config import GoalsConfig
@@ -194,6 +195,7 @@ class LaneHost(Protocol):
     events: EventLog
     clock: Clock
     factory: ConversationFactory
+    prefs: ProviderPrefs
     goal_settings: GoalsConfig
 
     @property

@@ -16,7 +16,7 @@ from core.agent.conversation import Conversation
 from core.agent.lane import Lane
 from core.agent.responders import safe_send
 from core.agent.runs import reconcile_runs, reopen_calls
-from core.chat import ConversationKey, Responder
+from core.chat import ConversationKey, Responder, previews
 from core.eventlog import EventLog
 from core.store import ApprovalRow, RunRow, Store
 from core.tools.reaper import kill_leftovers
@@ -182,9 +182,9 @@ async def _retract_previews(store: Store, run_id: str, responder: Responder) -> 
     ]
     if not posted:
         return
-    retract = getattr(responder.stream(), "retract", None)  # channels that edit have it
-    if retract is not None:
-        await retract(posted, PREVIEW_RETRACTED)
+    stream = responder.stream()
+    if previews(stream):  # channels that edit their messages
+        await stream.retract(posted, PREVIEW_RETRACTED)
 
 
 __all__ = [

@@ -22,7 +22,7 @@ from core.agent.conversation import Conversation
 from core.agent.lane import Lane, RunReport, RunState
 from core.agent.recovery import PREVIEW_RETRACTED
 from core.agent.runs import RunRecorder, close_unanswered, reopen_resumable
-from core.chat import Asker, Inbound, ReplyStream, Responder
+from core.chat import Asker, Inbound, ReplyStream, Responder, previews
 from core.context.manager import ContextManager
 from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
@@ -158,11 +158,10 @@ class Turn:
         self.sink = RunEvents(
             self.host.events, stream, run_id=self.run_id, conv=lane.conv_id, tags=tags
         )
-        if hasattr(stream, "on_posted"):  # remember previews, to retract them after a crash
+        if previews(stream):  # remember previews, to retract them after a crash
             stream.on_posted = lambda message_id: self.sink.emit(
                 "channel.preview.posted", {"message_id": message_id}
             )
-        if hasattr(stream, "before_preview"):
             # Nothing shows in the chat before the run's start (running, its input
             # checkpoint) is committed: a crash after a preview then leaves a run that
             # recovery announces as interrupted, not one it takes for never begun and
@@ -341,11 +340,9 @@ class Turn:
         the answer is not delivered, and the preview says so (the other worker may not
         have known of it)."""
         log.warning("run %s was taken over by another worker; its answer is withheld", self.run_id)
-        retract = getattr(stream, "retract", None)
-        ids = getattr(stream, "message_ids", None)
-        if retract is not None and ids:
+        if previews(stream) and (ids := stream.message_ids):
             with contextlib.suppress(DeliveryFailed):
-                await retract(list(ids), PREVIEW_RETRACTED)
+                await stream.retract(ids, PREVIEW_RETRACTED)
         return self._report(_Ending("timed_out", "", "taken_over", iterations=ending.iterations))
 
     def _report(self, ending: _Ending) -> RunReport:

@@ -35,6 +35,7 @@ from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.journal import RunJournal
 from core.agent.lane import Lane, Queued, RunReport
+from core.agent.prefs import ProviderPrefs
 from core.agent.recovery import RecoveryHost, parse_conv, take_over
 from core.agent.responders import safe_send
 from core.agent.shared import SharedSettings as SharedSettings
@@ -54,6 +55,7 @@ class WorkerHost(RecoveryHost, Protocol):
     """What the shared mode needs of the agent."""
 
     lanes: dict[ConversationKey, Lane]
+    prefs: ProviderPrefs
     max_queued: int
     approvals: ApprovalDesk
 
@@ -434,7 +436,9 @@ class Workers:
             spawn(host.approvals.answered_elsewhere(payload), f"approval {payload}")
         elif topic == "conv":
             sender, _, conv = payload.partition(" ")
-            lane = host.lanes.get(parse_conv(conv))
+            lane = host.lanes.get(key := parse_conv(conv))
+            if sender != self.id:
+                host.prefs.forget(key[0], key[1])  # it may have been a /provider
             if lane is not None and sender != self.id:
                 lane.stale = True
 
@@ -443,6 +447,7 @@ class Workers:
         stale and queued runs may wait."""
         for lane in self.host.lanes.values():
             lane.stale = True
+        self.host.prefs.forget_all()
         self.listens += 1
         self.listening.set()
         self._wake.set()

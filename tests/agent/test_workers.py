@@ -361,6 +361,24 @@ async def test_workers_listen_again_after_losing_the_server_and_miss_nothing(
         assert "Provider: fake" in end.sent[0]
 
 
+async def test_a_provider_chosen_on_one_worker_is_the_one_every_worker_uses(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    platform = Platform()
+    main, thread = ("test", "c1", ""), ("test", "c1", "t2")
+    async with postgres_schema() as url, workers(fake_llm, tmp_path, url, platform, 2) as agents:
+        await agents[0].submit(inbound("/status", key=thread), platform(thread))
+        assert platform(thread).sent[-1].startswith("Provider: fake ")  # worker 0 keeps it
+        await agents[0].submit(inbound("/status", key=main), platform(main))
+        await agents[1].submit(inbound("/provider other", key=main), platform(main))
+        assert platform(main).sent[-1] == "This channel now uses other."
+        # Worker 1's notice has reached worker 0 once worker 0 takes the lane for stale.
+        await until(lambda: agents[0].lanes[main].stale)
+        # The whole channel's choice changed, so the other thread's too.
+        await agents[0].submit(inbound("/status", key=thread), platform(thread))
+        assert platform(thread).sent[-1].startswith("Provider: other ")
+
+
 async def test_the_queue_cap_counts_the_messages_queued_on_every_worker(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
