@@ -361,6 +361,7 @@ class Scheduler:
         key = ("cron", job.name, str(int(fire_time.timestamp())))
         provider = job.provider or app.default_provider
         policy = ToolPolicy(session="cron", allow_tools=frozenset(job.allow_tools))
+        app.refresh()  # configuration files edited since the last turn are read first
         return await self.agent.run_job(
             key,
             job.prompt,

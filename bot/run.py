@@ -18,6 +18,7 @@ from core.tools.site import describe_places
 
 if TYPE_CHECKING:
     from bot.app import App
+    from bot.config import ParleyConfig
     from bot.jobs import Scheduler
     from channels.base import Channel
     from channels.console import ConsoleChannel
@@ -48,7 +49,7 @@ def responders_of(
     return responder
 
 
-def _reload(app: App, agent: Agent, out: TextIO) -> None:
+def _reload(app: App, out: TextIO) -> None:
     """SIGHUP: read the configuration again; each conversation uses it from its next turn.
     A file that does not validate leaves the running configuration in place."""
     from core.errors import ConfigError
@@ -58,11 +59,20 @@ def _reload(app: App, agent: Agent, out: TextIO) -> None:
     except ConfigError as exc:
         out.write(f"parley: reload failed, keeping the running configuration\n{exc}\n")
     else:
-        agent.approval_timeout = app.config.agent.approval_timeout_seconds
-        agent.goal_settings = app.config.goals
-        agent.events.emit("config.reloaded", {"generation": app.generation})
         out.write(f"parley: {line}\n")
     out.flush()
+
+
+def _agent_follows_reloads(app: App, agent: Agent) -> None:
+    """After every reload (SIGHUP, or a configuration file edited between turns) the
+    agent's own settings follow, and the events log says so."""
+
+    def reloaded(old: ParleyConfig, new: ParleyConfig) -> None:
+        agent.approval_timeout = new.agent.approval_timeout_seconds
+        agent.goal_settings = new.goals
+        agent.events.emit("config.reloaded", {"generation": app.generation})
+
+    app.reload_hooks.append(reloaded)
 
 
 async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
@@ -76,13 +86,17 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(app, agent, out))
+    _agent_follows_reloads(app, agent)
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(app, out))
     started: list[Channel] = []
     leased: Singletons | None = None
     try:
         out.write(f"parley: provider {app.default_provider}; store {app.config.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
         out.write(f"parley: {describe_places(app.config.tools)}\n")
+        out.write(f"parley: {app.guidance.describe()}\n")
+        for warning in app.guidance.warnings:
+            out.write(f"parley: warning: {warning}\n")
         for name, channel in all_channels.items():
             out.write(f"parley: {name}: may talk to it: {channel.access()}\n")
         if app.config.jobs:

@@ -52,6 +52,12 @@ COMMAND_TABLE: tuple[CommandSpec, ...] = (
     ),
     CommandSpec("journal", "The run journal: objective, state, findings, next step"),
     CommandSpec("memory", "List what I remember here, or forget it", "[forget ID | forget all]"),
+    CommandSpec(
+        "instructions",
+        "Show this chat's instructions; approvers choose them from the library",
+        "[list | set NAME | clear]",
+        scope="channel",
+    ),
 )
 
 COMMANDS: dict[str, CommandSpec] = {spec.name: spec for spec in COMMAND_TABLE}

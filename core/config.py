@@ -26,9 +26,11 @@ from pydantic import (
 from core.context.manager import ContextSettings
 from core.context.windows import context_window
 from core.errors import ConfigError
+from core.instructions.settings import InstructionsConfig, SkillsConfig
 from core.providers.base import ProviderSettings
 from core.store.backends import parse_target
 from core.tools.settings import SandboxSettings
+from core.tools.webfetch import WebFetchConfig
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
 ConfigT = TypeVar("ConfigT", bound="CoreConfig")
@@ -283,6 +285,9 @@ class CoreConfig(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     goals: GoalsConfig = Field(default_factory=GoalsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    instructions: InstructionsConfig = Field(default_factory=InstructionsConfig)
+    web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     jobs: list[JobConfig] = Field(default_factory=list)
 
     source: Path | None = Field(None, exclude=True)

@@ -241,11 +241,15 @@ class Agent:
         current = lane.conversation
         if current is not None and lane.pinned:
             return current
+        self.factory.refresh()  # between turns: configuration files edited since are read
         wanted = await self.provider_for(lane.key)
-        fresh = lane.generation == self.factory.generation
+        chosen = await self.chosen_instructions(lane.key)
+        fresh = lane.generation == self.factory.generation and lane.instructions == chosen
         if current is not None and lane.provider_name == wanted and fresh:
             return current
         conversation = self.factory.conversation(wanted, lane.journal)
+        conversation.instructions = self.factory.guidance.instructions(lane.key[0], chosen)
+        lane.instructions = chosen
         conversation.messages = (
             messages if messages is not None else (current.messages if current else [])
         )
@@ -268,6 +272,15 @@ class Agent:
     async def provider_for(self, key: ConversationKey) -> str:
         """The stored preference of this channel, silently the default when it is gone."""
         return await self.prefs.provider_for(key[0], key[1])
+
+    async def chosen_instructions(self, key: ConversationKey) -> str | None:
+        """The library file this chat's approvers chose (`/instructions set`), while it
+        exists (the store is asked only when the library has files)."""
+        library = self.factory.guidance.library
+        if not library:
+            return None
+        name = await self.store.instruction_pref(key[0], key[1])
+        return name if name in library else None
 
     def extra_system(self, lane: Lane) -> str:
         """The journal digest and the active goal, for the run's system message."""

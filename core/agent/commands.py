@@ -15,6 +15,7 @@ from core.agent.lane import Lane, LaneHost, RunReport
 from core.chat import Inbound, Responder
 from core.command_table import COMMANDS, help_text, parse_command
 from core.events import discard
+from core.instructions.command import instructions_command
 from core.memory.command import memory_command
 from core.store import GoalRow
 from core.tools.sandbox import jail_of
@@ -42,6 +43,7 @@ class Commands:
         # Commands that act for the person asking get the whole message.
         self._with_inbound: dict[str, Callable[[Lane, Inbound, str], Awaitable[str]]] = {
             "memory": self._memory,
+            "instructions": self._instructions,
         }
         handled = set(self._handlers) | set(self._with_inbound)
         if missing := set(COMMANDS) - handled:  # the table and handlers agree
@@ -230,6 +232,9 @@ class Commands:
 
     async def _memory(self, lane: Lane, inbound: Inbound, args: str) -> str:
         return await memory_command(self.agent.store, inbound.asker(lane.conv_id), args)
+
+    async def _instructions(self, lane: Lane, inbound: Inbound, args: str) -> str:
+        return await instructions_command(self.agent, lane, inbound, args)
 
 
 BUSY = "A run is in progress here; /stop it first or wait for it to finish."

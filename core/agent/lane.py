@@ -95,6 +95,7 @@ class Lane:
     goal_task: asyncio.Task[None] | None = None
     last_compaction: str | None = None
     generation: int = 0  # of the configuration its conversation was built from
+    instructions: str | None = None  # the chat's chosen instruction file it was built with
     stoppable: bool = False  # the run is in its loop; after it, /stop lets it deliver
     pinned: bool = False  # a conversation built by its owner (a cron job): never rebuilt
     users: int = 0  # submits in progress
@@ -203,6 +204,8 @@ class LaneHost(Protocol):
     async def conversation_of(self, lane: Lane) -> Conversation: ...
 
     async def provider_for(self, key: ConversationKey) -> str: ...
+
+    async def chosen_instructions(self, key: ConversationKey) -> str | None: ...
 
     async def resume(self, lane: Lane, responder: Responder) -> str | None: ...
 

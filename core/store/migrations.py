@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -150,6 +150,13 @@ _MIGRATIONS: dict[int, str] = {
     9: """
     ALTER TABLE runs ADD COLUMN reply TEXT;
     CREATE INDEX runs_reply ON runs (worker) WHERE reply IS NOT NULL;
+    """,
+    # The instruction file an approver chose for a chat (`/instructions set`).
+    10: """
+    CREATE TABLE instruction_prefs (
+        channel TEXT NOT NULL, channel_id TEXT NOT NULL, name TEXT NOT NULL,
+        updated_at REAL NOT NULL, PRIMARY KEY (channel, channel_id)
+    ) WITHOUT ROWID;
     """,
 }
 

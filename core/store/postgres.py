@@ -51,6 +51,9 @@ _JOURNAL = upsert("journals", "conv, body, updated_at", "conv")
 _PROVIDER = upsert(
     "provider_prefs", "channel, channel_id, provider, updated_at", "channel, channel_id"
 )
+_INSTRUCTIONS = upsert(
+    "instruction_prefs", "channel, channel_id, name, updated_at", "channel, channel_id"
+)
 _GOAL = upsert("goals", "conv, text, state, auto, max_turns, turns, note, updated_at", "conv")
 _APPROVAL = upsert(
     "approvals",
@@ -149,6 +152,22 @@ class PostgresStore(PostgresWorkerTables, PostgresMemoryTables):
 
     async def set_provider_pref(self, channel: str, channel_id: str, provider: str) -> None:
         await self.write(_PROVIDER, (channel, channel_id, provider, time.time()))
+
+    async def instruction_pref(self, channel: str, channel_id: str) -> str | None:
+        row = await self._one(
+            "SELECT name FROM instruction_prefs WHERE channel = %s AND channel_id = %s",
+            (channel, channel_id),
+        )
+        return str(row[0]) if row else None
+
+    async def set_instruction_pref(self, channel: str, channel_id: str, name: str | None) -> None:
+        if name is None:
+            await self.write(
+                "DELETE FROM instruction_prefs WHERE channel = %s AND channel_id = %s",
+                (channel, channel_id),
+            )
+            return
+        await self.write(_INSTRUCTIONS, (channel, channel_id, name, time.time()))
 
     async def goal(self, conv: str) -> GoalRow | None:
         row = await self._one(f"SELECT {GOAL_COLUMNS} FROM goals WHERE conv = %s", (conv,))

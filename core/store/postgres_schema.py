@@ -151,6 +151,13 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE runs ADD COLUMN reply TEXT;
     CREATE INDEX runs_reply ON runs (worker) WHERE reply IS NOT NULL;
     """,
+    # The instruction file an approver chose for a chat (`/instructions set`).
+    10: """
+    CREATE TABLE instruction_prefs (
+        channel TEXT NOT NULL, channel_id TEXT NOT NULL, name TEXT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (channel, channel_id)
+    );
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 

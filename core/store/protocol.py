@@ -239,7 +239,7 @@ class JournalStore(Protocol):
 
 
 class PreferenceStore(Protocol):
-    """What a conversation or channel chose: its provider and its goal."""
+    """What a conversation or channel chose: its provider, instructions and goal."""
 
     async def provider_pref(self, channel: str, channel_id: str) -> str | None:
         """The provider chosen in a channel, or None."""
@@ -247,6 +247,14 @@ class PreferenceStore(Protocol):
 
     async def set_provider_pref(self, channel: str, channel_id: str, provider: str) -> None:
         """Committed: the provider chosen in a channel (the last choice stands)."""
+        ...
+
+    async def instruction_pref(self, channel: str, channel_id: str) -> str | None:
+        """The instruction file chosen for a channel (`/instructions set`), or None."""
+        ...
+
+    async def set_instruction_pref(self, channel: str, channel_id: str, name: str | None) -> None:
+        """Committed: the instruction file chosen for a channel; None forgets the choice."""
         ...
 
     async def goal(self, conv: str) -> GoalRow | None:

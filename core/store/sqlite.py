@@ -137,6 +137,26 @@ class SqliteStore(SqliteWorkerTables, SqliteMemoryTables):
             (channel, channel_id, provider, time.time()),
         )
 
+    async def instruction_pref(self, channel: str, channel_id: str) -> str | None:
+        row = await self._one(
+            "SELECT name FROM instruction_prefs WHERE channel = ? AND channel_id = ?",
+            (channel, channel_id),
+        )
+        return str(row[0]) if row else None
+
+    async def set_instruction_pref(self, channel: str, channel_id: str, name: str | None) -> None:
+        if name is None:
+            await self.write(
+                "DELETE FROM instruction_prefs WHERE channel = ? AND channel_id = ?",
+                (channel, channel_id),
+            )
+            return
+        await self.write(
+            "INSERT OR REPLACE INTO instruction_prefs (channel, channel_id, name, updated_at) "
+            "VALUES (?, ?, ?, ?)",
+            (channel, channel_id, name, time.time()),
+        )
+
     async def goal(self, conv: str) -> GoalRow | None:
         row = await self._one(f"SELECT {GOAL_COLUMNS} FROM goals WHERE conv = ?", (conv,))
         return goal_row(row) if row else None

@@ -151,6 +151,7 @@ class Jail:
         settings: SandboxSettings,
         protected: Iterable[Path] = (),
         config_files: Iterable[Path] = (),
+        readable: Iterable[Path] = (),
     ) -> None:
         self.settings = settings
         self.abi = 0 if settings.sandbox == "off" else landlock.abi_version()
@@ -165,6 +166,8 @@ class Jail:
         # Parley's configuration: every entry it goes through to read each file (links
         # included) stays as it is, readable and never writable, wherever it lives.
         self.config_paths = [entry for f in config_files for entry in config_entries(f)]
+        # Read-only roots of Parley's own besides `read_only_paths` (skill folders).
+        self.readable = [_resolved(p) for p in readable]
         self.carved: list[tuple[str, Path, Path]] = []
         self.frozen_in: list[tuple[str, Path, Path]] = []  # config entries inside a root
         self.notes: list[str] = []
@@ -240,9 +243,11 @@ class Jail:
         if read_only in self._rules:
             return self._rules[read_only]
         if self._system is None:
-            readable = [Path(p) for p in SYSTEM_ROOTS] + [
-                _resolved(p) for p in self.settings.read_only_paths
-            ]
+            readable = (
+                [Path(p) for p in SYSTEM_ROOTS]
+                + [_resolved(p) for p in self.settings.read_only_paths]
+                + self.readable
+            )
             system: list[landlock.Rule] = []
             for root in readable:
                 if root.exists():
