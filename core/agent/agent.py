@@ -36,6 +36,7 @@ from core.messages import Message
 from core.store import Store
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
+from core.tools.site import site_for
 
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
 
@@ -249,6 +250,9 @@ class Agent:
             return current
         conversation = self.factory.conversation(wanted, lane.journal)
         conversation.instructions = self.factory.guidance.instructions(lane.key[0], chosen)
+        # Its tools' workspace from the start (each turn sets it again): the system message
+        # names it, so a run resumed before any turn hashes the prompt it was started with.
+        conversation.workspace = site_for(conversation.executor.ctx.sandbox, lane.conv_id).workspace
         lane.instructions = chosen
         conversation.messages = (
             messages if messages is not None else (current.messages if current else [])

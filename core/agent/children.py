@@ -202,6 +202,7 @@ class Children:
             return await self._replay(row)
         lane = await self._lane(conv)
         conversation = child_conversation(self.conversation, lane.journal, plan)
+        conversation.workspace = self.conversation.workspace  # its parent's (its prompt names it)
         conversation.messages = await store.load_messages(conv)
         lane.pin(conversation, self.lane.provider_name)
         user_text: str | None = plan.task.instruction
