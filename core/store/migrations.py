@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -149,6 +149,12 @@ _MIGRATIONS: dict[int, str] = {
     9: """
     ALTER TABLE runs ADD COLUMN reply TEXT;
     CREATE INDEX runs_reply ON runs (worker) WHERE reply IS NOT NULL;
+    """,
+    # Whose a scheduled job's fire is while it runs: a fire whose worker died is
+    # taken over, and one a worker lost is no longer finished by it.
+    10: """
+    ALTER TABLE job_runs ADD COLUMN worker TEXT;
+    CREATE INDEX job_runs_running ON job_runs (state, worker);
     """,
 }
 
