@@ -56,9 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("action", nargs="?", choices=["show"], help="show one run")
     runs.add_argument("run_id", nargs="?", help="run id (a unique prefix is enough)")
     runs.add_argument("-n", "--limit", type=int, default=20, help="how many runs to list")
-    jobs = sub.add_parser("jobs", help="scheduled jobs: `jobs list`, `jobs run NAME`")
-    jobs.add_argument("action", choices=["list", "run"])
-    jobs.add_argument("name", nargs="?", help="the job to fire now (jobs run)")
+    jobs = sub.add_parser(
+        "jobs", help="scheduled jobs: `jobs list`, `jobs runs NAME` (its fires), `jobs run NAME`"
+    )
+    jobs.add_argument("action", choices=["list", "runs", "run"])
+    jobs.add_argument("name", nargs="?", help="the job to list the fires of, or to fire now")
     run = sub.add_parser("run", help="start every enabled channel (the console if none)")
     run.add_argument("--provider", help="provider name from config.toml")
     run.add_argument("--console", action="store_true", help="also talk in this terminal")
@@ -186,7 +188,7 @@ async def _one_shot(conversation: Conversation, message: str, approver: Approver
 
 
 async def _jobs(app: App, action: str, name: str | None) -> int:
-    from bot.jobs import Scheduler, jobs_list, jobs_run
+    from bot.jobs import Scheduler, jobs_list, jobs_run, jobs_runs
     from bot.run import build_channels
     from core.errors import ConfigError
 
@@ -195,7 +197,10 @@ async def _jobs(app: App, action: str, name: str | None) -> int:
             sys.stdout.write((await jobs_list(app)).rstrip("\n") + "\n")
             return 0
         if not name:
-            return _fail("`jobs run` needs a job name (see `parley jobs list`)")
+            return _fail(f"`jobs {action}` needs a job name (see `parley jobs list`)")
+        if action == "runs":
+            sys.stdout.write((await jobs_runs(app, name)).rstrip("\n") + "\n")
+            return 0
         job = next((j for j in app.config.jobs if j.name == name), None)
         if job is None:
             return _fail(f"no job named `{name}` in the configuration", 1)

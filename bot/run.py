@@ -91,7 +91,7 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
     started: list[Channel] = []
     leased: Singletons | None = None
     try:
-        out.write(f"parley: provider {app.default_provider}; store {app.config.store.describe()}\n")
+        out.write(f"parley: provider {app.default_provider}; store {agent.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
         out.write(f"parley: {describe_places(app.config.tools)}\n")
         out.write(f"parley: {app.guidance.describe()}\n")
@@ -104,6 +104,7 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
 
             scheduler = Scheduler(app, agent, all_channels)
             scheduler.validate()  # a bad job stops start-up before anything connects
+            agent.cron = scheduler  # fires a dead worker left are taken over (any worker)
         leased = _singletons(app, agent, all_channels, scheduler, out)  # before channels start
         for channel in all_channels.values():
             await channel.start(agent)
@@ -113,6 +114,8 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
         if scheduler is not None:
             out.write(f"parley: {len(app.config.jobs)} scheduled job(s)\n")
         await agent.reconcile()
+        if scheduler is not None and leased is None:  # one process: what a crash left
+            await scheduler.take_over_fires()
         if leased is not None:
             leased.start()
         await _serve(stop, console_channel, out)

@@ -20,6 +20,7 @@ from channels.text import split_message, to_slack_mrkdwn
 from core.chat import ApprovalRequest, PreviewStream, PromptRef
 from core.clock import Clock
 from core.errors import ChannelRefused, DeliveryFailed
+from core.fence import admit
 from core.secrets import scrub
 
 
@@ -111,7 +112,9 @@ class SlackResponder:
         assert self._response_url is not None
         webhook = AsyncWebhookClient(self._response_url)
         for piece in split_message(scrub(text), LIMIT_BYTES, slack_size):
-            response = await webhook.send(text=to_slack_mrkdwn(piece), response_type="in_channel")
+            sending = webhook.send(text=to_slack_mrkdwn(piece), response_type="in_channel")
+            await admit(sending)  # as `slack_call`: not for a run this worker lost
+            response = await sending
             if response.status_code != 200:
                 raise DeliveryFailed(f"response_url answered {response.status_code}")
 

@@ -42,6 +42,7 @@ COMMAND_TABLE: tuple[CommandSpec, ...] = (
     CommandSpec("clear", "Forget this conversation's history (the provider choice stays)"),
     CommandSpec("compact", "Summarise the history now to free context"),
     CommandSpec("resume", "Continue a run that a restart interrupted"),
+    CommandSpec("skip", "Drop an interrupted run and go on with the messages after it"),
     CommandSpec(
         "provider", "Show or switch this channel's model provider", "[name]", scope="channel"
     ),

@@ -212,10 +212,6 @@ class StoreConfig(_Section):
         """Several workers may share this store (PostgreSQL): singletons are leased."""
         return self.backend() == "postgresql"
 
-    def describe(self) -> str:
-        """Where the store is, for a person (a URL holds no password)."""
-        return str(self.target())
-
     def resolved_events(self) -> Path | None:
         return Path(os.path.expanduser(self.events_log)).resolve() if self.events_log else None
 
@@ -271,6 +267,11 @@ class JobConfig(_Section):
     provider: str | None = None
     max_iterations: int | None = Field(None, ge=1, le=500)
     misfire_grace_seconds: int = Field(3600, ge=1)
+    on_interrupt: Literal["rerun", "report"] = Field(
+        "report",
+        description="A fire whose worker died mid-run: `report` posts that it was "
+        "interrupted; `rerun` goes on with it where that is safe (else reports).",
+    )
 
 
 class CoreConfig(_Section):

@@ -36,6 +36,7 @@ class Commands:
             "clear": self._clear,
             "compact": self._compact,
             "resume": self._resume,
+            "skip": self._skip,
             "provider": self._provider,
             "goal": self._goal,
             "journal": self._journal,
@@ -105,7 +106,9 @@ class Commands:
             ]
         )
 
-    async def _stop(self, lane: Lane, args: str, responder: Responder) -> str:
+    async def _stop(self, lane: Lane, args: str, responder: Responder) -> str | None:
+        """A run stopped here or on another worker says "Stopped." itself (its stream, in
+        place of its answer), so the reply does not say it again."""
         queued = lane.drop_queue()
         dropped = len(queued)
         for item in queued:  # never re-queued after a restart
@@ -117,8 +120,10 @@ class Commands:
         goal_stopped = await lane.stop_goal()
         if not (stopped or goal_stopped or stopped_elsewhere or dropped_elsewhere):
             return "Nothing is running."
-        extra = f" ({dropped} queued message{'s' * (dropped != 1)} dropped)" if dropped else ""
-        return f"Stopped{extra}."
+        messages = f"{dropped} queued message{'s' * (dropped != 1)}"
+        if stopped or stopped_elsewhere:
+            return f"Dropped {messages}." if dropped else None
+        return f"Stopped ({messages} dropped)." if dropped else "Stopped."
 
     async def _clear(self, lane: Lane, args: str, responder: Responder) -> str:
         if lane.busy:
@@ -157,6 +162,11 @@ class Commands:
         if lane.working:
             return BUSY
         return await self.agent.resume(lane, responder)
+
+    async def _skip(self, lane: Lane, args: str, responder: Responder) -> str:
+        if lane.working:
+            return BUSY
+        return await self.agent.skip(lane)
 
     async def _provider(self, lane: Lane, args: str, responder: Responder) -> str:
         names = self.agent.factory.provider_names()

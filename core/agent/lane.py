@@ -209,6 +209,10 @@ class LaneHost(Protocol):
 
     async def resume(self, lane: Lane, responder: Responder) -> str | None: ...
 
+    async def skip(self, lane: Lane) -> str:
+        """`/skip`: drop the lane's interrupted run; what the user is told."""
+        ...
+
     def start_goal(self, lane: Lane, responder: Responder) -> None: ...
 
     async def run_in_lane(

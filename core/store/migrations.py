@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -157,6 +157,12 @@ _MIGRATIONS: dict[int, str] = {
         channel TEXT NOT NULL, channel_id TEXT NOT NULL, name TEXT NOT NULL,
         updated_at REAL NOT NULL, PRIMARY KEY (channel, channel_id)
     ) WITHOUT ROWID;
+    """,
+    # Whose a scheduled job's fire is while it runs: a fire whose worker died is
+    # taken over, and one a worker lost is no longer finished by it.
+    11: """
+    ALTER TABLE job_runs ADD COLUMN worker TEXT;
+    CREATE INDEX job_runs_running ON job_runs (state, worker);
     """,
 }
 

@@ -158,6 +158,11 @@ _MIGRATIONS: dict[int, str] = {
         updated_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (channel, channel_id)
     );
     """,
+    # Whose a scheduled job's fire is while it runs.
+    11: """
+    ALTER TABLE job_runs ADD COLUMN worker TEXT;
+    CREATE INDEX job_runs_running ON job_runs (state, worker);
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 
