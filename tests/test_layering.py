@@ -136,6 +136,7 @@ CHANNEL_CONTRACT = {
     "core.lease": "Singleton: what a channel leaves to leases (Channel.singletons)",
     "core.clock": "time for throttles and retries (tests inject one)",
     "core.secrets": "the scrub applied to everything posted",
+    "core.fence": "admit: no platform call for a run this worker no longer holds",
 }
 
 
