@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from bot.config import ParleyConfig
+from channels import PLATFORMS
 from core.agent import Agent
 from core.agent.conversation import Conversation
 from core.agent.journal import JournalBox
@@ -26,6 +27,8 @@ from core.context.summarize import provider_summarizer
 from core.context.tokens import TokenCounter
 from core.errors import ConfigError
 from core.eventlog import EventLog
+from core.instructions import Guidance, GuidancePlaces, load_guidance, signature, under_root
+from core.instructions.tool import LoadSkillTool
 from core.loop import Guards, LoopConfig
 from core.mcp.config import check_env, command_files
 from core.memory.recall import MEMORY_KEY
@@ -50,6 +53,10 @@ if TYPE_CHECKING:
     from core.mcp.hub import McpHub
 
 log = logging.getLogger(__name__)
+
+ReloadHook = Callable[[ParleyConfig, ParleyConfig], None]
+"""Called as `hook(old, new)` after each successful reload (SIGHUP or a watched file),
+between turns, before any conversation is built from `new`."""
 
 
 def secret_env_names(config: ParleyConfig) -> set[str]:
@@ -125,9 +132,30 @@ async def open_configured_store(config: StoreConfig, environ: Mapping[str, str])
     return await open_store(config.target(), password=config.password(environ))
 
 
+def guidance_places(config: ParleyConfig) -> GuidancePlaces:
+    """Where the instruction files and skills are: relative paths hang off config.toml's
+    folder, as `tools_file` does (see `core.instructions.guidance` for why not a
+    workspace)."""
+    root = config.source.parent if config.source else Path.cwd()
+    channels: dict[str, Path] = {}
+    for name in PLATFORMS:
+        path = under_root(root, config.channel(name).instructions)
+        if path is not None:
+            channels[name] = path
+    skills = (under_root(root, p) for p in config.skills.paths)
+    return GuidancePlaces(
+        workspace_file=under_root(root, config.instructions.file),
+        library=under_root(root, config.instructions.library),
+        channels=channels,
+        skills=tuple(p for p in skills if p is not None),
+        max_bytes=config.instructions.max_bytes,
+    )
+
+
 def config_files(config: ParleyConfig) -> list[Path]:
     """Every file Parley reads to decide what it tells the model or what tools may do:
-    tools can read them and never change, replace or create them (see `Jail`)."""
+    tools can read them and never change, replace or create them (see `Jail`) — the
+    instruction files, the instruction library and the skill folders included."""
     files = [] if config.source is None else [config.source]
     base = config.source.parent if config.source else Path.cwd()
     if config.tools_path() is not None:  # protected when missing too: creating it adds tools
@@ -136,7 +164,7 @@ def config_files(config: ParleyConfig) -> list[Path]:
     if config.mcp.servers:  # the programs and scripts stdio MCP servers run
         for server in config.mcp.servers.values():
             files += command_files(server, base)
-    return files
+    return files + guidance_places(config).files()
 
 
 def build_jail(config: ParleyConfig) -> Jail:
@@ -151,14 +179,28 @@ def build_jail(config: ParleyConfig) -> Jail:
     events = config.store.resolved_events()
     if events is not None:
         protected.append(events)
-    return Jail(config.tools, protected, config_files(config))
+    return Jail(config.tools, protected, config_files(config), guidance_places(config).skills)
+
+
+def _jail_inputs(config: ParleyConfig) -> tuple[object, ...]:
+    """What `build_jail` depends on: a reload with the same inputs keeps the jail."""
+    from core.tools.roots import config_entries
+
+    store = config.store
+    entries = [tuple(config_entries(f)) for f in config_files(config)]
+    skills = [(p, p.exists()) for p in guidance_places(config).skills]
+    return (config.tools.model_dump(), store.resolved(), store.resolved_events(), entries, skills)
 
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal"}
 
 
-def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegistry:
-    """Built-in tools plus the team's CLI tools from tools.yaml (if the file exists)."""
+def build_registry(
+    config: ParleyConfig, environ: Mapping[str, str], guidance: Guidance | None = None
+) -> ToolRegistry:
+    """Built-in tools plus the team's CLI tools from tools.yaml (if the file exists);
+    `load_skill` when there are skills (in `guidance`, else read now), `web_fetch` unless
+    turned off or `tools.network = false`."""
     from core.agent.journal import journal_tools
     from core.memory.tools import memory_tools
     from core.tools.ask import AskHumanTool
@@ -175,6 +217,13 @@ def build_registry(config: ParleyConfig, environ: Mapping[str, str]) -> ToolRegi
     if config.memory.enabled:
         for tool in memory_tools():
             registry.add(tool)
+    if config.web_fetch.enabled and config.tools.network is not False:
+        from core.tools.webfetch import WebFetchTool
+
+        registry.add(WebFetchTool(config.web_fetch))
+    guidance = guidance if guidance is not None else load_guidance(guidance_places(config))
+    if guidance.skills:
+        registry.add(LoadSkillTool(guidance))
     path = config.tools_path()
     if path is not None and path.exists():
         for tool in load_cli_tools(path, environ, reserved=registry.names()):
@@ -234,15 +283,32 @@ class App:
     retired: list[Provider] = field(default_factory=list)  # still used by running turns
     retired_jails: list[Jail] = field(default_factory=list)
     memory: Memory | None = None  # long-term memory, once the agent's store is open
+    guidance: Guidance = field(init=False)  # instruction files and skills, as last read
+    # Called after every reload (`ReloadHook`): e.g. to restart what a changed section runs.
+    reload_hooks: list[ReloadHook] = field(default_factory=list)
+    # More files whose change makes `refresh` reload (e.g. files a section names).
+    watched: list[Callable[[ParleyConfig], list[Path]]] = field(default_factory=list)
+    _stamps: tuple[object, ...] = ()
+    _watch: tuple[list[Path], list[Path]] = field(default_factory=lambda: ([], []))
+    _watch_of: ParleyConfig | None = None  # the configuration `_watch` was worked out for
     mcp: McpHub | None = field(init=False, default=None)  # connected by `open_agent`
     _base: ToolRegistry = field(init=False)  # the registry without MCP tools
     _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
+    _mcp_started: bool = False  # `start_mcp` ran: reloads reconfigure the servers
 
     def __post_init__(self) -> None:
         # No tool (and no other process of this user) may read our memory or environment.
         make_undumpable()
         self.redactor = _redactor(self.config, self.environ, self.registry)
         self.jail = build_jail(self.config)
+        self._stamps = self._signature(self.config)
+        tool = self.registry.get("load_skill")
+        if isinstance(tool, LoadSkillTool):  # the registry's skills are the conversations'
+            self.guidance = tool.guidance
+        else:
+            self.guidance = load_guidance(guidance_places(self.config))
+            if self.guidance.skills:
+                self.registry.add(LoadSkillTool(self.guidance))
         self._base = self.registry
         check_mcp(self.config, self.environ)  # the hub itself waits for `start_mcp`
 
@@ -262,6 +328,7 @@ class App:
     async def start_mcp(self) -> None:
         """Connect to the MCP servers (each within its connect timeout) and add their
         tools to the registry; a server that fails keeps trying in the background."""
+        self._mcp_started = True
         if self.mcp is None:
             self.mcp = build_mcp(self.config, self.environ, self.jail)
         if self.mcp is not None:
@@ -392,6 +459,8 @@ class App:
             executor=executor,
             counter=self.counter,
             system_prompt=agent.system_prompt,
+            instructions=self.guidance.instructions(),
+            skills=self.guidance.skills_index(),
             loop_config=LoopConfig(
                 max_iterations=max_iterations or agent.max_iterations,
                 cancel_grace=agent.cancel_grace_seconds,
@@ -450,10 +519,53 @@ class App:
                     REAPER.ledger = None
                 await agent.store.aclose()
 
+    def approvers(self, channel: str) -> Collection[str] | None:
+        """`core.agent.conversation.ConversationFactory.approvers`: a platform's
+        `approvers`; None for the terminal console (whoever runs Parley)."""
+        if channel == "console":
+            return None
+        return self.config.channel(channel).approvers if channel in PLATFORMS else ()
+
+    def _signature(self, config: ParleyConfig) -> tuple[object, ...]:
+        """The state of every file a reload reads (see `core.instructions.signature`);
+        which files those are is worked out once per configuration."""
+        if self._watch_of is not config:
+            places = guidance_places(config)
+            files = [p for p in (config.source, config.tools_path(), places.workspace_file) if p]
+            files += places.channels.values()
+            for more in self.watched:
+                files += more(config)
+            folders = [p for p in (places.library, *places.skills) if p is not None]
+            self._watch, self._watch_of = (files, folders), config
+        return signature(*self._watch)
+
+    def refresh(self) -> None:
+        """Between turns: when config.toml, tools.yaml, an instruction file or a skill
+        changed since it was read, read them all again (as SIGHUP does). A configuration
+        that does not validate is logged and the running one stays, until the files change
+        again."""
+        stamps = self._signature(self.config)
+        if stamps == self._stamps:
+            return
+        try:
+            config = self.config
+            if config.source is not None:
+                from bot.config import load_config
+
+                config = load_config(config.source)
+            line = self._apply(config)
+        except ConfigError as exc:
+            self._stamps = stamps
+            log.warning(
+                "a configuration file changed, but the running configuration stays: %s", exc
+            )
+            return
+        log.info("%s", line)
+
     def reload(self) -> str:
-        """Read config.toml and tools.yaml again (docs/operations.md#reloading). The new settings
-        apply to each
-        conversation from its next turn; a turn already running finishes on the old ones.
+        """Read config.toml, tools.yaml, the instruction files and the skills again
+        (docs/operations.md#reloading). The new settings apply to each conversation from
+        its next turn; a turn already running finishes on the old ones.
 
         Returns a line for the log. Raises `ConfigError` (the running configuration stays)
         if either file is invalid. Channels and jobs are set up at start: changing those
@@ -463,9 +575,15 @@ class App:
 
         if self.config.source is None:
             raise ConfigError("(file)", "the configuration was not read from a file", "restart")
-        config = load_config(self.config.source)
-        registry = build_registry(config, self.environ)  # raises on a bad tools.yaml
-        jail = build_jail(config)
+        return self._apply(load_config(self.config.source))
+
+    def _apply(self, config: ParleyConfig) -> str:
+        """Make `config` (and the files it names, read now) the running configuration."""
+        stamps = self._signature(config)  # before reading: an edit meanwhile shows next time
+        guidance = load_guidance(guidance_places(config))
+        registry = build_registry(config, self.environ, guidance)  # raises on a bad tools.yaml
+        rebuild = _jail_inputs(config) != _jail_inputs(self.config)
+        jail = build_jail(config) if rebuild else self.jail
         unchanged = [
             name
             for name in ("channels", "jobs")
@@ -473,30 +591,42 @@ class App:
         ]
         check_mcp(config, self.environ)
         self._reload_mcp(config, jail)
-        self.config, self._base = config, registry
+        old, self.config, self._base = self.config, config, registry
         self._compose()
+        self.guidance, self._stamps = guidance, stamps
         if self.memory is not None:
             self.memory.settings = config.memory
         self.redactor = _redactor(config, self.environ, registry)
-        self.retired_jails.append(self.jail)  # running turns may still spawn through it
-        self.jail = jail
+        if jail is not self.jail:
+            self.retired_jails.append(self.jail)  # running turns may still spawn through it
+            self.jail = jail
         self.retired.extend(self.providers.values())
         self.providers = {}
         if self.fallback_provider not in config.providers:
             self.fallback_provider = None
         self.generation += 1
+        for hook in self.reload_hooks:
+            hook(old, config)
+        for warning in guidance.warnings:
+            log.warning("%s", warning)
         note = f"; {' and '.join(unchanged)} changed and need a restart" if unchanged else ""
-        return f"configuration reloaded (generation {self.generation}){note}"
+        read = "" if guidance.empty else f"; {guidance.describe()}"
+        return f"configuration reloaded (generation {self.generation}){note}{read}"
 
     def _reload_mcp(self, config: ParleyConfig, jail: Jail) -> None:
         """Apply a reloaded `[mcp]` in the background: servers added, changed or parked
         start again, removed ones stop; their tools follow once listed."""
+        if not self._mcp_started:
+            return  # `start_mcp` builds the hub from whatever configuration is current
         hub = self.mcp
         if hub is None:
             self.mcp = hub = build_mcp(config, self.environ, jail)
             if hub is not None:
                 hub.on_change = self._tools_changed
                 self._spawn(hub.start)
+            return
+        parked = any(c.state == "parked" for c in hub.connections.values())
+        if config.mcp == self.config.mcp and jail is self.jail and not parked:
             return
         if not config.mcp.servers:
             self.mcp = None

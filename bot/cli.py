@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 
 if TYPE_CHECKING:
     from bot.app import App
+    from core.agent.conversation import Conversation
+    from core.tools.base import Approver
 
 EXIT_CONFIG = 2
 
@@ -35,7 +37,7 @@ class _VersionAction(argparse.Action):
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
 
-    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         sys.stdout.write(f"parley {_version()}\n")
         parser.exit()
 
@@ -54,9 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("action", nargs="?", choices=["show"], help="show one run")
     runs.add_argument("run_id", nargs="?", help="run id (a unique prefix is enough)")
     runs.add_argument("-n", "--limit", type=int, default=20, help="how many runs to list")
-    jobs = sub.add_parser("jobs", help="scheduled jobs: `jobs list`, `jobs run NAME`")
-    jobs.add_argument("action", choices=["list", "run"])
-    jobs.add_argument("name", nargs="?", help="the job to fire now (jobs run)")
+    jobs = sub.add_parser(
+        "jobs", help="scheduled jobs: `jobs list`, `jobs runs NAME` (its fires), `jobs run NAME`"
+    )
+    jobs.add_argument("action", choices=["list", "runs", "run"])
+    jobs.add_argument("name", nargs="?", help="the job to list the fires of, or to fire now")
     run = sub.add_parser("run", help="start every enabled channel (the console if none)")
     run.add_argument("--provider", help="provider name from config.toml")
     run.add_argument("--console", action="store_true", help="also talk in this terminal")
@@ -135,7 +139,6 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         ConsoleApprover,
         LineReader,
         run_interactive,
-        run_one_shot,
         terminal_responder,
     )
 
@@ -146,7 +149,7 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
             approver = ConsoleApprover(reader, sys.stderr, timeout)
             await app.start_mcp()
             try:
-                return await run_one_shot(app.conversation(provider_name), message, approver)
+                return await _one_shot(app.conversation(provider_name), message, approver)
             finally:
                 await app.stop_mcp()
         sys.stderr.write(f"parley: {app.jail.describe()}\n")
@@ -169,8 +172,29 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         await app.aclose()
 
 
+async def _one_shot(conversation: Conversation, message: str, approver: Approver) -> int:
+    """`parley chat -m`: one stateless turn on a conversation of its own, outside the
+    agent; the answer streams to stdout as it arrives."""
+    from channels.console import ConsoleRenderer
+    from core.chat import valid_text
+    from core.errors import ContextLimitExceeded, ProviderError
+    from core.run_context import RunContext
+
+    renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=False)
+    ctx = RunContext(sink=renderer, approver=approver)
+    try:
+        outcome = await conversation.turn(valid_text(message), ctx)
+    except (ProviderError, ContextLimitExceeded) as exc:
+        renderer.finish()
+        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.flush()
+        return 1
+    renderer.complete(outcome.text)
+    return 0 if outcome.reason == "final" else 1
+
+
 async def _jobs(app: App, action: str, name: str | None) -> int:
-    from bot.jobs import Scheduler, jobs_list, jobs_run
+    from bot.jobs import Scheduler, jobs_list, jobs_run, jobs_runs
     from bot.run import build_channels
     from core.errors import ConfigError
 
@@ -179,7 +203,10 @@ async def _jobs(app: App, action: str, name: str | None) -> int:
             sys.stdout.write((await jobs_list(app)).rstrip("\n") + "\n")
             return 0
         if not name:
-            return _fail("`jobs run` needs a job name (see `parley jobs list`)")
+            return _fail(f"`jobs {action}` needs a job name (see `parley jobs list`)")
+        if action == "runs":
+            sys.stdout.write((await jobs_runs(app, name)).rstrip("\n") + "\n")
+            return 0
         job = next((j for j in app.config.jobs if j.name == name), None)
         if job is None:
             return _fail(f"no job named `{name}` in the configuration", 1)

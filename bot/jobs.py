@@ -6,7 +6,9 @@ start-up the latest fire missed while Parley was down runs once, if it is within
 job's misfire grace (coalesced: only the latest). Each fire runs in its own lane under the
 cron policy (write tools only if listed, admin tools blocked unless listed, no approvals)
 and posts its answer — or a short failure notice — to the job's target; it counts as
-delivered only when the platform accepted the post.
+delivered only when the platform accepted the post. A fire is its worker's while it runs:
+one whose worker dies (or that a crash cut off) is taken over and finished by another
+worker (after the restart), per the job's `on_interrupt` (`bot.job_takeover`).
 
 Schedules are standard 5-field cron (`minute hour day month weekday`, 0 or 7 = Sunday),
 or 6 fields with seconds first. Unlike classic cron, a restricted day-of-month and a
@@ -18,14 +20,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[import-untyped]
-from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
 
-from bot.app import open_configured_store
+from bot.job_list import jobs_list, jobs_runs
+from bot.job_result import JobResult, failure_notice
+from bot.job_takeover import go_on_with_fire
 from bot.schedules import (
     TICK,
     build_trigger,
@@ -36,11 +40,12 @@ from bot.schedules import (
 )
 from channels import target_examples
 from channels.gate import AccessConfig
+from core.agent.cronruns import holding_fire, run_job
 from core.agent.lane import RunReport
 from core.chat import is_silent
 from core.config import JobConfig
 from core.errors import ConfigError, DeliveryFailed
-from core.store import Store
+from core.fence import Fence, entered
 from core.tools.policy import ToolPolicy
 
 if TYPE_CHECKING:
@@ -50,49 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class JobResult:
-    """What one fire did. `state` is the run's end state (`completed`, `failed`,
-    `cancelled`, `timed_out`, `waiting_on_human`) or `skipped` (this fire already ran)."""
-
-    job: str
-    fire_time: datetime
-    state: str
-    text: str = ""  # what was posted (the answer, or the failure notice)
-    delivered: bool = False
-    error: str | None = None
-    run_id: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.state == "completed" and (self.delivered or self.silent)
-
-    @property
-    def silent(self) -> bool:
-        """The job completed with nothing to post (`[SILENT]`): nothing was meant to arrive."""
-        return self.state == "completed" and not self.delivered and is_silent(self.text)
-
-    @property
-    def delivery(self) -> str:
-        """How `jobs run` and `jobs list` say it: yes, silent or no."""
-        return "yes" if self.delivered else "silent" if self.silent else "no"
-
-
-# --- one fire's channel end ------------------------------------------------------------------
-
-
-def failure_notice(job: str, state: str, reason: str) -> str:
-    """The short post for a run that did not complete; `reason` is the run's `failure`
-    (or its final text when it stopped for another reason)."""
-    reason = reason.strip() or state
-    if state == "waiting_on_human":
-        reason = f"it stopped to ask a question, and a cron job has nobody to answer: {reason}"
-    elif state == "timed_out":
-        reason = f"it ran out of time: {reason}"
-    if len(reason) > 300:
-        reason = reason[:299] + "…"
-    return f"⚠ Job `{job}` failed: {reason}"
+FIRES_SEARCHED = 100  # a fire's own row is among its job's latest ones
 
 
 # --- the scheduler -------------------------------------------------------------------------
@@ -322,46 +285,100 @@ class Scheduler:
                 events.emit("job.skipped", data)
                 return JobResult(job.name, fire_time, "skipped", error="this fire already ran")
             events.emit("job.started", data)
-            try:
-                report = await self._run(job, fire_time)
-                state, text, run_id = report.state, report.text, report.run_id or None
-                reason = report.failure or text
-            except asyncio.CancelledError:
-                await store.finish_job_run(
-                    job_run,
-                    state="cancelled",
-                    run_id=None,
-                    result=None,
-                    delivered=False,
-                    error="interrupted: Parley stopped",
-                )
-                raise
-            except Exception as exc:
-                log.exception("job %s could not run", job.name)
-                state, text, run_id = "failed", f"{type(exc).__name__}: {exc}", None
-                reason = text
-            failed = state != "completed"
-            post = failure_notice(job.name, state, reason) if failed else text
-            delivered, delivery_error = await self._deliver(job, post)
-            error = "; ".join(e for e in (reason if failed else None, delivery_error) if e) or None
-            await store.finish_job_run(
-                job_run,
-                state=state,
-                run_id=run_id,
-                result=post[:500],
-                delivered=delivered,
-                error=error[:500] if error else None,
-            )
-            events.emit("job.finished", {**data, "state": state, "delivered": delivered})
-            return JobResult(job.name, fire_time, state, post, delivered, error, run_id)
+            with self.holding(job, job_run) as fence, entered(fence):
+                try:
+                    report = await self.run_fire(job, fire_time)
+                except asyncio.CancelledError:
+                    await store.finish_job_run(
+                        job_run,
+                        state="cancelled",
+                        run_id=None,
+                        result=None,
+                        delivered=False,
+                        error="interrupted: Parley stopped",
+                    )
+                    raise
+                except Exception as exc:
+                    log.exception("job %s could not run", job.name)
+                    failure = f"{type(exc).__name__}: {exc}"
+                    report = RunReport("", "failed", failure, failure=failure)
+                if fence.lost or report.stop_reason == "taken_over":
+                    # another worker took this fire over (this one was taken for dead): it
+                    # goes on with it or reports it, and records it
+                    return JobResult(job.name, fire_time, "taken_over", run_id=report.run_id)
+                return await self.conclude(job, fire_time, job_run, report)
 
-    async def _run(self, job: JobConfig, fire_time: datetime) -> RunReport:
+    def holding(self, job: JobConfig, job_run: int) -> AbstractContextManager[Fence]:
+        """The fence of fire `job_run`: its post goes out only while it is this worker's."""
+        store, workers = self.agent.store, self.agent.workers
+        me = workers.id if workers is not None else None
+
+        async def still_mine() -> bool:
+            return any(
+                r["id"] == job_run and r["state"] == "running" and r["worker"] == me
+                for r in await store.job_runs(job.name, FIRES_SEARCHED)
+            )
+
+        return holding_fire(self.agent, f"fire {job_run}", still_mine)
+
+    async def conclude(
+        self, job: JobConfig, fire_time: datetime, job_run: int, report: RunReport
+    ) -> JobResult:
+        """Post what fire `job_run` came to (its answer, or a short failure notice) to the
+        job's target, and record it."""
+        state, text, run_id = report.state, report.text, report.run_id or None
+        reason = report.failure or text
+        failed = state != "completed"
+        post = failure_notice(job.name, state, reason) if failed else text
+        return await self.record(
+            job, fire_time, job_run, state, post, run_id, reason if failed else None
+        )
+
+    async def record(
+        self,
+        job: JobConfig,
+        fire_time: datetime,
+        job_run: int,
+        state: str,
+        post: str,
+        run_id: str | None,
+        failure: str | None,
+    ) -> JobResult:
+        """Post `post` to the job's target and record how fire `job_run` ended."""
+        delivered, delivery_error = await self._deliver(job, post)
+        error = "; ".join(e for e in (failure, delivery_error) if e) or None
+        await self.agent.store.finish_job_run(
+            job_run,
+            state=state,
+            run_id=run_id,
+            result=post[:500],
+            delivered=delivered,
+            error=error[:500] if error else None,
+        )
+        data = {"job": job.name, "fire_time": fire_time.isoformat()}
+        self.agent.events.emit("job.finished", {**data, "state": state, "delivered": delivered})
+        return JobResult(job.name, fire_time, state, post, delivered, error, run_id)
+
+    async def take_over_fires(self) -> None:
+        """`core.agent.workers.CronTakeover`: the fires whose worker died (or, in one
+        process, that a crash left running) are taken over and gone on with in the
+        background: resumed or reported, per the job's `on_interrupt`."""
+        agent = self.agent
+        me = agent.workers.id if agent.workers is not None else None
+        for fire in await agent.store.take_over_fires(me, claimed_before=agent.started_at):
+            task = asyncio.create_task(go_on_with_fire(self, fire), name=f"fire {fire['id']}")
+            self._tasks.add(task)
+            task.add_done_callback(self._finished)
+
+    async def run_fire(self, job: JobConfig, fire_time: datetime) -> RunReport:
         """One cron session in a fresh lane, pinned to the job's policy and limits."""
         app = self.app
         key = ("cron", job.name, str(int(fire_time.timestamp())))
         provider = job.provider or app.default_provider
         policy = ToolPolicy(session="cron", allow_tools=frozenset(job.allow_tools))
-        return await self.agent.run_job(
+        app.refresh()  # configuration files edited since the last turn are read first
+        return await run_job(
+            self.agent,
             key,
             job.prompt,
             lambda journal: app.conversation(
@@ -401,59 +418,6 @@ async def jobs_run(app: App, agent: Agent, channels: Mapping[str, Channel], name
     return await scheduler.fire(job, scheduler.now().replace(microsecond=0))
 
 
-async def jobs_list(app: App, store: Store | None = None) -> str:
-    """`parley jobs list`: name, schedule, next fire, last run, last result, delivered."""
-    jobs = app.config.jobs
-    if not jobs:
-        return "No jobs are configured (add [[jobs]] to config.toml)."
-    own = store is None
-    if store is None:
-        store = await open_configured_store(app.config.store, app.environ)
-    try:
-        now = datetime.now(UTC)
-        rows = [await _list_row(store, job, now) for job in jobs]
-    finally:
-        if own:
-            await store.aclose()
-    header = ("name", "schedule", "next fire", "last run", "last result", "delivered")
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in (header, *rows)
-    )
-
-
-async def _list_row(store: Store, job: JobConfig, now: datetime) -> tuple[str, ...]:
-    try:
-        zone = job_zone(job.timezone)
-        upcoming = build_trigger(job.schedule, zone).get_next_fire_time(None, now)
-        next_fire = _when(upcoming, zone) if upcoming else "never"
-    except ValueError as exc:
-        zone, next_fire = UTC, f"invalid: {exc}"
-    runs = await store.job_runs(job.name, 1)
-    if not runs:
-        return job.name, job.schedule, next_fire, "never", "", ""
-    last = runs[0]
-    fired = _when(datetime.fromtimestamp(last["fire_time"], UTC), zone)
-    detail = " ".join(str(last["error"] or last["result"] or "").split())
-    result = f"{last['state']}: {detail}" if detail else str(last["state"])
-    if len(result) > 50:
-        result = result[:49] + "…"
-    if last["state"] == "running":
-        delivered = "…"
-    elif last["delivered"]:
-        delivered = "yes"
-    elif last["state"] == "completed" and is_silent(last["result"] or ""):
-        delivered = "silent"
-    else:
-        delivered = "no"
-    return job.name, job.schedule, next_fire, fired, result, delivered
-
-
-def _when(moment: datetime, zone: tzinfo) -> str:
-    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
-
-
 __all__ = [
     "JobResult",
     "Scheduler",
@@ -461,6 +425,7 @@ __all__ = [
     "failure_notice",
     "jobs_list",
     "jobs_run",
+    "jobs_runs",
     "latest_fire",
     "parse_target",
 ]

@@ -8,8 +8,8 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, TextIO
 
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels import PLATFORMS
@@ -18,8 +18,11 @@ from core.tools.site import describe_places
 
 if TYPE_CHECKING:
     from bot.app import App
+    from bot.config import ParleyConfig
     from bot.jobs import Scheduler
     from channels.base import Channel
+    from channels.console import ConsoleChannel
+    from core.agent import Agent
 
 SHUTDOWN_GRACE = 20.0
 
@@ -34,7 +37,11 @@ def build_channels(app: App) -> dict[str, Channel]:
     return built
 
 
-def responders_of(channels: Mapping[str, Channel]) -> Any:
+def responders_of(
+    channels: Mapping[str, Channel],
+) -> Callable[[ConversationKey], Responder | None]:
+    """Where the agent posts into a conversation it has no inbound message of."""
+
     def responder(key: ConversationKey) -> Responder | None:
         channel = channels.get(key[0])
         return channel.responder(key) if channel is not None else None
@@ -42,7 +49,7 @@ def responders_of(channels: Mapping[str, Channel]) -> Any:
     return responder
 
 
-def _reload(app: App, agent: Any, out: Any) -> None:
+def _reload(app: App, out: TextIO) -> None:
     """SIGHUP: read the configuration again; each conversation uses it from its next turn.
     A file that does not validate leaves the running configuration in place."""
     from core.errors import ConfigError
@@ -52,14 +59,23 @@ def _reload(app: App, agent: Any, out: Any) -> None:
     except ConfigError as exc:
         out.write(f"parley: reload failed, keeping the running configuration\n{exc}\n")
     else:
-        agent.approval_timeout = app.config.agent.approval_timeout_seconds
-        agent.goal_settings = app.config.goals
-        agent.events.emit("config.reloaded", {"generation": app.generation})
         out.write(f"parley: {line}\n")
     out.flush()
 
 
-async def run_all(app: App, *, console: bool, out: Any = None) -> int:
+def _agent_follows_reloads(app: App, agent: Agent) -> None:
+    """After every reload (SIGHUP, or a configuration file edited between turns) the
+    agent's own settings follow, and the events log says so."""
+
+    def reloaded(old: ParleyConfig, new: ParleyConfig) -> None:
+        agent.approval_timeout = new.agent.approval_timeout_seconds
+        agent.goal_settings = new.goals
+        agent.events.emit("config.reloaded", {"generation": app.generation})
+
+    app.reload_hooks.append(reloaded)
+
+
+async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
     """Start everything, wait for SIGTERM/SIGINT (or the console's /exit), stop cleanly."""
     out = out or sys.stderr
     all_channels, console_channel = _channels(app, console, out)
@@ -70,13 +86,17 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(app, agent, out))
-    started: list[Any] = []
+    _agent_follows_reloads(app, agent)
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(app, out))
+    started: list[Channel] = []
     leased: Singletons | None = None
     try:
-        out.write(f"parley: provider {app.default_provider}; store {app.config.store.describe()}\n")
+        out.write(f"parley: provider {app.default_provider}; store {agent.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
         out.write(f"parley: {describe_places(app.config.tools)}\n")
+        out.write(f"parley: {app.guidance.describe()}\n")
+        for warning in app.guidance.warnings:
+            out.write(f"parley: warning: {warning}\n")
         for line in app.tool_status():  # the MCP servers, connected by open_agent
             out.write(f"parley: {line}\n")
         for name, channel in all_channels.items():
@@ -86,6 +106,7 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
 
             scheduler = Scheduler(app, agent, all_channels)
             scheduler.validate()  # a bad job stops start-up before anything connects
+            agent.cron = scheduler  # fires a dead worker left are taken over (any worker)
         leased = _singletons(app, agent, all_channels, scheduler, out)  # before channels start
         for channel in all_channels.values():
             await channel.start(agent)
@@ -95,6 +116,8 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
         if scheduler is not None:
             out.write(f"parley: {len(app.config.jobs)} scheduled job(s)\n")
         await agent.reconcile()
+        if scheduler is not None and leased is None:  # one process: what a crash left
+            await scheduler.take_over_fires()
         if leased is not None:
             leased.start()
         await _serve(stop, console_channel, out)
@@ -115,7 +138,11 @@ async def run_all(app: App, *, console: bool, out: Any = None) -> int:
 
 
 def _singletons(
-    app: App, agent: Any, channels: Mapping[str, Any], scheduler: Scheduler | None, out: Any
+    app: App,
+    agent: Agent,
+    channels: Mapping[str, Channel],
+    scheduler: Scheduler | None,
+    out: TextIO,
 ) -> Singletons | None:
     """On a shared store, the lease holders of this worker's singletons (not started);
     None on SQLite, where this process holds everything."""
@@ -139,9 +166,11 @@ def _singletons(
     return leased
 
 
-def _channels(app: App, console: bool, out: Any) -> tuple[dict[str, Any], Any]:
+def _channels(
+    app: App, console: bool, out: TextIO
+) -> tuple[dict[str, Channel], ConsoleChannel | None]:
     """The enabled channels, and the terminal console if asked for (or if none is)."""
-    channels: dict[str, Any] = dict(build_channels(app))
+    channels = build_channels(app)
     if not channels and not console:
         out.write(
             "parley: no channel is enabled in config.toml ([channels.slack] enabled = true, …); "
@@ -157,7 +186,7 @@ def _channels(app: App, console: bool, out: Any) -> tuple[dict[str, Any], Any]:
     return channels, console_channel
 
 
-async def _serve(stop: asyncio.Event, console_channel: Any, out: Any) -> None:
+async def _serve(stop: asyncio.Event, console_channel: ConsoleChannel | None, out: TextIO) -> None:
     """Ready: wait for a stop signal, or for the console to close."""
     out.write("parley: ready\n")
     out.flush()

@@ -16,13 +16,14 @@ import os
 import secrets
 import socket
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
-from core.lease import LeaseHolder, Singleton
+from core.lease import LeaseHolder, LeaseStore, Singleton
 
 if TYPE_CHECKING:
     from bot.jobs import Scheduler
     from channels.base import Channel
+    from core.eventlog import EventLog
     from core.events import EventName
 
 TAKEOVER_SPANS = 3  # a successor catches up every cron fire of the last 3 lease times
@@ -37,9 +38,7 @@ def channel_singletons(channels: Mapping[str, Channel]) -> list[Singleton]:
     """What the channels leave to leases; call before starting them."""
     found: list[Singleton] = []
     for channel in channels.values():
-        offer = getattr(channel, "singletons", None)
-        if offer is not None:
-            found.extend(offer())
+        found.extend(channel.singletons())
     return found
 
 
@@ -55,13 +54,13 @@ class Singletons:
 
     def __init__(
         self,
-        store: Any,
+        store: LeaseStore,
         singletons: Iterable[Singleton],
         *,
         worker: str,
         lease_seconds: float,
-        events: Any,
-        out: Any,
+        events: EventLog,
+        out: TextIO,
     ) -> None:
         self.worker, self._events, self._out = worker, events, out
         self.holders = [

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from core.chat import AgentPort, ConversationKey, Inbound, Responder
+
+if TYPE_CHECKING:
+    from core.lease import Singleton
 
 __all__ = ["Channel", "Inbound"]
 
@@ -32,3 +35,9 @@ class Channel(Protocol):
 
     def access(self) -> str:
         """Who may talk to the bot here, for the start-up banner."""
+
+    def singletons(self) -> list[Singleton]:
+        """The connections only one worker may hold at a time (Telegram's long poll, each
+        Discord gateway shard), for the caller to run under leases when several workers
+        share the store; called before `start`, which then leaves them out. Most
+        channels have none."""

@@ -1,4 +1,5 @@
-"""The terminal channel: `parley chat` (interactive) and `parley chat -m` (one turn).
+"""The terminal channel: `parley chat` (interactive), and the renderer `parley chat -m` (one
+turn, `bot.cli`) streams its answer with.
 
 The answer streams to stdout as it arrives (to a pipe as well as a terminal); tool activity,
 reasoning and notices go to stderr, so `parley chat -m "…" > answer.txt` captures only what
@@ -16,9 +17,8 @@ import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol, TextIO, runtime_checkable
+from typing import Protocol, TextIO, runtime_checkable
 
-from core.agent.conversation import Conversation
 from core.chat import (
     AgentPort,
     ApprovalRequest,
@@ -26,7 +26,6 @@ from core.chat import (
     GrantScope,
     Inbound,
     is_silent,
-    valid_text,
 )
 from core.errors import ContextLimitExceeded, ProviderError, StoreError
 from core.events import (
@@ -40,8 +39,7 @@ from core.events import (
     ToolFinished,
     ToolStarted,
 )
-from core.run_context import RunContext
-from core.tools.base import Approver
+from core.lease import Singleton
 
 log = logging.getLogger(__name__)
 
@@ -255,22 +253,6 @@ def _report_failure(exc: BaseException, err: TextIO) -> None:
     err.flush()
 
 
-async def run_one_shot(
-    conversation: Conversation, message: str, approver: Approver | None = None
-) -> int:
-    """`parley chat -m`: one turn; the answer streams to stdout as it arrives."""
-    renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=False)
-    ctx = RunContext(sink=renderer, approver=approver)
-    try:
-        outcome = await conversation.turn(valid_text(message), ctx)
-    except (ProviderError, ContextLimitExceeded) as exc:
-        renderer.finish()
-        _report_failure(exc, sys.stderr)
-        return 1
-    renderer.complete(outcome.text)
-    return 0 if outcome.reason == "final" else 1
-
-
 CONSOLE_KEY = ("console", "local", "")
 
 
@@ -328,7 +310,7 @@ class ConversationLane(Protocol):
         """Takes the conversation's queued messages, one run after another."""
 
     @property
-    def run_task(self) -> asyncio.Task[Any] | None:
+    def run_task(self) -> asyncio.Task[object] | None:
         """The run going on."""
 
     @property
@@ -493,3 +475,7 @@ class ConsoleChannel:
 
     def access(self) -> str:
         return "whoever types at this terminal"
+
+    def singletons(self) -> list[Singleton]:
+        """None: the terminal is this process's own."""
+        return []

@@ -270,7 +270,9 @@ class DiscordChannel:
 
     # ---------------------------------------------------------------- inbound
 
-    async def on_message(self, message: discord.Message, client: Any = None) -> None:
+    async def on_message(
+        self, message: discord.Message, client: discord.Client | None = None
+    ) -> None:
         """A gateway message; `client` is the shard's client that received it."""
         me = self.client().user
         if self._agent is None or me is None or message.type not in ANSWERED_TYPES:
@@ -305,7 +307,7 @@ class DiscordChannel:
             self._threads.add(thread.id)
         await self._agent.submit(inbound, DiscordResponder(self, channel.id))
 
-    def _markdown(self, message: discord.Message, bot_id: int, client: Any) -> str:
+    def _markdown(self, message: discord.Message, bot_id: int, client: discord.Client) -> str:
         """The message as the agent reads it: without the bot's own mention, other mentions
         named (users and roles from the message, channels from the client's cache).
         `message.content` stays as Discord sent it."""

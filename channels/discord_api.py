@@ -14,6 +14,7 @@ import yarl
 
 from channels.discord_config import DiscordConfig
 from core.errors import ChannelRateLimited, ChannelRefused, ChannelUnavailable
+from core.fence import admit
 
 with warnings.catch_warnings():
     # discord.py imports `audioop` (voice support), deprecated since Python 3.11.
@@ -64,6 +65,7 @@ async def discord_call(awaitable: Awaitable[T]) -> T:
     """Await one discord.py call; its failures become channel errors (`core.errors`): 429
     → `ChannelRateLimited`, 5xx and network trouble → `ChannelUnavailable`, any other
     HTTP error → `ChannelRefused` with Discord's JSON error code."""
+    await admit(awaitable)  # a run this worker lost is not spoken for (core.fence)
     try:
         return await awaitable
     except discord.RateLimited as exc:  # a wait longer than MAX_RATELIMIT_WAIT

@@ -7,13 +7,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Protocol
 
 from channels.discord_api import discord_call
 from channels.discord_config import DiscordConfig
 from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
 from channels.text import to_discord
-from core.chat import ApprovalRequest, ReplyStream
+from core.chat import ApprovalRequest, PreviewStream
 from core.clock import Clock
 from core.errors import ChannelError, ChannelRefused, DeliveryFailed
 
@@ -29,7 +29,7 @@ class DiscordHost(Protocol):
     clock: Clock
     config: DiscordConfig
 
-    def client(self) -> Any: ...  # the running discord.Client
+    def client(self) -> discord.Client: ...
 
     def edit_budget(self, channel_id: int) -> EditBudget: ...
 
@@ -99,7 +99,7 @@ class DiscordResponder:
     async def send(self, text: str) -> None:
         await deliver(self._surface(), text, clock=self._adapter.clock)
 
-    def stream(self) -> ReplyStream:
+    def stream(self) -> PreviewStream:
         adapter = self._adapter
         return ReplyStreamer(
             self._surface(),

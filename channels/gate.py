@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,6 +61,11 @@ class AccessConfig(BaseModel):
     )
     edit_interval_seconds: float = Field(
         1.0, ge=0.0, description="Least time between edits of one streamed message."
+    )
+    instructions: Path | None = Field(
+        None,
+        description="Instruction file for this platform's conversations (relative: to "
+        "config.toml's folder); joins the system message.",
     )
 
     def admits(self, user_id: str, channel_id: str) -> bool:

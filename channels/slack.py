@@ -56,8 +56,9 @@ from channels.slack_events import HANDLED_SUBTYPES, Recent, Taken, UserNames, co
 from channels.slack_reply import SlackResponder
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound
 from core.clock import Clock, SystemClock
-from core.command_table import CHANNEL_WIDE, parse_command
+from core.command_table import CHANNEL_WIDE
 from core.errors import ChannelError, ConfigError
+from core.lease import Singleton
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class SlackChannel:
         client.wss_uri = await self._checked(
             "apps.connections.open", self.config.app_token_env, client.issue_new_wss_url
         )
-        await self._socket.connect_async()  # type: ignore[no-untyped-call]
+        await self._socket.connect_async()  # type: ignore[no-untyped-call]  # bolt leaves it untyped
 
     async def _serve_http(self, app: AsyncApp) -> None:
         """Bolt's aiohttp app (signature checks included) on http_listen:http_port."""
@@ -164,7 +165,7 @@ class SlackChannel:
     async def stop(self) -> None:
         if self._socket is not None:
             socket, self._socket = self._socket, None
-            await socket.close_async()  # type: ignore[no-untyped-call]
+            await socket.close_async()  # type: ignore[no-untyped-call]  # bolt leaves it untyped
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
@@ -186,6 +187,11 @@ class SlackChannel:
 
     def access(self) -> str:
         return self.config.who()
+
+    def singletons(self) -> list[Singleton]:
+        """None: Socket Mode allows several connections per app, and HTTP mode sits behind
+        a load balancer like any web service."""
+        return []
 
     def remember_thread(self, channel_id: str, thread_ts: str) -> None:
         if not channel_id.startswith("D"):
@@ -213,7 +219,7 @@ class SlackChannel:
         inbound = taken.inbound
         # A task, not an await: the hand-over finishes even if the listener gives up.
         handover = self._spawn(self._hand_over(taken))
-        if parse_command(inbound.text) is not None:
+        if inbound.command is not None:
             return None  # commands act at once and store nothing: no reason to wait
         await asyncio.wait({handover}, timeout=ACK_BUDGET)
         if not handover.done():

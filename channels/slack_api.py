@@ -12,6 +12,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from channels.text import to_slack_mrkdwn, utf8_len
 from core.errors import ChannelError, ChannelRateLimited, ChannelRefused, ChannelUnavailable
+from core.fence import admit
 
 T = TypeVar("T")
 
@@ -45,6 +46,7 @@ async def slack_call(call: Awaitable[T]) -> T:
     """Run one Web API call; Slack's failures become channel errors (`core.errors`): 429
     (or `ratelimited`) → `ChannelRateLimited`, 5xx and network trouble →
     `ChannelUnavailable`, any other error answer → `ChannelRefused` with Slack's code."""
+    await admit(call)  # a run this worker lost is not spoken for (core.fence)
     try:
         return await call
     except SlackApiError as exc:

@@ -5,8 +5,9 @@ prompts and the `response_url` fallback for slash commands."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Protocol
+from typing import Protocol
 
+from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from channels.approvals import Approvals
@@ -16,16 +17,17 @@ from channels.slack_blocks import approval_blocks
 from channels.slack_config import SlackConfig
 from channels.stream import ReplyStreamer, deliver
 from channels.text import split_message, to_slack_mrkdwn
-from core.chat import ApprovalRequest, PromptRef, ReplyStream
+from core.chat import ApprovalRequest, PreviewStream, PromptRef
 from core.clock import Clock
 from core.errors import ChannelRefused, DeliveryFailed
+from core.fence import admit
 from core.secrets import scrub
 
 
 class SlackHost(Protocol):
     """What a responder uses of its channel (`channels.slack.SlackChannel`)."""
 
-    client: Any  # slack_sdk.web.async_client.AsyncWebClient
+    client: AsyncWebClient
     clock: Clock
     config: SlackConfig
     approvals: Approvals
@@ -110,11 +112,13 @@ class SlackResponder:
         assert self._response_url is not None
         webhook = AsyncWebhookClient(self._response_url)
         for piece in split_message(scrub(text), LIMIT_BYTES, slack_size):
-            response = await webhook.send(text=to_slack_mrkdwn(piece), response_type="in_channel")
+            sending = webhook.send(text=to_slack_mrkdwn(piece), response_type="in_channel")
+            await admit(sending)  # as `slack_call`: not for a run this worker lost
+            response = await sending
             if response.status_code != 200:
                 raise DeliveryFailed(f"response_url answered {response.status_code}")
 
-    def stream(self) -> ReplyStream:
+    def stream(self) -> PreviewStream:
         return ReplyStreamer(
             self._surface(),
             clock=self._slack.clock,

@@ -36,7 +36,7 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from telegram import BotCommand, Message, Update
+from telegram import Bot, BotCommand, Message, Update
 from telegram.error import InvalidToken
 from telegram.ext import (
     ApplicationBuilder,
@@ -55,7 +55,7 @@ from channels.telegram_reply import Place, TelegramResponder, approval_prompt
 from channels.telegram_updates import Handover, MessageReader
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, PromptRef, Responder, valid_text
 from core.clock import Clock, SystemClock
-from core.command_table import COMMAND_TABLE, parse_command
+from core.command_table import COMMAND_TABLE
 from core.errors import ChannelError, ChannelRefused, ChannelUnavailable, ConfigError
 from core.lease import Singleton
 
@@ -334,6 +334,10 @@ class TelegramChannel:
 
     # ------------------------------------------------------------------ Channel
 
+    @property
+    def bot(self) -> Bot:
+        return self.app.bot
+
     def responder(self, key: ConversationKey) -> Responder:
         _, chat_id, thread = key
         return TelegramResponder(self, Place(int(chat_id), int(thread) if thread else None))
@@ -370,7 +374,7 @@ class TelegramChannel:
             None if inbound.is_dm else message.message_id,
         )
         taken = self._taking.pop(id(update), None)
-        if taken is not None and parse_command(inbound.text) is not None:
+        if taken is not None and inbound.command is not None:
             taken.set_result(None)  # commands act at once and store nothing
             taken = None
         self._enqueue(Handover(inbound, TelegramResponder(self, place), taken))

@@ -21,6 +21,7 @@ from telegram.error import (
 )
 
 from core.errors import ChannelRateLimited, ChannelRefused, ChannelUnavailable
+from core.fence import admit
 
 # PTB ≥ 22.2 warns on every int-valued time period unless opted in to timedelta values.
 os.environ.setdefault("PTB_TIMEDELTA", "1")
@@ -48,6 +49,7 @@ async def telegram_call(call: Awaitable[_T]) -> _T:
     `ChannelRateLimited`, 5xx and network trouble → `ChannelUnavailable`, any other
     error answer → `ChannelRefused`, whose `code` is Telegram's error description
     (Telegram has no error codes)."""
+    await admit(call)  # a run this worker lost is not spoken for (core.fence)
     try:
         return await call
     except RetryAfter as exc:

@@ -18,7 +18,7 @@ from channels.stream import ReplyStreamer, Typing, deliver
 from channels.telegram_api import says, telegram_call
 from channels.telegram_config import TelegramConfig
 from channels.text import to_telegram_html
-from core.chat import ApprovalRequest, ReplyStream, is_silent
+from core.chat import ApprovalRequest, PreviewStream, is_silent
 from core.clock import Clock
 from core.errors import ChannelRefused
 
@@ -36,9 +36,12 @@ def _utf16_len(text: str) -> int:
 class TelegramHost(Protocol):
     """What a responder uses of its channel (`channels.telegram.TelegramChannel`)."""
 
-    app: Any  # telegram.ext.Application
     clock: Clock
     config: TelegramConfig
+
+    @property
+    def bot(self) -> Bot:
+        """The bot's API client (built with the channel, usable once it started)."""
 
     async def ask_approval(self, place: Place, request: ApprovalRequest) -> bool: ...
 
@@ -124,13 +127,13 @@ class TelegramResponder:
     def __init__(self, channel: TelegramHost, place: Place) -> None:
         self._channel = channel
         self._place = place
-        self._surface = TelegramSurface(channel.app.bot, place)
+        self._surface = TelegramSurface(channel.bot, place)
 
     async def send(self, text: str) -> None:
         if not is_silent(text):
             await deliver(self._surface, text, clock=self._channel.clock)
 
-    def stream(self) -> ReplyStream:
+    def stream(self) -> PreviewStream:
         return ReplyStreamer(
             self._surface,
             clock=self._channel.clock,
@@ -146,7 +149,7 @@ class TelegramResponder:
 
     async def _send_typing(self) -> None:
         await telegram_call(
-            self._channel.app.bot.send_chat_action(
+            self._channel.bot.send_chat_action(
                 self._place.chat_id, ChatAction.TYPING, message_thread_id=self._place.thread_id
             )
         )

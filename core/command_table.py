@@ -42,6 +42,7 @@ COMMAND_TABLE: tuple[CommandSpec, ...] = (
     CommandSpec("clear", "Forget this conversation's history (the provider choice stays)"),
     CommandSpec("compact", "Summarise the history now to free context"),
     CommandSpec("resume", "Continue a run that a restart interrupted"),
+    CommandSpec("skip", "Drop an interrupted run and go on with the messages after it"),
     CommandSpec(
         "provider", "Show or switch this channel's model provider", "[name]", scope="channel"
     ),
@@ -52,6 +53,12 @@ COMMAND_TABLE: tuple[CommandSpec, ...] = (
     ),
     CommandSpec("journal", "The run journal: objective, state, findings, next step"),
     CommandSpec("memory", "List what I remember here, or forget it", "[forget ID | forget all]"),
+    CommandSpec(
+        "instructions",
+        "Show this chat's instructions; approvers choose them from the library",
+        "[list | set NAME | clear]",
+        scope="channel",
+    ),
     CommandSpec("grants", "Tools approved always here; revoke one", "[revoke ID]"),
 )
 

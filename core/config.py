@@ -26,10 +26,12 @@ from pydantic import (
 from core.context.manager import ContextSettings
 from core.context.windows import context_window
 from core.errors import ConfigError
+from core.instructions.settings import InstructionsConfig, SkillsConfig
 from core.mcp.config import McpConfig
 from core.providers.base import ProviderSettings
 from core.store.backends import parse_target
 from core.tools.settings import SandboxSettings
+from core.tools.webfetch import WebFetchConfig
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
 ConfigT = TypeVar("ConfigT", bound="CoreConfig")
@@ -217,10 +219,6 @@ class StoreConfig(_Section):
         """Several workers may share this store (PostgreSQL): singletons are leased."""
         return self.backend() == "postgresql"
 
-    def describe(self) -> str:
-        """Where the store is, for a person (a URL holds no password)."""
-        return str(self.target())
-
     def resolved_events(self) -> Path | None:
         return Path(os.path.expanduser(self.events_log)).resolve() if self.events_log else None
 
@@ -276,6 +274,11 @@ class JobConfig(_Section):
     provider: str | None = None
     max_iterations: int | None = Field(None, ge=1, le=500)
     misfire_grace_seconds: int = Field(3600, ge=1)
+    on_interrupt: Literal["rerun", "report"] = Field(
+        "report",
+        description="A fire whose worker died mid-run: `report` posts that it was "
+        "interrupted; `rerun` goes on with it where that is safe (else reports).",
+    )
 
 
 class CoreConfig(_Section):
@@ -290,6 +293,9 @@ class CoreConfig(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     goals: GoalsConfig = Field(default_factory=GoalsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    instructions: InstructionsConfig = Field(default_factory=InstructionsConfig)
+    web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     jobs: list[JobConfig] = Field(default_factory=list)
     mcp: McpConfig = Field(default_factory=McpConfig)
 

@@ -121,6 +121,9 @@ EventName = Literal[
     "agent_run.reconcile",
     "agent_run.resumed",
     "agent_run.resume_unsafe",
+    "agent_run.paused",
+    "agent_run.skipped",
+    "agent_run.lost",
     # the loop and its guards (docs/loop.md, docs/durability.md)
     "agent.llm.call",
     "agent.llm.usage",
@@ -160,6 +163,7 @@ EventName = Literal[
     "job.started",
     "job.skipped",
     "job.finished",
+    "job.interrupted",
     "config.reloaded",
     # leased singletons across workers (docs/scale-out.md)
     "lease.taken",

@@ -1,8 +1,10 @@
 """A `parley run` killed right after its answer's first preview reached the chat
-(docs/durability.md, docs/scale-out.md, issue 15): the message must be answered at most once. The
-run is announced as
-interrupted — its preview, then the "interrupted — /resume" notice, once — and never queued
-and answered again.
+(docs/durability.md, docs/scale-out.md, issues 15 and 23): the run must be gone on with from
+where it was, never queued and answered again as a new message. After a restart of one
+process it is announced as interrupted — its preview, then the "interrupted — /resume"
+notice, once; with several workers, the one that takes it over resumes it at once, and its
+answer comes below the preview (which it cannot retract: the dead worker never heard it was
+posted).
 
 The hard way: real processes, the fake Slack and the fake LLM. The process is killed with
 SIGKILL while the fake Slack holds the preview's `chat.postMessage` (the message is in the
@@ -87,6 +89,21 @@ async def settled(slack: FakeSlack, channel: str, run: Callable[[], Awaitable[Ru
     await asyncio.sleep(1.0)  # anything more would come now (the sweep runs twice a second)
 
 
+async def resumed(slack: FakeSlack, channel: str, run: Callable[[], Awaitable[RunRow]]) -> None:
+    """Wait until the run taken over has ended and its answer is in the chat."""
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                row = await run()
+                texts = [m.text.strip() for m in posts(slack, channel)]
+                if row.state == "completed" and ANSWER.strip() in texts:
+                    break
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise AssertionError(f"not resumed: run {row}, chat {texts}") from None
+    await asyncio.sleep(1.0)  # anything more would come now (the sweep runs twice a second)
+
+
 def assert_answered_once(
     slack: FakeSlack, channel: str, run: RunRow, llm: FakeLLM, message: str
 ) -> None:
@@ -135,9 +152,21 @@ async def test_a_worker_killed_after_posting_a_preview_is_taken_over_not_answere
                 assert row is not None
                 return row
 
-            await settled(slack, "D1", run)
-            assert_answered_once(slack, "D1", await run(), fake_llm, "ping")
+            await resumed(slack, "D1", run)
+            texts = [m.text for m in posts(slack, "D1")]
+            events = [e[1] for e in await store.events(queued.id)]
             assert await other.stop() == 0
+    # The cut-short preview, then the whole answer below it; nothing else.
+    assert len(texts) == 2, texts
+    assert ANSWER.startswith(texts[0]), texts
+    assert texts[0].strip() != ANSWER.strip(), "the preview was the whole answer: the test is void"
+    assert texts[1].strip() == ANSWER.strip()
+    # Gone on with from its checkpoint, not queued again as if it had never begun.
+    assert "agent_run.resumed" in events
+    assert "agent_run.requeued" not in events
+    asked = [r for r in fake_llm.requests if r.json["messages"][-1]["content"] == "ping"]
+    assert len(asked) == 2  # by the dead worker, then by the one that went on with it
+    assert [m["content"] for m in asked[1].json["messages"] if m["role"] == "user"] == ["ping"]
 
 
 @contextlib.contextmanager

@@ -218,14 +218,17 @@ async def test_the_scheduler_moves_to_another_worker_and_no_slot_fires_twice_or_
     assert steps == [1.0] * (len(fires) - 1), f"a slot is missing: {fires}"
     assert fires[-1] > killed  # b fired after the kill
     unfinished = [(t, s) for t, s, _ in runs if s != "completed"]
-    # At most the fire a was running when it died: claimed (never run again), not posted.
+    # At most the fire a was running when it died: claimed (never run again), reported as
+    # interrupted by b (issue 23), or not yet when b stopped.
     assert len(unfinished) <= 1
     assert all(t <= killed for t, _ in unfinished)
     posted = telegram.texts(ALICE.id)
+    reported = [p for p in posted if p.startswith("⚠ Job tick (")]
+    assert len(reported) <= len(unfinished)
     delivered = sum(delivered for _, _, delivered in runs)
     # The unfinished fire may have posted before a died (its row says nothing of it yet).
     assert delivered <= len(posted) <= delivered + len(unfinished)
-    assert set(posted) == {"pong: tick"}
+    assert set(posted) - set(reported) == {"pong: tick"}
     started_a = len(events(tmp_path / "a", "job.started"))
     started_b = len(events(tmp_path / "b", "job.started"))
     assert started_a + started_b == len(runs)  # every claim ran exactly one fire

@@ -124,6 +124,8 @@ async def test_fire_runs_a_cron_session_with_the_jobs_provider(
         assert (result.state, result.delivered, result.ok) == ("completed", True, True)
         assert chan.posts() == ["Report: fine."]
         assert fake_llm.requests[0].json["model"] == "other-model"  # not rebuilt with the default
+        # nor built with the default first, to be thrown away
+        assert list(sched.app.providers) == ["other"]
         runs = await agent.store.job_runs("report")
         assert runs[0]["fire_time"] == T2024.timestamp()
         assert (runs[0]["delivered"], runs[0]["run_id"]) == (1, result.run_id)

@@ -11,7 +11,8 @@ conversations, one worker killed with SIGKILL midway while it runs turns.
   confirmed, and a live worker takes over the runs it was in the middle of.
 
 Every message must end in exactly one outcome, answers come in each conversation's order,
-and nothing is lost: the rules, and their one inherent exception, are tests.workerskit's.
+and nothing is lost, the turns the killed worker was in the middle of included: the
+rules, and their inherent exceptions, are tests.workerskit's.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tests.workerskit import (
     SlowPong,
     await_outcomes,
     check_outcomes,
+    check_retractions,
     kill_when_running,
     shared_store,
     until_running,
@@ -237,3 +239,4 @@ async def test_three_telegram_workers_answer_every_message_once_when_the_poller_
                 if survivor.proc.returncode is None:
                     assert await survivor.stop() == 0
     check_outcomes(found, posts, sent)
+    check_retractions(telegram, [user.id for user in USERS])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from core.agent.approvals import ApprovalDesk, LaneApprover
 from core.agent.children import delegator_for
@@ -21,21 +22,23 @@ from core.agent.conversation import Conversation, ConversationFactory
 from core.agent.goals import drive_goal
 from core.agent.journal import JournalBox
 from core.agent.lane import Lane, Queued, RunReport
+from core.agent.prefs import ProviderPrefs
 from core.agent.recovery import parse_conv, reconcile
 from core.agent.responders import QuietResponder, safe_send
 from core.agent.runs import resume_blocker
 from core.agent.tasks import spawn as _spawn
-from core.agent.turn import Turn, new_run_id
-from core.agent.workers import SharedSettings, Workers
+from core.agent.turn import STOPPED_TEXT, Turn, new_run_id
+from core.agent.workers import CronTakeover, SharedSettings, Workers
 from core.chat import ApprovalRequest, ConversationKey, GrantScope, Inbound, Responder
 from core.clock import Clock, SystemClock
-from core.command_table import parse_command
 from core.config import GoalsConfig
 from core.eventlog import EventLog
+from core.fence import HELD, Fence
 from core.messages import Message
-from core.store import Store
+from core.store import RunRow, Store
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
+from core.tools.site import site_for
 
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
 
@@ -65,6 +68,7 @@ class Agent:
         self.store = store
         self.max_queued = max_queued  # messages waiting per conversation; more are turned away
         self.factory = factory
+        self.prefs = ProviderPrefs(store, factory)  # each channel's provider, kept
         self.events = events or EventLog(store)
         self.clock = clock or SystemClock()
         self.approval_timeout = approval_timeout
@@ -80,6 +84,7 @@ class Agent:
         self.approvals = ApprovalDesk(store, self.events, lambda: self._closing)
         # Several workers on one store (`core.agent.workers`); None: one process.
         self.workers = Workers(self, shared, worker_id) if shared is not None else None
+        self.cron: CronTakeover | None = None  # the scheduler, once the application has one
 
     # --- input ------------------------------------------------------------------------
 
@@ -97,28 +102,6 @@ class Agent:
         done: asyncio.Future[RunReport] = asyncio.get_running_loop().create_future()
         await self._take_in(inbound, responder or QuietResponder(), done)
         return await done
-
-    async def run_job(
-        self,
-        key: ConversationKey,
-        prompt: str,
-        build: Callable[[JournalBox], Conversation],
-        provider_name: str,
-    ) -> RunReport:
-        """A cron run: `prompt` in a fresh lane pinned to the conversation `build` makes
-        with the lane's journal (the job's policy and limits), with nobody to stream to;
-        the lane is dropped after."""
-        if self.workers is not None:
-            await self.workers.start()  # its run is this worker's: others notice if it dies
-        lane = await self.lane(key)
-        try:
-            lane.pin(build(lane.journal), provider_name)
-            report = await self.run_in_lane(
-                lane, QuietResponder(), user_text=prompt, trigger="cron"
-            )
-        finally:
-            self.drop_lane(key)
-        return report or _not_run("", "closing")
 
     async def _take_in(
         self, inbound: Inbound, responder: Responder, done: asyncio.Future[RunReport] | None
@@ -140,7 +123,7 @@ class Agent:
                 _settle(done, _not_run("", "duplicate"))
                 return False
         workers = self.workers if self.workers and self.workers.shares(inbound.key) else None
-        if workers is not None and parse_command(inbound.text) is None:
+        if workers is not None and inbound.command is None:
             try:  # queued in the store, for whichever worker is free
                 return await workers.take_in(inbound, responder, done)
             finally:
@@ -149,7 +132,7 @@ class Agent:
         lane.users += 1  # not evicted while this message is being taken in
         try:
             lane.responder = responder
-            if (command := parse_command(inbound.text)) is not None:
+            if (command := inbound.command) is not None:
                 if inbound.event_id:
                     await self.store.mark_seen(*event)
                 await self.commands.handle(lane, inbound, responder)
@@ -189,8 +172,8 @@ class Agent:
         )
         return True
 
-    async def lane(self, key: ConversationKey) -> Lane:
-        """The lane of `key`, loaded from the store on first use."""
+    async def lane(self, key: ConversationKey, *, build: bool = True) -> Lane:
+        """The lane of `key`, loaded from the store on first use (its conversation if `build`)."""
         if (lane := self.lanes.pop(key, None)) is not None:
             self.lanes[key] = lane  # most recently used last
             return lane
@@ -215,7 +198,8 @@ class Agent:
                 lane.input_tokens, lane.output_tokens = row.input_tokens, row.output_tokens
                 lane.last_compaction = row.last_compaction
             lane.goal = goal
-            await self.conversation_of(lane, messages)
+            if build:  # a cron job pins one of its own instead (`run_job`)
+                await self.conversation_of(lane, messages)
             self.lanes[key] = lane
             self._evict_idle()
             return lane
@@ -239,11 +223,18 @@ class Agent:
         current = lane.conversation
         if current is not None and lane.pinned:
             return current
+        self.factory.refresh()  # between turns: configuration files edited since are read
         wanted = await self.provider_for(lane.key)
-        fresh = lane.generation == self.factory.generation
+        chosen = await self.chosen_instructions(lane.key)
+        fresh = lane.generation == self.factory.generation and lane.instructions == chosen
         if current is not None and lane.provider_name == wanted and fresh:
             return current
         conversation = self.factory.conversation(wanted, lane.journal)
+        conversation.instructions = self.factory.guidance.instructions(lane.key[0], chosen)
+        # Its tools' workspace from the start (each turn sets it again): the system message
+        # names it, so a run resumed before any turn hashes the prompt it was started with.
+        conversation.workspace = site_for(conversation.executor.ctx.sandbox, lane.conv_id).workspace
+        lane.instructions = chosen
         conversation.messages = (
             messages if messages is not None else (current.messages if current else [])
         )
@@ -265,10 +256,16 @@ class Agent:
 
     async def provider_for(self, key: ConversationKey) -> str:
         """The stored preference of this channel, silently the default when it is gone."""
-        stored = await self.store.provider_pref(key[0], key[1])
-        if stored is not None and stored in self.factory.provider_names():
-            return stored
-        return self.factory.default_provider
+        return await self.prefs.provider_for(key[0], key[1])
+
+    async def chosen_instructions(self, key: ConversationKey) -> str | None:
+        """The library file this chat's approvers chose (`/instructions set`), while it
+        exists (the store is asked only when the library has files)."""
+        library = self.factory.guidance.library
+        if not library:
+            return None
+        name = await self.store.instruction_pref(key[0], key[1])
+        return name if name in library else None
 
     def extra_system(self, lane: Lane) -> str:
         """The journal digest and the active goal, for the run's system message."""
@@ -280,9 +277,14 @@ class Agent:
             parts.append(f"Active goal: {goal.text}")
         return "\n".join(parts)
 
-    async def owns_run(self, run_id: str) -> bool:
-        """`core.agent.turn.TurnHost.owns_run`: always, in one process."""
-        return self.workers is None or await self.workers.owns(run_id)
+    def holding(self, run_id: str) -> AbstractContextManager[Fence]:
+        """`core.agent.turn.TurnHost.holding`: in one process, it always holds its runs."""
+        return self.workers.holding(run_id) if self.workers is not None else nullcontext(HELD)
+
+    def hands_over(self, key: ConversationKey) -> bool:
+        """`core.agent.turn.TurnHost.hands_over`: with several workers, for the platforms'
+        conversations (any worker answers them)."""
+        return self.workers is not None and self.workers.shares(key)
 
     def approver(self, lane: Lane) -> Approver:
         """Asks through the lane's current responder, keyed by its run and the call."""
@@ -344,11 +346,13 @@ class Agent:
                     task.cancel()
                     await asyncio.wait({task})
                     raise
-                # /stop reached the run before it began: it never ran, record that.
+                # /stop reached the run before it began: it never ran, record that (and
+                # say so: the run's own stream, which would, never started).
                 if run_id is not None:
                     self.store.set_run_state(run_id, "cancelled", "stopped")
                 lane.finished("cancelled")
                 report = _not_run(run_id or "", "cancelled")
+                await safe_send(responder, STOPPED_TEXT)
             if self.lanes.get(lane.key) is lane:  # active just now: the last to evict
                 self.lanes[lane.key] = self.lanes.pop(lane.key)
             if self.workers is not None:
@@ -380,21 +384,51 @@ class Agent:
 
     # --- resume and reconcile ------------------------------------------------------------
 
+    async def interrupted_run(self, lane: Lane) -> RunRow | None:
+        """The lane's latest interrupted run that may go on (`/resume`, `/skip`), if any."""
+        stopped = ["timed_out", "waiting_on_human"]
+        candidates = await self.store.runs(conv=lane.conv_id, states=stopped, limit=5)
+        return next((r for r in candidates if r.resumable), None)
+
     async def resume(self, lane: Lane, responder: Responder) -> str | None:
-        """Continue the lane's interrupted run; returns a message for the user if it cannot."""
-        candidates = await self.store.runs(conv=lane.conv_id, limit=5)
-        run = next((r for r in candidates if r.resumable), None)
+        """Continue the lane's interrupted run; returns a message for the user if it cannot.
+        A paused run (one a takeover found unsafe to go on with by itself) goes on anyway:
+        the person who sends `/resume` decides so."""
+        run = await self.interrupted_run(lane)
         if run is None:
             return "There is no interrupted run to resume here."
-        return await self.resume_run(lane, responder, run.id)
+        paused = run.state == "waiting_on_human"
+        return await self.resume_run(lane, responder, run.id, anyway=paused)
 
-    async def resume_run(self, lane: Lane, responder: Responder, run_id: str) -> str | None:
-        """Continue run `run_id` in the lane, or say why it cannot safely go on."""
+    async def skip(self, lane: Lane) -> str:
+        """`/skip`: drop the lane's interrupted run, so that the messages behind it go on."""
+        run = await self.interrupted_run(lane)
+        if run is None:
+            return "There is no interrupted run to skip here."
+        if self.workers is not None and (why := await self.workers.take_resumable(lane, run.id)):
+            return why  # taken first: a /resume elsewhere and this cannot both have it
+        self.store.set_run_state(run.id, "cancelled", "skipped", resumable=False)
+        self.events.emit("agent_run.skipped", {}, run_id=run.id, conv=lane.conv_id)
+        await self.store.flush()
+        if self.workers is not None:
+            self.workers.run_ended(lane, run.id)  # what waited behind it goes now
+        return f"Skipped the interrupted run {run.id}; I go on with what came after it."
+
+    async def resume_run(
+        self, lane: Lane, responder: Responder, run_id: str, *, anyway: bool = False
+    ) -> str | None:
+        """Continue run `run_id` in the lane, or say why it cannot safely go on. With
+        `anyway`, it goes on all the same: a call that started and never finished is not
+        run again, and the model is told it may or may not have taken effect."""
         if self.workers is not None and (why := await self.workers.take_resumable(lane, run_id)):
             return why
         conversation = await self.conversation_of(lane)
         why = await resume_blocker(self.store, run_id, conversation)
-        if why is not None:
+        if why is not None and anyway:
+            self.store.save_messages(lane.conv_id, conversation.messages)
+            data = {"why": "anyway", "risk": why}
+            self.events.emit("agent_run.resumed", data, run_id=run_id, conv=lane.conv_id)
+        elif why is not None:
             text = (
                 f"I can't safely resume run {run_id}: {why}. Please check what happened and "
                 "tell me how to go on."

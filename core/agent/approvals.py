@@ -34,6 +34,7 @@ from core.agent.lane import Lane
 from core.chat import ApprovalRequest, GrantScope, PromptRef, Responder
 from core.errors import StoreError
 from core.eventlog import EventLog
+from core.fence import current as current_fence
 from core.messages import ToolCall
 from core.store import ApprovalRow, GrantRow, Store
 from core.store.notify import Notices
@@ -64,7 +65,14 @@ class _Record:
         self.events.emit("agent.grant.added", data, run_id=self.run_id, conv=self.conv)
 
     def outlives_cancellation(self) -> bool:
-        return self.closing() or self.elsewhere
+        return self.closing() or self.elsewhere or _lost()
+
+
+def _lost() -> bool:
+    """The run asking was taken over by another worker (`core.fence`): its request is the
+    other worker's now, prompt and all."""
+    fence = current_fence()
+    return fence is not None and fence.lost
 
 
 class ApprovalDesk:
@@ -138,7 +146,9 @@ class ApprovalDesk:
             else:
                 allowed = await self._approve_shared(responder, request, record)
         except asyncio.CancelledError:
-            if self._closing() and run_id is not None:
+            if _lost():
+                pass  # the run went on with another worker, which takes the request up
+            elif self._closing() and run_id is not None:
                 self.held.add(run_id)  # pending still: the next process takes it up
             else:
                 self.store.approval_resolved(row.id, "cancelled")
@@ -148,6 +158,8 @@ class ApprovalDesk:
             allowed = False
         finally:
             self._waiting.discard(row.id)
+        if _lost():  # the request is the worker's that took the run over
+            return False
         self.store.approval_resolved(row.id, "approved" if allowed else "denied")
         return allowed
 

@@ -202,6 +202,7 @@ class Children:
             return await self._replay(row)
         lane = await self._lane(conv)
         conversation = child_conversation(self.conversation, lane.journal, plan)
+        conversation.workspace = self.conversation.workspace  # its parent's (its prompt names it)
         conversation.messages = await store.load_messages(conv)
         lane.pin(conversation, self.lane.provider_name)
         user_text: str | None = plan.task.instruction
@@ -334,6 +335,8 @@ def child_conversation(parent: Conversation, journal: JournalBox, plan: _Plan) -
         provider=parent.provider,
         executor=child_executor,
         system_prompt=f"{parent.system_prompt}\n\n{CHILD_PROMPT}",
+        instructions=parent.instructions,  # the parent's, as of the parent's turn
+        skills=parent.skills,  # shown only if the child may call `load_skill`
         loop_config=replace(parent.loop_config, max_iterations=plan.max_iterations),
         counter=parent.counter,
         guards=Guards(context, guards.detector, guards.limits),

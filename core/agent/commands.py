@@ -16,6 +16,7 @@ from core.agent.lane import Lane, LaneHost, RunReport
 from core.chat import Inbound, Responder
 from core.command_table import COMMANDS, help_text, parse_command
 from core.events import discard
+from core.instructions.command import instructions_command
 from core.memory.command import memory_command
 from core.store import GoalRow
 from core.tools.sandbox import jail_of
@@ -36,6 +37,7 @@ class Commands:
             "clear": self._clear,
             "compact": self._compact,
             "resume": self._resume,
+            "skip": self._skip,
             "provider": self._provider,
             "goal": self._goal,
             "journal": self._journal,
@@ -44,6 +46,7 @@ class Commands:
         # Commands that act for the person asking get the whole message.
         self._with_inbound: dict[str, Callable[[Lane, Inbound, str], Awaitable[str]]] = {
             "memory": self._memory,
+            "instructions": self._instructions,
         }
         handled = set(self._handlers) | set(self._with_inbound)
         if missing := set(COMMANDS) - handled:  # the table and handlers agree
@@ -51,7 +54,7 @@ class Commands:
 
     async def handle(self, lane: Lane, inbound: Inbound, responder: Responder) -> bool:
         """Run `inbound` as a command if it is one; False if it is ordinary text."""
-        parsed = parse_command(inbound.text)
+        parsed = inbound.command
         if parsed is None:
             return False
         name, args = parsed
@@ -106,7 +109,9 @@ class Commands:
             ]
         )
 
-    async def _stop(self, lane: Lane, args: str, responder: Responder) -> str:
+    async def _stop(self, lane: Lane, args: str, responder: Responder) -> str | None:
+        """A run stopped here or on another worker says "Stopped." itself (its stream, in
+        place of its answer), so the reply does not say it again."""
         queued = lane.drop_queue()
         dropped = len(queued)
         for item in queued:  # never re-queued after a restart
@@ -118,8 +123,10 @@ class Commands:
         goal_stopped = await lane.stop_goal()
         if not (stopped or goal_stopped or stopped_elsewhere or dropped_elsewhere):
             return "Nothing is running."
-        extra = f" ({dropped} queued message{'s' * (dropped != 1)} dropped)" if dropped else ""
-        return f"Stopped{extra}."
+        messages = f"{dropped} queued message{'s' * (dropped != 1)}"
+        if stopped or stopped_elsewhere:
+            return f"Dropped {messages}." if dropped else None
+        return f"Stopped ({messages} dropped)." if dropped else "Stopped."
 
     async def _clear(self, lane: Lane, args: str, responder: Responder) -> str:
         if lane.busy:
@@ -159,6 +166,11 @@ class Commands:
             return BUSY
         return await self.agent.resume(lane, responder)
 
+    async def _skip(self, lane: Lane, args: str, responder: Responder) -> str:
+        if lane.working:
+            return BUSY
+        return await self.agent.skip(lane)
+
     async def _provider(self, lane: Lane, args: str, responder: Responder) -> str:
         names = self.agent.factory.provider_names()
         current = await self.agent.provider_for(lane.key)
@@ -170,7 +182,7 @@ class Commands:
             return f"There is no provider `{wanted}`. Configured: {', '.join(names)}."
         if lane.busy:
             return BUSY
-        await self.agent.store.set_provider_pref(lane.key[0], lane.key[1], wanted)
+        await self.agent.prefs.choose(lane.key[0], lane.key[1], wanted)
         # Every conversation of this channel switches at the start of its next run.
         async with lane.lock:
             await self.agent.conversation_of(lane)
@@ -236,6 +248,9 @@ class Commands:
 
     async def _memory(self, lane: Lane, inbound: Inbound, args: str) -> str:
         return await memory_command(self.agent.store, inbound.asker(lane.conv_id), args)
+
+    async def _instructions(self, lane: Lane, inbound: Inbound, args: str) -> str:
+        return await instructions_command(self.agent, lane, inbound, args)
 
 
 BUSY = "A run is in progress here; /stop it first or wait for it to finish."

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from core.agent.journal import JournalBox
 from core.context.tokens import TokenCounter
+from core.instructions import Guidance
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
 from core.memory.recall import SYSTEM_NOTE as MEMORY_NOTE
 from core.memory.recall import memory_of
@@ -33,12 +35,26 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     # Where its tools work (set by each run: workspace_scope); None: the workspace root.
     workspace: Path | None = None
+    # The instruction files and skills index of its configuration, fixed when it is built
+    # (`core.instructions`): a change of those files reaches the next turn, never this one.
+    instructions: str = ""
+    skills: str = ""
+
+    def _head(self) -> str:
+        workspace = self.workspace or self.executor.ctx.sandbox.resolved_workspace()
+        return f"{self.system_prompt}\n\nTools run in the working directory {workspace}."
+
+    def _guidance(self) -> list[str]:
+        """The instruction files' part and, where `load_skill` is offered, the skills'."""
+        parts = [self.instructions] if self.instructions else []
+        if self.skills and self.executor.registry.get("load_skill") is not None:
+            parts.append(self.skills)
+        return parts
 
     def stable_prompt(self) -> str:
         """The part of the system message that comes from configuration and tools; its
         hash tells a resumed run whether the ground shifted under it."""
-        workspace = self.workspace or self.executor.ctx.sandbox.resolved_workspace()
-        return f"{self.system_prompt}\n\nTools run in the working directory {workspace}."
+        return "\n\n".join([self._head(), *self._guidance()])
 
     def prompt_hash(self) -> str:
         """The stable prompt and the tool set (the model sees the tools with every
@@ -47,16 +63,17 @@ class Conversation:
         return hashlib.sha256(f"{self.stable_prompt()}\0{tools}".encode()).hexdigest()[:16]
 
     def system_message(self, extra: str = "") -> Message:
-        """Rebuilt every turn: configuration, tools, today's date, what a block of
-        recalled memories is (where memory is on), and `extra` (the journal digest and the
-        goal, from the agent)."""
+        """Rebuilt every turn: configuration, tools, today's date, the instruction files
+        and skills (as of the start of the turn), what a block of recalled memories is
+        (where memory is on), and `extra` (the journal digest and the goal, from the
+        agent)."""
         today = dt.datetime.now(dt.UTC).date().isoformat()
-        text = f"{self.stable_prompt()} Today is {today} (UTC)."
+        parts = [f"{self._head()} Today is {today} (UTC).", *self._guidance()]
         if memory_of(self.executor.ctx.extra) is not None:
-            text = f"{text}\n\n{MEMORY_NOTE}"
+            parts.append(MEMORY_NOTE)
         if extra:
-            text = f"{text}\n\n{extra}"
-        return Message.system(text)
+            parts.append(extra)
+        return Message.system("\n\n".join(parts))
 
     def refresh_system(self, extra: str = "") -> None:
         system = self.system_message(extra)
@@ -94,6 +111,18 @@ class ConversationFactory(Protocol):
     def generation(self) -> int:
         """Bumped by a configuration reload: conversations are rebuilt before their next
         turn."""
+
+    @property
+    def guidance(self) -> Guidance:
+        """The instruction files and skills as last read (see `refresh`)."""
+
+    def refresh(self) -> None:
+        """Between turns: read the configuration files again that changed since they were
+        last read (a change bumps `generation`)."""
+
+    def approvers(self, channel: str) -> Collection[str] | None:
+        """Who may decide on `channel` (choose its chats' instructions); None: everyone
+        there may (the terminal console)."""
 
     def provider_names(self) -> list[str]: ...
 

@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 from core.agent.conversation import Conversation, ConversationFactory
 from core.agent.journal import JournalBox, RunJournal
+from core.agent.prefs import ProviderPrefs
 from core.chat import ConversationKey, Inbound, Responder
 from core.clock import Clock
 from core.config import GoalsConfig
@@ -94,6 +95,7 @@ class Lane:
     goal_task: asyncio.Task[None] | None = None
     last_compaction: str | None = None
     generation: int = 0  # of the configuration its conversation was built from
+    instructions: str | None = None  # the chat's chosen instruction file it was built with
     stoppable: bool = False  # the run is in its loop; after it, /stop lets it deliver
     pinned: bool = False  # a conversation built by its owner (a cron job): never rebuilt
     users: int = 0  # submits in progress
@@ -193,6 +195,7 @@ class LaneHost(Protocol):
     events: EventLog
     clock: Clock
     factory: ConversationFactory
+    prefs: ProviderPrefs
     goal_settings: GoalsConfig
 
     @property
@@ -202,7 +205,13 @@ class LaneHost(Protocol):
 
     async def provider_for(self, key: ConversationKey) -> str: ...
 
+    async def chosen_instructions(self, key: ConversationKey) -> str | None: ...
+
     async def resume(self, lane: Lane, responder: Responder) -> str | None: ...
+
+    async def skip(self, lane: Lane) -> str:
+        """`/skip`: drop the lane's interrupted run; what the user is told."""
+        ...
 
     def start_goal(self, lane: Lane, responder: Responder) -> None: ...
 

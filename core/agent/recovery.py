@@ -8,7 +8,6 @@ were still queued get their turn; tool process groups that outlived their proces
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -16,7 +15,7 @@ from core.agent.conversation import Conversation
 from core.agent.lane import Lane
 from core.agent.responders import safe_send
 from core.agent.runs import reconcile_runs, reopen_calls
-from core.chat import ConversationKey, Responder
+from core.chat import ConversationKey, Responder, previews
 from core.eventlog import EventLog
 from core.store import ApprovalRow, RunRow, Store
 from core.tools.reaper import kill_leftovers
@@ -75,35 +74,34 @@ async def take_over(
     dead: str | None,
     created_before: float,
     publish: Callable[[str, str], None],
-) -> list[str]:
+    silent_for: float | None = None,
+) -> list[RunRow]:
     """Several workers (`core.agent.workers`): the runs worker `dead` left running become
-    `worker_id`'s and `timed_out` — those that waited on an approver go on at once, the
-    others are announced for `/resume` — and a message whose turn never got going is
-    queued again (and announced with `publish`). A run without a checkpoint has posted
-    nothing: its first post waits until its start is committed (`core.agent.turn`), so
-    one killed after a preview is announced here, never answered twice. Returns the ids
-    of the interrupted runs."""
+    `worker_id`'s — if `dead` is still silent for `silent_for` seconds, when given — and
+    the answers it owed are posted. A message whose turn never got going is queued again
+    (and announced with `publish`); a child run waits for its parent to resume it. Returns
+    the runs `worker_id` is to go on with (`core.agent.takeover`): still `running`, so
+    that nothing of their conversations overtakes them. A run without a checkpoint has
+    posted nothing: its first post waits until its start is committed (`core.agent.turn`),
+    so one killed after a preview is gone on with here, never answered twice."""
     store, events = host.store, host.events
-    taken = await store.take_over_runs(dead, worker_id, created_before=created_before)
+    taken = await store.take_over_runs(
+        dead, worker_id, created_before=created_before, silent_for=silent_for
+    )
     for conv in await deliver_owed(host, dead, worker_id, created_before):
         publish("queued", conv)  # its next run may go now: the answer before it is out
-    runs = [run for run in taken if run.state != "queued"]
+    go_on: list[RunRow] = []
     for run in taken:
         if run.state == "queued":  # it never got going: any worker answers it afresh
             events.emit("agent_run.requeued", {"worker": dead}, run_id=run.id, conv=run.conv)
             publish("queued", run.conv)
-        else:
-            data = {"resumable": run.resumable, "worker": dead}
-            events.emit("agent_run.reconcile", data, run_id=run.id, conv=run.conv)
-    if not runs:
-        return []
-    ids = {run.id for run in runs}
-    pending = [a for a in await store.pending_approvals(before=math.inf) if a.run_id in ids]
-    waiting = await resume_waiting(host, pending)
-    store.expire_approvals(a.id for a in pending if a.run_id not in waiting)
-    await announce_interrupted(host, [r for r in runs if r.resumable and r.id not in waiting])
+            continue
+        data = {"resumable": run.resumable, "worker": dead}
+        events.emit("agent_run.reconcile", data, run_id=run.id, conv=run.conv)
+        if run.state == "running":
+            go_on.append(run)
     await store.flush()
-    return sorted(ids)
+    return go_on
 
 
 async def announce_interrupted(host: RecoveryHost, interrupted: list[RunRow]) -> None:
@@ -114,7 +112,7 @@ async def announce_interrupted(host: RecoveryHost, interrupted: list[RunRow]) ->
             continue  # a child run goes on when its parent is resumed (core.agent.children)
         responder = host.responders(parse_conv(run.conv))
         if responder is not None:
-            await _retract_previews(host.store, run.id, responder)
+            await retract_previews(host.store, run.id, responder)
             await safe_send(
                 responder,
                 f"I was interrupted while working on your last request (run {run.id}). "
@@ -132,7 +130,7 @@ async def deliver_owed(
     for reply in owed:
         responder = host.responders(parse_conv(reply.conv))
         if responder is not None:
-            await _retract_previews(host.store, reply.run_id, responder)
+            await retract_previews(host.store, reply.run_id, responder)
             await safe_send(responder, reply.text)
             host.events.emit("channel.reply.redelivered", {}, run_id=reply.run_id, conv=reply.conv)
         await host.store.reply_delivered(reply.run_id)
@@ -172,7 +170,7 @@ async def resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[
     return resumed
 
 
-async def _retract_previews(store: Store, run_id: str, responder: Responder) -> None:
+async def retract_previews(store: Store, run_id: str, responder: Responder) -> None:
     """The half-streamed answer a crash left in the chat would read like a second,
     unfinished reply: edit it to say the answer continues below."""
     posted = [
@@ -182,9 +180,9 @@ async def _retract_previews(store: Store, run_id: str, responder: Responder) -> 
     ]
     if not posted:
         return
-    retract = getattr(responder.stream(), "retract", None)  # channels that edit have it
-    if retract is not None:
-        await retract(posted, PREVIEW_RETRACTED)
+    stream = responder.stream()
+    if previews(stream):  # channels that edit their messages
+        await stream.retract(posted, PREVIEW_RETRACTED)
 
 
 __all__ = [
@@ -195,5 +193,6 @@ __all__ = [
     "parse_conv",
     "reconcile",
     "resume_waiting",
+    "retract_previews",
     "take_over",
 ]

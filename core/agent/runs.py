@@ -12,6 +12,7 @@ from collections.abc import Mapping, MutableSequence
 from typing import TYPE_CHECKING
 
 from core.eventlog import EventLog
+from core.fence import HELD, Fence
 from core.loop import unanswered_calls
 from core.messages import Message, ToolCall
 from core.store import Checkpoint, RunRow, Store, ToolCallRow
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
 
 INTERRUPTED_RESULT = (
     "interrupted by a restart: this call may or may not have taken effect; it was not run again"
+)
+NOT_HELD_RESULT = (
+    "not run: this worker could not make sure it still holds this run (another worker may "
+    "have taken it over)"
 )
 
 
@@ -35,8 +40,10 @@ class RunRecorder:
         prompt_hash: str,
         *,
         replayable: set[str] | None = None,
+        fence: Fence = HELD,
     ) -> None:
         self.store, self.conv, self.run_id = store, conv, run_id
+        self.fence = fence  # a side-effecting call runs only while the run is this worker's
         self.prompt_hash = prompt_hash
         # The calls left open by the interruption a resumed run goes on from: only these
         # may be replayed (ids can repeat across iterations with some providers).
@@ -46,6 +53,7 @@ class RunRecorder:
         self.cursor = 0  # where this run's messages start
         self.completed: list[str] = []
         self.persisted: list[Message] = []
+        self.store_wait = 5.0  # seconds a side-effecting call waits to be sure of the run
 
     def persist(self, messages: list[Message]) -> None:
         """Save the messages that changed since the last save: appends, the system message
@@ -54,7 +62,10 @@ class RunRecorder:
         old = self.persisted
         changed = [i for i, m in enumerate(messages) if i >= len(old) or old[i] is not m]
         if changed or len(old) != len(messages):
-            self.store.save_messages(self.conv, messages, changed, shrunk=len(messages) < len(old))
+            shrunk = len(messages) < len(old)
+            self.store.save_messages(
+                self.conv, messages, changed, shrunk=shrunk, run_id=self.run_id
+            )
         self.persisted = list(messages)
 
     def checkpoint(self, kind: str, iteration: int, messages: list[Message]) -> None:
@@ -94,6 +105,10 @@ class RunRecorder:
         left no trace is simply run again, which is what resume does with it anyway."""
         if (stored := await self.replay(call)) is not None:
             return stored
+        if not idempotent and not await self.fence.holds(self.store_wait):
+            # Another worker took the run over (this one was silent too long), or the
+            # store cannot say: the call is not run here.
+            return Message.tool_result(call, NOT_HELD_RESULT, is_error=True)
         self.store.tool_started(self.run_id, call.id, call.name, call.arguments, idempotent)
         if not idempotent:
             await self.store.flush()
@@ -148,21 +163,43 @@ async def reopen_resumable(store: Store, run_id: str, conversation: Conversation
     return bool(open_ids) and reopen_calls(conversation.messages, open_ids)
 
 
-async def resume_blocker(store: Store, run_id: str, conversation: Conversation) -> str | None:
-    """Why run `run_id` must not simply go on, or None. A changed system prompt or tool set
-    blocks it, and so does a side-effecting call that started but never finished, whether
-    the transcript left it open (a crash) or gave it a "cancelled" result (a shutdown):
-    running it again could repeat its effect. Such calls get the result "interrupted" in
-    the transcript."""
+async def resume_risk(
+    store: Store, run_id: str, conversation: Conversation, *, same_prompt: bool = True
+) -> str | None:
+    """Why run `run_id` must not simply go on, or None; changes nothing. A side-effecting
+    call that started but never finished makes it unsafe, whether the transcript left it
+    open (a crash) or gave it a "cancelled" result (a shutdown): running it again could
+    repeat its effect. With `same_prompt`, so does a changed system prompt or tool set
+    (a restart with another configuration); a run another worker takes over goes on with
+    that worker's, as its conversation's next turn would."""
     checkpoint = await store.last_checkpoint(run_id)
     if checkpoint is None:
         return "it stopped before its first checkpoint"
-    if checkpoint.prompt_hash != conversation.prompt_hash():
+    if same_prompt and checkpoint.prompt_hash != conversation.prompt_hash():
         return "the configuration or the tools changed since it was interrupted"
-    rows = await store.tool_calls(run_id)
-    half = {cid: row for cid, row in rows.items() if not row.completed and not row.idempotent}
+    half = _half(await store.tool_calls(run_id))
     if not half:
         return None
+    names = ", ".join(f"`{name}`" for name in sorted({row.name for row in half.values()}))
+    return f"{names} had started but not finished, and running it again could repeat its effect"
+
+
+async def resume_blocker(store: Store, run_id: str, conversation: Conversation) -> str | None:
+    """`resume_risk`; when it is a call that started but never finished, such calls get
+    the result "interrupted" in the transcript (so the run can go on without them, if a
+    person says so: `close_half_calls`)."""
+    why = await resume_risk(store, run_id, conversation)
+    if why is not None and _half(await store.tool_calls(run_id)):
+        await close_half_calls(store, run_id, conversation)
+    return why
+
+
+async def close_half_calls(store: Store, run_id: str, conversation: Conversation) -> None:
+    """Give each side-effecting call of run `run_id` that started but never finished the
+    result "interrupted" in the transcript (it is not run again), and every other
+    unanswered call its stored result (or "interrupted")."""
+    rows = await store.tool_calls(run_id)
+    half = _half(rows)
     messages = conversation.messages
     for index, message in enumerate(messages):
         if message.role == "tool" and message.tool_call_id in half:
@@ -174,8 +211,11 @@ async def resume_blocker(store: Store, run_id: str, conversation: Conversation) 
                 is_error=True,
             )
     close_unanswered(messages, unanswered_calls(messages), rows)
-    names = ", ".join(sorted({f"`{row.name}`" for row in half.values()}))
-    return f"{names} had started but not finished, and running it again could repeat its effect"
+
+
+def _half(rows: Mapping[str, ToolCallRow]) -> dict[str, ToolCallRow]:
+    """The side-effecting calls that started and never finished, by call id."""
+    return {cid: row for cid, row in rows.items() if not row.completed and not row.idempotent}
 
 
 async def reconcile_runs(store: Store, events: EventLog, *, before: float) -> list[RunRow]:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -20,13 +21,13 @@ from typing import Protocol
 from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.lane import Lane, RunReport, RunState
-from core.agent.recovery import PREVIEW_RETRACTED
 from core.agent.runs import RunRecorder, close_unanswered, reopen_resumable
-from core.chat import Asker, Inbound, ReplyStream, Responder
+from core.chat import Asker, ConversationKey, Inbound, ReplyStream, Responder, previews
 from core.context.manager import ContextManager
 from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.events import EventName
+from core.fence import HELD, Fence, entered
 from core.loop import LoopOutcome, unanswered_calls
 from core.memory.recall import recalled_message
 from core.messages import Message
@@ -48,6 +49,7 @@ RESTARTING_APPROVAL_TEXT = (
     "I am restarting while this turn waits for an approval. The request still stands: "
     "once it is answered I go on by myself."
 )
+FINAL_WAIT = 10.0  # seconds an answer waits for a heartbeat to show the run is still ours
 RUN_ENDED: dict[RunState, EventName] = {
     "queued": "agent_run.queued",
     "running": "agent_run.running",
@@ -96,9 +98,14 @@ class TurnHost(Protocol):
     def delegator(self, turn: Turn) -> Delegator | None:
         """Starts `turn`'s child runs (`delegate`), or None if it may not delegate."""
 
-    async def owns_run(self, run_id: str) -> bool:
-        """Whether the run is still this process's to deliver (another worker may have
-        taken it over, wrongly thinking this one dead)."""
+    def holding(self, run_id: str) -> AbstractContextManager[Fence]:
+        """The run's fence while inside: whether it is still this process's to act for
+        (another worker may have taken it over, wrongly thinking this one dead)."""
+        ...
+
+    def hands_over(self, key: ConversationKey) -> bool:
+        """Whether a run of conversation `key` cut off by a shutdown is left to the worker
+        that takes it over (several workers), rather than paused for `/resume`."""
         ...
 
 
@@ -144,12 +151,30 @@ class Turn:
     recorder: RunRecorder | None = field(default=None, init=False)
     conversation: Conversation | None = field(default=None, init=False)
     site: ToolSite | None = field(default=None, init=False)
+    fence: Fence = field(default=HELD, init=False)
+    looping: bool = field(default=False, init=False)  # in the loop: a lost run is cut short
 
     def __post_init__(self) -> None:
         self.run_id = self.given_id or new_run_id()
 
     async def run(self) -> RunReport:
-        """The whole run; never raises (but for our own cancellation by the caller)."""
+        """The whole run; never raises (but for our own cancellation by the caller).
+
+        Its platform calls and its writes are fenced: once another worker has taken the
+        run over (this one was taken for dead), the run stops where it is and nothing
+        more is posted, edited, deleted or written for it here."""
+        with self.host.holding(self.run_id) as fence, entered(fence):
+            self.fence = fence
+            task = asyncio.current_task()
+            fence.on_lost(lambda: self._cut_short(task))
+            return await self._run()
+
+    def _cut_short(self, task: asyncio.Task[object] | None) -> None:
+        """The run was found lost while its loop goes on: stop it (its tools too)."""
+        if self.looping and task is not None and not task.done():
+            task.cancel()
+
+    async def _run(self) -> RunReport:
         lane, store = self.lane, self.host.store
         lane.run_id, lane.stoppable = self.run_id, True
         Store.write_for(lane.conv_id)  # this task's failed writes are this run's to report
@@ -158,17 +183,18 @@ class Turn:
         self.sink = RunEvents(
             self.host.events, stream, run_id=self.run_id, conv=lane.conv_id, tags=tags
         )
-        if hasattr(stream, "on_posted"):  # remember previews, to retract them after a crash
+        if previews(stream):  # remember previews, to retract them after a crash
             stream.on_posted = lambda message_id: self.sink.emit(
                 "channel.preview.posted", {"message_id": message_id}
             )
-        if hasattr(stream, "before_preview"):
             # Nothing shows in the chat before the run's start (running, its input
             # checkpoint) is committed: a crash after a preview then leaves a run that
             # recovery announces as interrupted, not one it takes for never begun and
             # answers again. (The final text waits for the flush below anyway.)
             stream.before_preview = store.committed
         ending = await self._ending()
+        if self.fence.lost or ending.reason == "handed_over":
+            return await self._lost(stream, ending)
         lane.stoppable = False  # from here on the answer is delivered, not cut short
         self._record(ending)
         # Owed to the conversation until the platform takes it (a post can wait seconds
@@ -186,10 +212,17 @@ class Turn:
             with contextlib.suppress(StoreError):
                 await store.flush()
         lane.finished(ending.state)
-        if not await self.host.owns_run(self.run_id):
-            return await self._taken_over(stream, ending)
+        fence: Fence = self.fence  # sure of the run before the answer goes out
+        if not await fence.holds(FINAL_WAIT):
+            if fence.lost:
+                return await self._lost(stream, ending)
+            # The store is out of reach and cannot say: the answer goes out (a lost
+            # answer is worse than a repeated one).
+            log.warning("run %s: delivering without a heartbeat to vouch for it", self.run_id)
+            fence = HELD
         try:
-            await stream.finish(ending.text)
+            with entered(fence):
+                await stream.finish(ending.text)
         except DeliveryFailed:
             log.warning("reply of run %s was not delivered", self.run_id, exc_info=True)
             self.sink.emit("channel.delivery.failed", {})
@@ -203,6 +236,7 @@ class Turn:
     async def _ending(self) -> _Ending:
         """Run the loop; whatever stops it becomes the run's ending. Everything that
         awaits is in here: a `/stop` at any point is handled the same way."""
+        self.looping = True
         try:
             outcome = await self._loop()
         except asyncio.CancelledError:
@@ -217,6 +251,8 @@ class Turn:
             log.exception("run %s crashed", self.run_id)
             failure = f"something went wrong ({type(exc).__name__})"
             return _Ending("failed", f"Sorry, {failure}.", "failed", failure)
+        finally:
+            self.looping = False
         return _Ending(
             _state_of(outcome), outcome.text, outcome.reason, iterations=outcome.iterations
         )
@@ -288,7 +324,12 @@ class Turn:
             {c.id for c in unanswered_calls(conversation.messages)} if self.resume else set()
         )
         recorder = RunRecorder(
-            store, conv_id, self.run_id, conversation.prompt_hash(), replayable=replayable
+            store,
+            conv_id,
+            self.run_id,
+            conversation.prompt_hash(),
+            replayable=replayable,
+            fence=self.fence,
         )
         recorder.persisted = list(conversation.messages)
         if self.resume:
@@ -303,9 +344,16 @@ class Turn:
         return recorder
 
     def _interrupted(self) -> _Ending:
-        """`/stop` ended the run, or a shutdown did: then it stays resumable."""
+        """`/stop` ended the run, or a shutdown did: then it stays resumable; or it was
+        found lost: then nothing is recorded here."""
+        if self.fence.lost:
+            return _Ending("timed_out", "", "taken_over")
         if not self.host.closing or self.recorder is None:
             return _Ending("cancelled", STOPPED_TEXT, "cancelled")
+        if self.trigger != "cron" and self.host.hands_over(self.lane.key):
+            # Several workers: it stays running here, as this worker's, and the worker that
+            # finds this one gone takes it over and goes on with it (no /resume needed).
+            return _Ending("timed_out", "", "handed_over")
         held = self.run_id in self.host.approvals.held  # goes on by itself after a restart
         self.host.store.mark_resumable(self.run_id)
         text = RESTARTING_APPROVAL_TEXT if held else RESTARTING_TEXT
@@ -336,17 +384,24 @@ class Turn:
         )
         sink.emit(RUN_ENDED[ending.state], {"reason": ending.reason})
 
-    async def _taken_over(self, stream: ReplyStream, ending: _Ending) -> RunReport:
-        """Another worker took the run over and told the conversation it was interrupted:
-        the answer is not delivered, and the preview says so (the other worker may not
-        have known of it)."""
-        log.warning("run %s was taken over by another worker; its answer is withheld", self.run_id)
-        retract = getattr(stream, "retract", None)
-        ids = getattr(stream, "message_ids", None)
-        if retract is not None and ids:
-            with contextlib.suppress(DeliveryFailed):
-                await retract(list(ids), PREVIEW_RETRACTED)
-        return self._report(_Ending("timed_out", "", "taken_over", iterations=ending.iterations))
+    async def _lost(self, stream: ReplyStream, ending: _Ending) -> RunReport:
+        """Another worker took the run over (this one was taken for dead), or will (this
+        one is stopping): it goes on there, below the previews it retracts. Nothing is
+        delivered, retracted or recorded here; the stream stops at once."""
+        if ending.reason == "handed_over":
+            log.info("run %s is left to the worker that takes it over", self.run_id)
+        else:
+            log.warning(
+                "run %s was taken over by another worker; nothing more is posted here",
+                self.run_id,
+            )
+            self.sink.emit("agent_run.lost", {})
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
+        self.lane.finished("timed_out")
+        self.lane.stale = True  # its history goes on elsewhere: loaded again before the next run
+        return self._report(_Ending("timed_out", "", ending.reason, iterations=ending.iterations))
 
     def _report(self, ending: _Ending) -> RunReport:
         return RunReport(

@@ -18,9 +18,14 @@ shared mode:
   so two workers cannot both go on with it;
 - every worker beats (`worker_heartbeat`) every `heartbeat` seconds; one not heard from for
   `timeout` seconds is dead: one live worker takes its running runs over atomically
-  (`take_over_runs`) and they become resumable as after a crash of one process (docs/durability.md:
-  `timed_out`, the preview retracted, the "interrupted — /resume" notice posted once), or
-  go on at once if they were waiting on an approver. Its queued runs were never its own.
+  (`take_over_runs`, which also strikes the dead worker off) and goes on with each before
+  anything else of its conversation (`core.agent.takeover`): resumed at once where that is
+  safe, else the conversation pauses until `/resume` or `/skip`. A cron fire it left is
+  the scheduler's to go on with or report (`CronTakeover`). Its queued runs were never its
+  own;
+- a worker that was only silent (a long pause) and goes on afterwards does nothing more
+  for the runs taken from it: every platform call of a run, and every write of its
+  history, is fenced (`core.agent.liveness`, `core.fence`).
 """
 
 from __future__ import annotations
@@ -28,17 +33,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
-from typing import Protocol
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, Protocol
 
 from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.journal import RunJournal
 from core.agent.lane import Lane, Queued, RunReport
-from core.agent.recovery import RecoveryHost, parse_conv, take_over
+from core.agent.liveness import Liveness, RunFence
+from core.agent.prefs import ProviderPrefs
+from core.agent.recovery import parse_conv
 from core.agent.responders import safe_send
 from core.agent.shared import SharedSettings as SharedSettings
 from core.agent.shared import new_worker_id
+from core.agent.takeover import CronTakeover, TakeoverHost, Takeovers
 from core.agent.tasks import spawn
 from core.agent.turn import new_run_id
 from core.chat import ConversationKey, Inbound, Responder
@@ -50,26 +58,12 @@ from core.tools.reaper import kill_leftovers
 log = logging.getLogger(__name__)
 
 
-class WorkerHost(RecoveryHost, Protocol):
+class WorkerHost(TakeoverHost, Protocol):
     """What the shared mode needs of the agent."""
 
     lanes: dict[ConversationKey, Lane]
-    max_queued: int
+    prefs: ProviderPrefs
     approvals: ApprovalDesk
-
-    @property
-    def closing(self) -> bool: ...
-
-    async def run_in_lane(
-        self,
-        lane: Lane,
-        responder: Responder,
-        *,
-        user_text: str | None,
-        trigger: str = "user",
-        run_id: str | None = None,
-        resume: bool = False,
-    ) -> RunReport | None: ...
 
 
 class Workers:
@@ -83,6 +77,8 @@ class Workers:
         self.id = worker_id or new_worker_id()
         self.machine = self.id.split(":", 1)[0]
         host.store.set_worker(self.id)
+        self.liveness = Liveness(host.store, self.id, settings.timeout)
+        self.takeovers = Takeovers(self)
         self.notices: Notices | None = None
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -120,7 +116,7 @@ class Workers:
         store = self.host.store
         for task in self._tasks:  # of an earlier attempt that failed halfway
             task.cancel()
-        await store.worker_heartbeat(self.id)
+        await self.liveness.beat()
         self.notices = await open_notices(store)
         self.host.approvals.notices = self.notices
         self._tasks = [
@@ -136,7 +132,7 @@ class Workers:
             # die) but take nothing over nor claim: they cannot answer on the platforms.
             return []
         # Runs of no worker: a single process's, from before this database was shared.
-        taken = await self._take_over(None, created_before=self.host.started_at)
+        taken = await self.takeovers.take_over(None, created_before=self.host.started_at)
         taken += await self._sweep()
         self._tasks.append(spawn(self._sweeping(), "sweep"))
         self._claiming = spawn(self._claim_loop(), "claim")
@@ -205,7 +201,7 @@ class Workers:
 
     def _announce(self, queued: Queued, conv: str) -> None:
         self._waiters[queued.run_id] = queued
-        self._publish("queued", conv)
+        self.publish("queued", conv)
         self._wake.set()
 
     async def withdraw(self, queued: Queued, reason: str) -> None:
@@ -213,7 +209,7 @@ class Workers:
         self._waiters.pop(queued.run_id, None)
         conv = ":".join(queued.inbound.key)
         if await self.host.store.cancel_queued(conv, reason, run_id=queued.run_id):
-            self._publish("ended", queued.run_id)
+            self.publish("ended", queued.run_id)
 
     async def _turn_away(
         self,
@@ -237,7 +233,7 @@ class Workers:
 
     def changed(self, lane: Lane) -> None:
         """A command changed the conversation here: other workers load it again."""
-        self._publish("conv", f"{self.id} {lane.conv_id}")
+        self.publish("conv", f"{self.id} {lane.conv_id}")
 
     # --- claiming and running -------------------------------------------------------------
 
@@ -280,7 +276,7 @@ class Workers:
         responder = queued.responder if queued is not None else host.responders(key)
         if responder is None:
             host.store.set_run_state(run_id, "failed", "no channel to answer in")
-            self._publish("ended", run_id)
+            self.publish("ended", run_id)
             if queued is not None:
                 queued.settle(RunReport(run_id, "failed", "", stop_reason="failed"))
             return
@@ -328,16 +324,34 @@ class Workers:
         this worker or another, and whoever awaits it hears."""
         if run_id is not None:
             lane.seen_run = run_id
-            self._publish("ended", run_id)
+            self.publish("ended", run_id)
         self._wake.set()
 
-    async def owns(self, run_id: str) -> bool:
-        """Whether run `run_id` is still this worker's (not taken over by another)."""
+    @contextlib.contextmanager
+    def starting(self, conv: str, run_id: str) -> Iterator[Callable[[], bool]]:
+        """While run `run_id` of `conv` gets going here: a `/stop` meanwhile is kept, and
+        the callable says (once the run is about to go) whether one came."""
+        self._starting[conv] = run_id
+
+        def stopped() -> bool:
+            self._starting.pop(conv, None)
+            came = conv in self._stopped
+            self._stopped.discard(conv)
+            return came
+
         try:
+            yield stopped
+        finally:
+            self._starting.pop(conv, None)
+
+    def holding(self, run_id: str) -> contextlib.AbstractContextManager[RunFence]:
+        """The fence of run `run_id` of this worker while inside (`core.agent.liveness`)."""
+
+        async def still_mine() -> bool:
             row = await self.host.store.run(run_id)
-        except StoreError:
-            return True  # deliver: a store that cannot be read cannot say otherwise
-        return row is None or row.worker in (None, self.id)
+            return row is not None and row.worker == self.id and row.state != "queued"
+
+        return self.liveness.holding(run_id, still_mine)
 
     async def _refresh(self, lane: Lane, run_id: str) -> None:
         """Load the lane again if another worker ran or changed its conversation since
@@ -374,7 +388,7 @@ class Workers:
             queued = self._waiters.pop(run_id, None)
             if queued is not None:
                 queued.settle(RunReport(run_id, "cancelled", "", stop_reason="dropped"))
-            self._publish("ended", run_id)
+            self.publish("ended", run_id)
         elsewhere = await self._running_elsewhere(lane)
         assert self.notices is not None
         await self.notices.publish("stop", lane.conv_id)  # a goal driver elsewhere stops too
@@ -383,8 +397,12 @@ class Workers:
     async def status(self, lane: Lane) -> str:
         """`/status`: the conversation's run on another worker and its queued messages."""
         running = await self._running_elsewhere(lane)
-        queued = await self.host.store.runs(conv=lane.conv_id, states=["queued"], limit=1000)
+        store = self.host.store
+        queued = await store.runs(conv=lane.conv_id, states=["queued"], limit=1000)
         parts = [f"running on {running.worker} (run {running.id})"] if running else []
+        waiting = await store.runs(conv=lane.conv_id, states=["waiting_on_human"], limit=1)
+        if waiting and waiting[0].resumable:
+            parts.append(f"run {waiting[0].id} was interrupted and waits for /resume or /skip")
         if queued:
             parts.append(f"{len(queued)} queued")
         return ", ".join(parts)
@@ -402,8 +420,8 @@ class Workers:
         user if the run cannot be taken."""
         if not await self.host.store.take_resumable_run(run_id, self.id):
             return (
-                "That run is already going on, or a message is waiting here; send /resume "
-                "again once it is answered."
+                "That run is already going on, or a message is waiting here; try again once "
+                "it is answered."
             )
         async with lane.lock:
             await self.reload(lane)
@@ -411,7 +429,8 @@ class Workers:
 
     # --- notices --------------------------------------------------------------------------
 
-    def _publish(self, topic: str, payload: str) -> None:
+    def publish(self, topic: str, payload: str) -> None:
+        """Tell every worker (`core.store.notify`)."""
         if self.notices is not None:
             self.notices.publish_soon(topic, payload)
 
@@ -434,7 +453,9 @@ class Workers:
             spawn(host.approvals.answered_elsewhere(payload), f"approval {payload}")
         elif topic == "conv":
             sender, _, conv = payload.partition(" ")
-            lane = host.lanes.get(parse_conv(conv))
+            lane = host.lanes.get(key := parse_conv(conv))
+            if sender != self.id:
+                host.prefs.forget(key[0], key[1])  # it may have been a /provider
             if lane is not None and sender != self.id:
                 lane.stale = True
 
@@ -443,6 +464,7 @@ class Workers:
         stale and queued runs may wait."""
         for lane in self.host.lanes.values():
             lane.stale = True
+        self.host.prefs.forget_all()
         self.listens += 1
         self.listening.set()
         self._wake.set()
@@ -458,7 +480,7 @@ class Workers:
         while True:
             await asyncio.sleep(self.settings.heartbeat)
             try:
-                await self.host.store.worker_heartbeat(self.id)
+                await self.liveness.beat()
             except StoreError:
                 log.warning("heartbeat of %s failed", self.id, exc_info=True)
 
@@ -473,28 +495,35 @@ class Workers:
             self._wake.set()  # what a lost notice left queued
 
     async def _sweep(self) -> list[str]:
-        """Take over the runs of workers not heard from for `timeout` seconds, and kill
-        the tool process groups that dead workers of this machine left."""
+        """Take over the runs of workers not heard from for `timeout` seconds (and go on
+        with them, and with any taken over before that is not going on here yet), the
+        fires of dead workers, and kill the tool process groups that dead workers of this
+        machine left."""
         store, taken = self.host.store, []
         for dead in await store.dead_workers(self.settings.timeout):
             if dead == self.id:
                 continue
-            runs = await self._take_over(dead)
+            runs = await self.takeovers.take_over(dead, silent_for=self.settings.timeout)
             self.host.events.emit("agent.worker.dead", {"worker": dead, "runs": len(runs)})
             taken += runs
-            await store.forget_worker(dead)
+        await self.takeovers.go_on_held()
+        if self.host.cron is not None:
+            await self.host.cron.take_over_fires()
         groups = await store.take_tool_groups(host=self.machine, stale=self.settings.timeout)
         if killed := kill_leftovers(groups):
             self.host.events.emit("agent.tool_groups_killed", {"count": killed})
         return taken
 
-    async def _take_over(self, dead: str | None, created_before: float = math.inf) -> list[str]:
-        """See `core.agent.recovery.take_over`; whoever awaits a run taken over (a goal
-        driver on another worker) hears that it ended."""
-        taken = await take_over(self.host, self.id, dead, created_before, self._publish)
-        for run_id in taken:
-            self._publish("ended", run_id)
-        return taken
+    def spawn_run(self, run_id: str, work: Coroutine[Any, Any, None], name: str) -> bool:
+        """Run `work` for run `run_id` here as one of this worker's runs (a slot while it
+        lasts), unless something of that run already runs here; whether it was started."""
+        if run_id in self._running:
+            work.close()
+            return False
+        task = spawn(work, name)
+        self._running[run_id] = task
+        task.add_done_callback(self._finished)
+        return True
 
 
 async def _stop_lane(lane: Lane) -> None:
@@ -502,4 +531,4 @@ async def _stop_lane(lane: Lane) -> None:
     await lane.stop_goal()
 
 
-__all__ = ["SharedSettings", "WorkerHost", "Workers", "new_worker_id"]
+__all__ = ["CronTakeover", "SharedSettings", "WorkerHost", "Workers", "new_worker_id"]

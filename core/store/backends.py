@@ -18,6 +18,10 @@ _FIX = (
     '`url = "sqlite:///<path>"` or `url = "postgresql://USER@HOST:5432/DATABASE"`'
 )
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
+_POSTGRES_FIX = (
+    'name both: `url = "postgresql://USER@HOST:5432/DATABASE"` (a socket directory as '
+    "`?host=/var/run/postgresql`)"
+)
 
 
 async def open_store(target: str | Path, *, password: str | None = None) -> Store:
@@ -68,11 +72,25 @@ def parse_target(target: str | Path) -> tuple[Literal["sqlite", "postgresql"], s
         raise ConfigError(KEY, f"`{scheme}://` is not a store Parley knows", _FIX)
     url = f"postgresql://{rest}"  # libpq reads no `+driver`
     parts = urlsplit(url)
-    if parts.password is not None or "password" in parse_qs(parts.query):
+    query = parse_qs(parts.query)
+    if parts.password is not None or "password" in query:
         raise ConfigError(
             KEY,
             "the URL holds a password, and secrets never live in the config",
             "remove it from the URL; name the environment variable that holds it in "
             "`store.password_env`",
         )
+    # libpq would fill a missing host or database from its environment and defaults (the
+    # local socket, a database named after the user), and Parley would migrate whatever
+    # that picked: both must be said.
+    missing = [
+        what
+        for what, given in (
+            ("host", parts.hostname or query.get("host")),
+            ("database name", parts.path.strip("/") or query.get("dbname")),
+        )
+        if not given
+    ]
+    if missing:
+        raise ConfigError(KEY, f"`{target}` names no {' and no '.join(missing)}", _POSTGRES_FIX)
     return "postgresql", url

@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 12
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -151,9 +151,22 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE runs ADD COLUMN reply TEXT;
     CREATE INDEX runs_reply ON runs (worker) WHERE reply IS NOT NULL;
     """,
+    # The instruction file an approver chose for a chat (`/instructions set`).
+    10: """
+    CREATE TABLE instruction_prefs (
+        channel TEXT NOT NULL, channel_id TEXT NOT NULL, name TEXT NOT NULL,
+        updated_at REAL NOT NULL, PRIMARY KEY (channel, channel_id)
+    ) WITHOUT ROWID;
+    """,
+    # Whose a scheduled job's fire is while it runs: a fire whose worker died is
+    # taken over, and one a worker lost is no longer finished by it.
+    11: """
+    ALTER TABLE job_runs ADD COLUMN worker TEXT;
+    CREATE INDEX job_runs_running ON job_runs (state, worker);
+    """,
     # Durable approvals ("approve always", `/grants`): a tool that runs without asking in
     # a conversation or a channel.
-    10: """
+    12: """
     CREATE TABLE grants (
         id TEXT PRIMARY KEY, scope TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
         granted_by TEXT NOT NULL, granted_at REAL NOT NULL

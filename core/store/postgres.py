@@ -31,6 +31,7 @@ from core.messages import Message
 from core.store.postgres_db import connection_kwargs, open_pool, upsert, where
 from core.store.postgres_grants import PostgresGrantTables
 from core.store.postgres_memory import PostgresMemoryTables
+from core.store.postgres_runs import OWNS_RUN
 from core.store.postgres_schema import migrate
 from core.store.postgres_workers import PostgresWorkerTables
 from core.store.rows import (
@@ -45,12 +46,17 @@ from core.store.rows import (
 )
 
 _MESSAGE = upsert("messages", "conv, seq, body", "conv, seq")
+_RUN_MESSAGE = upsert("messages", "conv, seq, body", "conv, seq", where=OWNS_RUN)
+_RUN_DROP = f"DELETE FROM messages WHERE conv = %s AND seq >= %s AND {OWNS_RUN}"
 _SNAPSHOT = upsert(
     "conversations", "key, input_tokens, output_tokens, last_compaction, updated_at", "key"
 )
 _JOURNAL = upsert("journals", "conv, body, updated_at", "conv")
 _PROVIDER = upsert(
     "provider_prefs", "channel, channel_id, provider, updated_at", "channel, channel_id"
+)
+_INSTRUCTIONS = upsert(
+    "instruction_prefs", "channel, channel_id, name, updated_at", "channel, channel_id"
 )
 _GOAL = upsert("goals", "conv, text, state, auto, max_turns, turns, note, updated_at", "conv")
 _APPROVAL = upsert(
@@ -78,6 +84,10 @@ class PostgresStore(PostgresWorkerTables, PostgresMemoryTables, PostgresGrantTab
         try:
             async with await psycopg.AsyncConnection.connect(url, **kwargs) as conn:
                 await migrate(conn)
+                info = conn.info
+                cursor = await conn.execute("SELECT current_schema()")
+                schema = await cursor.fetchone()
+                opened = f"PostgreSQL {info.host}:{info.port} database {info.dbname}"
             pool = await open_pool(url, kwargs)
         except psycopg.Error as exc:
             raise ConfigError(
@@ -87,7 +97,16 @@ class PostgresStore(PostgresWorkerTables, PostgresMemoryTables, PostgresGrantTab
             ) from exc
         store = cls(pool)
         store.url, store.connect_kwargs = url, kwargs  # for the listener (`notify.py`)
+        # what was opened, as the server has it (never the password)
+        store.opened = opened
+        if schema and schema[0] not in (None, "public"):
+            store.opened += f" schema {schema[0]}"
         return store
+
+    opened = ""
+
+    def describe(self) -> str:
+        return self.opened
 
     # --- conversations, messages, snapshots -----------------------------------------
 
@@ -102,12 +121,22 @@ class PostgresStore(PostgresWorkerTables, PostgresMemoryTables, PostgresGrantTab
         changed: Iterable[int] | None = None,
         *,
         shrunk: bool = True,
+        run_id: str | None = None,
     ) -> None:
+        owner = self._run_owner(run_id)
+        fenced = owner[0] is not None
         if shrunk:
-            drop = "DELETE FROM messages WHERE conv = %s AND seq >= %s"
-            self.write_soon(drop, (conv, len(messages)))
+            if fenced:
+                self.write_soon(_RUN_DROP, (conv, len(messages), *owner))
+            else:
+                drop = "DELETE FROM messages WHERE conv = %s AND seq >= %s"
+                self.write_soon(drop, (conv, len(messages)))
         for seq in range(len(messages)) if changed is None else changed:
-            self.write_soon(_MESSAGE, (conv, seq, messages[seq].model_dump_json()))
+            body = messages[seq].model_dump_json()
+            if fenced:
+                self.write_soon(_RUN_MESSAGE, (conv, seq, body, *owner))
+            else:
+                self.write_soon(_MESSAGE, (conv, seq, body))
 
     async def conversation(self, conv: str) -> ConversationRow | None:
         row = await self._one(
@@ -150,6 +179,22 @@ class PostgresStore(PostgresWorkerTables, PostgresMemoryTables, PostgresGrantTab
 
     async def set_provider_pref(self, channel: str, channel_id: str, provider: str) -> None:
         await self.write(_PROVIDER, (channel, channel_id, provider, time.time()))
+
+    async def instruction_pref(self, channel: str, channel_id: str) -> str | None:
+        row = await self._one(
+            "SELECT name FROM instruction_prefs WHERE channel = %s AND channel_id = %s",
+            (channel, channel_id),
+        )
+        return str(row[0]) if row else None
+
+    async def set_instruction_pref(self, channel: str, channel_id: str, name: str | None) -> None:
+        if name is None:
+            await self.write(
+                "DELETE FROM instruction_prefs WHERE channel = %s AND channel_id = %s",
+                (channel, channel_id),
+            )
+            return
+        await self.write(_INSTRUCTIONS, (channel, channel_id, name, time.time()))
 
     async def goal(self, conv: str) -> GoalRow | None:
         row = await self._one(f"SELECT {GOAL_COLUMNS} FROM goals WHERE conv = %s", (conv,))

@@ -5,6 +5,7 @@ envelope, the tool process-group ledger (`RunStore`) and fires of scheduled jobs
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Iterable
@@ -27,7 +28,11 @@ from core.store.rows import (
     tool_call_row,
 )
 
-_CHECKPOINT = upsert("checkpoints", CHECKPOINT_COLUMNS, "run_id, seq")
+# A run's checkpoints and history are written only while the run is still this worker's
+# (none set: one process, always): a worker that was taken for dead and goes on
+# afterwards writes nothing over the run its successor took over.
+OWNS_RUN = "(%s::text IS NULL OR EXISTS (SELECT 1 FROM runs f WHERE f.id = %s AND f.worker = %s))"
+_CHECKPOINT = upsert("checkpoints", CHECKPOINT_COLUMNS, "run_id, seq", where=OWNS_RUN)
 _TOOL_STARTED = upsert(
     "tool_calls",
     "run_id, call_id, name, arguments, idempotent, started_at",
@@ -45,6 +50,22 @@ WHERE substr(g.worker, 1, length(%s)) = %s
         AND w.beat_at >= extract(epoch FROM clock_timestamp())::double precision - %s
   )
 RETURNING pgid, start_ticks, boot_id
+"""
+
+_NOW = "extract(epoch FROM clock_timestamp())::double precision"
+# A fire whose worker is gone — no longer listed, or listed again only since it took the
+# fire (it was taken for dead meanwhile) — or a fire of no worker claimed before a time (a
+# single process's, before a restart). The times are the server's, as the workers'; a
+# fire's `started_at` is when its worker took it.
+_TAKE_OVER_FIRES = f"""
+UPDATE job_runs SET worker = %s, started_at = {_NOW}
+WHERE state = 'running' AND CASE
+    WHEN worker IS NULL THEN started_at < %s
+    ELSE NOT EXISTS (
+        SELECT 1 FROM workers w WHERE w.id = job_runs.worker AND w.started_at <= job_runs.started_at
+    )
+END
+RETURNING {JOB_RUN_COLUMNS}
 """
 
 _CREATE_QUEUED_RUN = """
@@ -126,7 +147,9 @@ class PostgresRunTables(PostgresDatabase):
             )
 
     def mark_resumable(self, run_id: str) -> None:
-        self.write_soon("UPDATE runs SET resumable = TRUE WHERE id = %s", (run_id,))
+        self.write_soon(
+            "UPDATE runs SET resumable = TRUE WHERE id = %s" + _FENCE, (run_id, *self._fence())
+        )
 
     def finish_run(
         self,
@@ -168,7 +191,9 @@ class PostgresRunTables(PostgresDatabase):
     ) -> list[OwedReply]:
         rows = await self._write_now(
             "UPDATE runs SET worker = %s WHERE reply IS NOT NULL "
-            "AND worker IS NOT DISTINCT FROM %s AND created_at < %s RETURNING id, conv, reply",
+            "AND worker IS NOT DISTINCT FROM %s AND created_at < %s "
+            "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = runs.worker) "
+            "RETURNING id, conv, reply",
             (worker_id, dead, created_before),
         )
         return [OwedReply(str(r[0]), str(r[1]), str(r[2])) for r in rows]
@@ -217,7 +242,13 @@ class PostgresRunTables(PostgresDatabase):
     def checkpoint(self, cp: Checkpoint) -> None:
         where = (cp.run_id, cp.seq, cp.kind, cp.iteration, cp.cursor, cp.persisted)
         completed = json.dumps(list(cp.completed))
-        self.write_soon(_CHECKPOINT, (*where, cp.prompt_hash, completed, cp.at))
+        owner = (self._worker_id, cp.run_id, self._worker_id)
+        self.write_soon(_CHECKPOINT, (*where, cp.prompt_hash, completed, cp.at, *owner))
+
+    def _run_owner(self, run_id: str | None) -> tuple[str | None, str | None, str | None]:
+        """The parameters of `OWNS_RUN` for `run_id` (None: no fence)."""
+        worker = self._worker_id if run_id is not None else None
+        return (worker, run_id, worker)
 
     async def last_checkpoint(self, run_id: str) -> Checkpoint | None:
         row = await self._one(
@@ -288,9 +319,9 @@ class PostgresRunTables(PostgresDatabase):
         (`ON CONFLICT DO NOTHING`), and won by whoever's claim token it carries."""
         token = f"claim:{uuid.uuid4().hex}"  # replaced by the agent's run id when it ends
         await self.write(
-            "INSERT INTO job_runs (job, fire_time, run_id, started_at, state) "
-            "VALUES (%s, %s, %s, %s, 'running') ON CONFLICT (job, fire_time) DO NOTHING",
-            (job, fire_time, token, time.time()),
+            "INSERT INTO job_runs (job, fire_time, run_id, started_at, state, worker) "
+            f"VALUES (%s, %s, %s, {_NOW}, 'running', %s) ON CONFLICT (job, fire_time) DO NOTHING",
+            (job, fire_time, token, self._worker_id),
         )
         found = await self._one(
             "SELECT id, run_id FROM job_runs WHERE job = %s AND fire_time = %s", (job, fire_time)
@@ -308,12 +339,20 @@ class PostgresRunTables(PostgresDatabase):
         result: str | None,
         delivered: bool,
         error: str | None,
-    ) -> None:
-        await self.write(
+    ) -> bool:
+        rows = await self._write_now(
             "UPDATE job_runs SET ended_at = %s, state = %s, run_id = %s, result = %s, "
-            "delivered = %s, error = %s WHERE id = %s",
-            (time.time(), state, run_id, result, delivered, error, job_run_id),
+            "delivered = %s, error = %s WHERE id = %s AND state = 'running' "
+            "AND worker IS NOT DISTINCT FROM %s RETURNING id",
+            (time.time(), state, run_id, result, delivered, error, job_run_id, self._worker_id),
         )
+        return bool(rows)
+
+    async def take_over_fires(
+        self, worker_id: str | None, *, claimed_before: float = -math.inf
+    ) -> list[JobRunRecord]:
+        rows = await self._write_now(_TAKE_OVER_FIRES, (worker_id, claimed_before))
+        return sorted((job_run_record(r) for r in rows), key=lambda r: r["fire_time"])
 
     async def job_runs(self, job: str, limit: int = 1) -> list[JobRunRecord]:
         rows = await self._all(

@@ -151,8 +151,20 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE runs ADD COLUMN reply TEXT;
     CREATE INDEX runs_reply ON runs (worker) WHERE reply IS NOT NULL;
     """,
-    # Durable approvals ("approve always", `/grants`).
+    # The instruction file an approver chose for a chat (`/instructions set`).
     10: """
+    CREATE TABLE instruction_prefs (
+        channel TEXT NOT NULL, channel_id TEXT NOT NULL, name TEXT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (channel, channel_id)
+    );
+    """,
+    # Whose a scheduled job's fire is while it runs.
+    11: """
+    ALTER TABLE job_runs ADD COLUMN worker TEXT;
+    CREATE INDEX job_runs_running ON job_runs (state, worker);
+    """,
+    # Durable approvals ("approve always", `/grants`).
+    12: """
     CREATE TABLE grants (
         id TEXT PRIMARY KEY, scope TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
         granted_by TEXT NOT NULL, granted_at DOUBLE PRECISION NOT NULL

@@ -26,7 +26,9 @@ WHERE id = (
     WHERE q.state = 'queued' AND q.worker IS NULL
       AND NOT EXISTS (
           SELECT 1 FROM runs r
-          WHERE r.conv = q.conv AND (r.state = 'running' OR r.reply IS NOT NULL)
+          WHERE r.conv = q.conv
+            AND (r.state = 'running' OR r.reply IS NOT NULL
+                 OR (r.state = 'waiting_on_human' AND r.resumable))
       )
       AND NOT EXISTS (
           SELECT 1 FROM runs e
@@ -39,28 +41,52 @@ WHERE id = (
 RETURNING {RUN_COLUMNS}
 """
 _HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
-_REQUEUE = f"(runs.trigger = 'user' AND NOT {_HAS_CHECKPOINT})"  # it never got going
+# A message (or a goal's turn) that never got going: back to the queue, for any worker.
+_REQUEUE = f"(runs.trigger IN ('user', 'goal') AND NOT {_HAS_CHECKPOINT})"
+_CHILD = "(runs.parent_run_id IS NOT NULL)"  # goes on when its parent is resumed
+# One statement: the dead worker's row goes (only if it is still silent, when told how
+# long it must have been), and its runs with it, so a worker that beats again meanwhile
+# keeps them, and of workers taking over at once one gets them; the worker finds out it
+# was taken for dead by its next heartbeat (`worker_heartbeat`).
 _TAKE_OVER_RUNS = f"""
+WITH gone AS (
+    DELETE FROM workers
+    WHERE id = %s AND (%s::double precision IS NULL OR beat_at < {_NOW} - %s)
+    RETURNING id
+)
 UPDATE runs SET
-    state = CASE WHEN {_REQUEUE} THEN 'queued' ELSE 'timed_out' END,
-    reason = CASE WHEN {_REQUEUE} THEN reason ELSE 'interrupted' END,
+    state = CASE WHEN {_REQUEUE} THEN 'queued' WHEN {_CHILD} THEN 'timed_out' ELSE state END,
+    reason = CASE WHEN {_REQUEUE} THEN reason WHEN {_CHILD} THEN 'interrupted'
+                  ELSE 'taken_over' END,
     started_at = CASE WHEN {_REQUEUE} THEN NULL ELSE started_at END,
-    ended_at = CASE WHEN {_REQUEUE} THEN NULL ELSE {_NOW} END,
+    ended_at = CASE WHEN {_CHILD} THEN {_NOW} ELSE NULL END,
     worker = CASE WHEN {_REQUEUE} THEN NULL ELSE %s END,
     resumable = COALESCE((
         SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
         ORDER BY c.seq DESC LIMIT 1
     ), FALSE)
 WHERE state = 'running' AND worker IS NOT DISTINCT FROM %s AND created_at < %s
+  AND (%s::text IS NULL OR %s::double precision IS NULL OR EXISTS (SELECT 1 FROM gone))
 RETURNING {RUN_COLUMNS}
 """
+# A paused run (interrupted, unsafe to go on by itself) holds its conversation's queue:
+# `/resume` takes it although messages wait behind it. Any other interrupted run waits
+# until nothing of its conversation is queued.
 _TAKE_RESUMABLE = """
 UPDATE runs SET state = 'running', resumable = FALSE, ended_at = NULL, worker = %s
 WHERE id = %s AND resumable AND state NOT IN ('running', 'queued')
   AND NOT EXISTS (
-      SELECT 1 FROM runs o WHERE o.conv = runs.conv AND o.state IN ('running', 'queued')
+      SELECT 1 FROM runs o WHERE o.conv = runs.conv
+        AND (o.state = 'running' OR (o.state = 'queued' AND runs.state <> 'waiting_on_human'))
   )
 RETURNING id
+"""
+# Inserted (False) or beaten again (True): an inserted row starts when it beats.
+_HEARTBEAT = f"""
+WITH now AS (SELECT {_NOW} AS t)
+INSERT INTO workers (id, beat_at, started_at) SELECT %s, t, t FROM now
+ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at
+RETURNING started_at <> beat_at
 """
 _TAKE_LEASE = f"""
 INSERT INTO leases (name, holder, expires_at) VALUES (%s, %s, {_NOW} + %s)
@@ -88,9 +114,15 @@ class PostgresWorkerTables(PostgresRunTables):
         )
 
     async def take_over_runs(
-        self, dead: str | None, worker_id: str, *, created_before: float = math.inf
+        self,
+        dead: str | None,
+        worker_id: str,
+        *,
+        created_before: float = math.inf,
+        silent_for: float | None = None,
     ) -> list[RunRow]:
-        rows = await self._write_now(_TAKE_OVER_RUNS, (worker_id, dead, created_before))
+        params = (dead, silent_for, silent_for, worker_id, dead, created_before, dead, silent_for)
+        rows = await self._write_now(_TAKE_OVER_RUNS, params)
         return sorted((run_row(r) for r in rows), key=lambda r: r.seq)
 
     async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
@@ -107,12 +139,9 @@ class PostgresWorkerTables(PostgresRunTables):
         )
         return [str(r[0]) for r in sorted(rows, key=lambda r: int(r[1]))]
 
-    async def worker_heartbeat(self, worker_id: str) -> None:
-        await self.write(
-            f"INSERT INTO workers (id, beat_at, started_at) VALUES (%s, {_NOW}, {_NOW}) "
-            "ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at",
-            (worker_id,),
-        )
+    async def worker_heartbeat(self, worker_id: str) -> bool:
+        rows = await self._write_now(_HEARTBEAT, (worker_id,))
+        return bool(rows and rows[0][0])
 
     async def dead_workers(self, older_than: float) -> list[str]:
         rows = await self._all(

@@ -90,7 +90,8 @@ class RunStore(Protocol):
         ...
 
     def mark_resumable(self, run_id: str) -> None:
-        """Queued: the run may be taken up again by `/resume`."""
+        """Queued: the run may be taken up again by `/resume`. With a worker set, only a
+        run still that worker's changes."""
         ...
 
     def finish_run(
@@ -122,8 +123,9 @@ class RunStore(Protocol):
         self, dead: str | None, worker_id: str | None, *, created_before: float
     ) -> list[OwedReply]:
         """Committed: the answers owed by runs of worker `dead` (None: of no worker)
-        created before `created_before`, now `worker_id`'s to post; each goes to one
-        taker."""
+        created before `created_before`, now `worker_id`'s to post — only while `dead` is
+        not listed (`worker_heartbeat`: a worker taken over, or never listed); each goes
+        to one taker."""
         ...
 
     def forget_resumable(self, conv: str) -> None:
@@ -151,7 +153,8 @@ class RunStore(Protocol):
         ...
 
     def checkpoint(self, cp: Checkpoint) -> None:
-        """Queued: a checkpoint; one with the same (run, seq) is replaced."""
+        """Queued: a checkpoint; one with the same (run, seq) is replaced. With a worker
+        set (`set_worker`), only while the run is still that worker's."""
         ...
 
     async def last_checkpoint(self, run_id: str) -> Checkpoint | None:
@@ -206,9 +209,13 @@ class MessageStore(Protocol):
         changed: Iterable[int] | None = None,
         *,
         shrunk: bool = True,
+        run_id: str | None = None,
     ) -> None:
         """Queued: persist the positions `changed` (default: all) of `messages`; if the list
-        may have `shrunk`, drop stored messages past its end."""
+        may have `shrunk`, drop stored messages past its end. Written by run `run_id`
+        (with a worker set, `set_worker`): only while that run is still the worker's, so
+        a worker taken for dead writes nothing over the history its successor goes on
+        with."""
         ...
 
     async def conversation(self, conv: str) -> ConversationRow | None:
@@ -240,7 +247,7 @@ class JournalStore(Protocol):
 
 
 class PreferenceStore(Protocol):
-    """What a conversation or channel chose: its provider and its goal."""
+    """What a conversation or channel chose: its provider, instructions and goal."""
 
     async def provider_pref(self, channel: str, channel_id: str) -> str | None:
         """The provider chosen in a channel, or None."""
@@ -248,6 +255,14 @@ class PreferenceStore(Protocol):
 
     async def set_provider_pref(self, channel: str, channel_id: str, provider: str) -> None:
         """Committed: the provider chosen in a channel (the last choice stands)."""
+        ...
+
+    async def instruction_pref(self, channel: str, channel_id: str) -> str | None:
+        """The instruction file chosen for a channel (`/instructions set`), or None."""
+        ...
+
+    async def set_instruction_pref(self, channel: str, channel_id: str, name: str | None) -> None:
+        """Committed: the instruction file chosen for a channel; None forgets the choice."""
         ...
 
     async def goal(self, conv: str) -> GoalRow | None:
@@ -365,7 +380,9 @@ class JobStore(Protocol):
 
     async def claim_job_fire(self, job: str, fire_time: float) -> int | None:
         """Committed: claim a fire before it runs; its job-run id, or None if the fire was
-        already claimed (by this or any other task or process)."""
+        already claimed (by this or any other task or process). The fire is this store's
+        worker's (`set_worker`) while it runs, and its `started_at` (when its worker took
+        it) is the store's clock."""
         ...
 
     async def finish_job_run(
@@ -377,8 +394,20 @@ class JobStore(Protocol):
         result: str | None,
         delivered: bool,
         error: str | None,
-    ) -> None:
-        """Committed: how a claimed fire ended."""
+    ) -> bool:
+        """Committed: how a claimed fire ended — only while it is running and this store's
+        worker's (a fire taken over is its taker's to finish); whether it was."""
+        ...
+
+    async def take_over_fires(
+        self, worker_id: str | None, *, claimed_before: float = -math.inf
+    ) -> list[JobRunRecord]:
+        """Committed: the fires still running whose worker is gone — no longer listed
+        (`worker_heartbeat`), or listed again only since the fire was claimed (it was
+        taken for dead meanwhile) — and the running fires of no worker claimed before
+        `claimed_before` (a single process's, before a restart) become `worker_id`'s
+        (`started_at` now: when it took them); returns them, oldest fire first. Of takers
+        at once, each fire goes to one."""
         ...
 
     async def job_runs(self, job: str, limit: int = 1) -> list[JobRunRecord]:
@@ -396,7 +425,9 @@ class WorkerStore(Protocol):
     async def claim_queued_run(self, worker_id: str) -> RunRow | None:
         """Committed: the oldest queued run of no worker (see `create_run`) whose
         conversation has no running run, nor an answer still owed (`owe_reply`: the next
-        answer must not overtake it), becomes `running` (`started_at` now) on
+        answer must not overtake it), nor a paused run (`waiting_on_human` and
+        resumable: an interrupted run that waits for `/resume` or `/skip` holds the
+        messages behind it), becomes `running` (`started_at` now) on
         `worker_id`; None if there is none. No two claims,
         from any workers, get the same run, nor two runs of one conversation while one
         runs; a conversation's runs are handed out in the order they were stored (`seq`,
@@ -414,20 +445,32 @@ class WorkerStore(Protocol):
         ...
 
     async def take_over_runs(
-        self, dead: str | None, worker_id: str, *, created_before: float = math.inf
+        self,
+        dead: str | None,
+        worker_id: str,
+        *,
+        created_before: float = math.inf,
+        silent_for: float | None = None,
     ) -> list[RunRow]:
         """Committed: the runs worker `dead` left running (None: runs of no worker, created
-        before `created_before`) become `timed_out` ("interrupted") and `worker_id`'s,
-        resumable if their last checkpoint is not the final one — except a user's run
-        with no checkpoint at all (it never got going): it goes back to the queue, as a
-        run any worker may claim. Returns them all, oldest first. Of workers taking over
-        at once, each run goes to one."""
+        before `created_before`) become `worker_id`'s and stay `running` (reason
+        `taken_over`; resumable if their last checkpoint is not the final one), so that
+        nothing of their conversations runs before the taker has gone on with them or
+        paused them — except a user's or a goal's run with no checkpoint at all (it never
+        got going): it goes back to the queue, as a run any worker may claim; and a child
+        run, which becomes `timed_out` ("interrupted") for its parent to resume.
+
+        `dead`'s row in the worker list goes in the same commit; with `silent_for`, only
+        if `dead` has not beaten for that many seconds, else nothing is taken (a worker
+        that beat meanwhile keeps its runs). Returns the runs, oldest first. Of workers
+        taking over at once, each run goes to one."""
         ...
 
     async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
         """Committed: the interrupted run `run_id` (resumable, neither running nor
         queued) goes on: `running` on `worker_id`, no longer resumable — only if nothing
-        else of its conversation is running or queued; whether it did. Of several takers
+        else of its conversation is running, nor (unless the run is paused:
+        `waiting_on_human`, holding its queue) queued; whether it did. Of several takers
         at once, one gets it."""
         ...
 
@@ -439,8 +482,10 @@ class WorkerStore(Protocol):
         them."""
         ...
 
-    async def worker_heartbeat(self, worker_id: str) -> None:
-        """Committed: `worker_id` is alive now."""
+    async def worker_heartbeat(self, worker_id: str) -> bool:
+        """Committed: `worker_id` is alive now. True if it was listed already; False if it
+        was not — a new worker, or one taken for dead since its last heartbeat (its runs
+        were taken over: `take_over_runs`), listed again from now."""
         ...
 
     async def dead_workers(self, older_than: float) -> list[str]:
@@ -522,6 +567,11 @@ class Store(
             StoreError: a write this task's owner (see `write_for`) queued before this call
                 failed, and no `flush` has reported it yet (each failure is raised once).
         """
+        ...
+
+    def describe(self) -> str:
+        """What was opened, for a person: the SQLite file, or PostgreSQL's host, port and
+        database (and schema); never a password."""
         ...
 
     async def committed(self) -> None:

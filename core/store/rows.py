@@ -125,6 +125,7 @@ class JobRunRecord(TypedDict):
     """One claimed fire of a scheduled job (a dict, so callers read it by key)."""
 
     id: int
+    job: str
     fire_time: float
     run_id: str | None
     started_at: float
@@ -133,6 +134,7 @@ class JobRunRecord(TypedDict):
     result: str | None
     delivered: bool
     error: str | None
+    worker: str | None  # whose the fire is while it runs: its claimer's, or its taker's
 
 
 StoredEvent = tuple[float, str, int | None, dict[str, Any]]
@@ -154,7 +156,9 @@ APPROVAL_COLUMNS = (
     "id, conv, run_id, call_id, tool, summary, reason, state, requested_at, deadline, prompt, "
     "answer, answered_by"
 )
-JOB_RUN_COLUMNS = "id, fire_time, run_id, started_at, ended_at, state, result, delivered, error"
+JOB_RUN_COLUMNS = (
+    "id, job, fire_time, run_id, started_at, ended_at, state, result, delivered, error, worker"
+)
 
 Values = Sequence[Any]
 
@@ -194,9 +198,10 @@ def approval_row(row: Values) -> ApprovalRow:
 
 def job_run_record(row: Values) -> JobRunRecord:
     """A `JOB_RUN_COLUMNS` row."""
-    id_, fire_time, run_id, started_at, ended_at, state, result, delivered, error = row
+    id_, job, fire_time, run_id, started_at, ended_at, state, result, delivered, error, worker = row
     return JobRunRecord(
         id=id_,
+        job=job,
         fire_time=fire_time,
         run_id=run_id,
         started_at=started_at,
@@ -205,4 +210,5 @@ def job_run_record(row: Values) -> JobRunRecord:
         result=result,
         delivered=bool(delivered),
         error=error,
+        worker=worker,
     )

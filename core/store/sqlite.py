@@ -34,6 +34,7 @@ from core.store.rows import (
 from core.store.sqlite_db import BUSY_TIMEOUT_MS, reader_connection, writer_connection
 from core.store.sqlite_grants import SqliteGrantTables
 from core.store.sqlite_memory import SqliteMemoryTables
+from core.store.sqlite_runs import OWNS_RUN
 from core.store.sqlite_workers import SqliteWorkerTables
 
 
@@ -57,7 +58,14 @@ class SqliteStore(SqliteWorkerTables, SqliteMemoryTables, SqliteGrantTables):
             # ever exiting (the test suite hung at exit after a failed open)
             await conn.close()
             raise
-        return cls(conn, writer, reader)
+        store = cls(conn, writer, reader)
+        store.where = str(path)
+        return store
+
+    where = ""  # the database file
+
+    def describe(self) -> str:
+        return self.where
 
     # --- conversations, messages, snapshots -----------------------------------------
 
@@ -72,17 +80,20 @@ class SqliteStore(SqliteWorkerTables, SqliteMemoryTables, SqliteGrantTables):
         changed: Iterable[int] | None = None,
         *,
         shrunk: bool = True,
+        run_id: str | None = None,
     ) -> None:
         """Persist the rows `changed` (default: all) of `messages`; if the list may have
         `shrunk`, drop rows past its end. Queued; a later `write()` or `flush()` makes it
-        durable."""
+        durable. With `run_id`, only while that run is this store's worker's."""
+        owner = self._run_owner(run_id)
         if shrunk:
-            drop = "DELETE FROM messages WHERE conv = ? AND seq >= ?"
-            self.write_soon(drop, (conv, len(messages)))
+            drop = f"DELETE FROM messages WHERE conv = ? AND seq >= ? AND {OWNS_RUN}"
+            self.write_soon(drop, (conv, len(messages), *owner))
         for seq in range(len(messages)) if changed is None else changed:
             self.write_soon(
-                "INSERT OR REPLACE INTO messages (conv, seq, body) VALUES (?, ?, ?)",
-                (conv, seq, messages[seq].model_dump_json()),
+                "INSERT OR REPLACE INTO messages (conv, seq, body) "
+                f"SELECT ?, ?, ? WHERE {OWNS_RUN}",
+                (conv, seq, messages[seq].model_dump_json(), *owner),
             )
 
     async def conversation(self, conv: str) -> ConversationRow | None:
@@ -136,6 +147,26 @@ class SqliteStore(SqliteWorkerTables, SqliteMemoryTables, SqliteGrantTables):
             "INSERT OR REPLACE INTO provider_prefs (channel, channel_id, provider, updated_at) "
             "VALUES (?, ?, ?, ?)",
             (channel, channel_id, provider, time.time()),
+        )
+
+    async def instruction_pref(self, channel: str, channel_id: str) -> str | None:
+        row = await self._one(
+            "SELECT name FROM instruction_prefs WHERE channel = ? AND channel_id = ?",
+            (channel, channel_id),
+        )
+        return str(row[0]) if row else None
+
+    async def set_instruction_pref(self, channel: str, channel_id: str, name: str | None) -> None:
+        if name is None:
+            await self.write(
+                "DELETE FROM instruction_prefs WHERE channel = ? AND channel_id = ?",
+                (channel, channel_id),
+            )
+            return
+        await self.write(
+            "INSERT OR REPLACE INTO instruction_prefs (channel, channel_id, name, updated_at) "
+            "VALUES (?, ?, ?, ?)",
+            (channel, channel_id, name, time.time()),
         )
 
     async def goal(self, conv: str) -> GoalRow | None:

@@ -97,23 +97,33 @@ class SqliteDatabase(GroupCommit):
         Raises:
             StoreError: the statement failed.
         """
+        return await self._write_now_with(
+            # parameters scrubbed of secrets, as the queue's are
+            lambda conn: conn.execute(sql, SECRETS.scrub_params(params())).fetchall(),
+            sql,
+        )
 
-        def scrubbed() -> Sequence[Any]:  # as the queue does
-            return SECRETS.scrub_params(params())
-
+    async def _write_now_with(
+        self, work: Callable[[sqlite3.Connection], list[Any]], what: str
+    ) -> list[Any]:
+        """`_write_now` for several statements: `work(connection)` runs them in one
+        transaction that holds the write lock (in the worker thread); its result. `what`
+        names the work in an error."""
         await self.committed()
         # A caller cancelled meanwhile must not free the writer connection while the
         # thread still uses it: the transaction ends in its own task.
-        transaction = asyncio.ensure_future(self._transaction(sql, scrubbed))
+        transaction = asyncio.ensure_future(self._transaction(work, what))
         transaction.add_done_callback(lambda t: t.cancelled() or t.exception())
         return await asyncio.shield(transaction)
 
-    async def _transaction(self, sql: str, params: Callable[[], Sequence[Any]]) -> list[Any]:
+    async def _transaction(
+        self, work: Callable[[sqlite3.Connection], list[Any]], what: str
+    ) -> list[Any]:
         async with self._connection_in_use:
             try:
-                return await asyncio.to_thread(_returning, self._write_conn, sql, params)
+                return await asyncio.to_thread(_returning, self._write_conn, work)
             except sqlite3.Error as exc:
-                raise failed_write(exc, sql) from exc
+                raise failed_write(exc, what) from exc
 
     # --- reads ------------------------------------------------------------------------
 
@@ -185,13 +195,13 @@ def _begin(conn: sqlite3.Connection, wait: bool) -> None:
 
 
 def _returning(
-    conn: sqlite3.Connection, sql: str, params: Callable[[], Sequence[Any]]
+    conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], list[Any]]
 ) -> list[Any]:
-    """One statement in a transaction of its own, waiting for the lock; its rows."""
+    """`work` in a transaction of its own, waiting for the lock; what it returns."""
     with _waiting(conn, True):
         _begin(conn, wait=True)
         try:
-            rows = conn.execute(sql, params()).fetchall()
+            rows = work(conn)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

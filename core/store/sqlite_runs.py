@@ -5,6 +5,7 @@ envelope, the tool process-group ledger (`RunStore`) and fires of scheduled jobs
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Iterable
@@ -27,6 +28,19 @@ from core.store.rows import (
 from core.store.sqlite_db import SqliteDatabase
 
 _FENCE = " AND (? IS NULL OR worker = ?)"  # a run another worker took over is left alone
+# A run's checkpoints and history are written only while the run is still this worker's.
+OWNS_RUN = "(? IS NULL OR EXISTS (SELECT 1 FROM runs f WHERE f.id = ? AND f.worker = ?))"
+# A fire whose worker is gone (see `postgres_runs._TAKE_OVER_FIRES`).
+_TAKE_OVER_FIRES = f"""
+UPDATE job_runs SET worker = ?, started_at = ?
+WHERE state = 'running' AND CASE
+    WHEN worker IS NULL THEN started_at < ?
+    ELSE NOT EXISTS (
+        SELECT 1 FROM workers w WHERE w.id = job_runs.worker AND w.started_at <= job_runs.started_at
+    )
+END
+RETURNING {JOB_RUN_COLUMNS}
+"""
 _TAKE_HOST_GROUPS = """
 DELETE FROM tool_groups
 WHERE substr(worker, 1, length(?)) = ?
@@ -117,7 +131,9 @@ class SqliteRunTables(SqliteDatabase):
             )
 
     def mark_resumable(self, run_id: str) -> None:
-        self.write_soon("UPDATE runs SET resumable = 1 WHERE id = ?", (run_id,))
+        self.write_soon(
+            "UPDATE runs SET resumable = 1 WHERE id = ?" + _FENCE, (run_id, *self._fence())
+        )
 
     def finish_run(
         self,
@@ -160,7 +176,8 @@ class SqliteRunTables(SqliteDatabase):
     ) -> list[OwedReply]:
         rows = await self._write_now(
             "UPDATE runs SET worker = ? WHERE reply IS NOT NULL AND worker IS ? "
-            "AND created_at < ? RETURNING id, conv, reply",
+            "AND created_at < ? AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.id = runs.worker) "
+            "RETURNING id, conv, reply",
             lambda: (worker_id, dead, created_before),
         )
         return [OwedReply(str(r[0]), str(r[1]), str(r[2])) for r in rows]
@@ -208,7 +225,8 @@ class SqliteRunTables(SqliteDatabase):
     def checkpoint(self, cp: Checkpoint) -> None:
         self.write_soon(
             "INSERT OR REPLACE INTO checkpoints (run_id, seq, kind, iteration, cursor, "
-            "persisted, prompt_hash, completed, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"persisted, prompt_hash, completed, at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? "
+            f"WHERE {OWNS_RUN}",
             (
                 cp.run_id,
                 cp.seq,
@@ -219,8 +237,14 @@ class SqliteRunTables(SqliteDatabase):
                 cp.prompt_hash,
                 json.dumps(list(cp.completed)),
                 cp.at,
+                *self._run_owner(cp.run_id),
             ),
         )
+
+    def _run_owner(self, run_id: str | None) -> tuple[str | None, str | None, str | None]:
+        """The parameters of `OWNS_RUN` for `run_id` (None: no fence)."""
+        worker = self._worker_id if run_id is not None else None
+        return (worker, run_id, worker)
 
     async def last_checkpoint(self, run_id: str) -> Checkpoint | None:
         row = await self._one(
@@ -302,10 +326,10 @@ class SqliteRunTables(SqliteDatabase):
             return None
         token = f"claim:{uuid.uuid4().hex}"  # replaced by the agent's run id when it ends
         rows = await self._write_now(
-            "INSERT INTO job_runs (job, fire_time, run_id, started_at, state) "
-            "VALUES (?, ?, ?, ?, 'running') ON CONFLICT (job, fire_time) DO NOTHING "
+            "INSERT INTO job_runs (job, fire_time, run_id, started_at, state, worker) "
+            "VALUES (?, ?, ?, ?, 'running', ?) ON CONFLICT (job, fire_time) DO NOTHING "
             "RETURNING id",
-            lambda: (job, fire_time, token, time.time()),
+            lambda: (job, fire_time, token, time.time(), self._worker_id),
         )
         return int(rows[0][0]) if rows else None
 
@@ -318,12 +342,30 @@ class SqliteRunTables(SqliteDatabase):
         result: str | None,
         delivered: bool,
         error: str | None,
-    ) -> None:
-        await self.write(
+    ) -> bool:
+        rows = await self._write_now(
             "UPDATE job_runs SET ended_at = ?, state = ?, run_id = ?, result = ?, delivered = ?, "
-            "error = ? WHERE id = ?",
-            (time.time(), state, run_id, result, int(delivered), error, job_run_id),
+            "error = ? WHERE id = ? AND state = 'running' AND worker IS ? RETURNING id",
+            lambda: (
+                time.time(),
+                state,
+                run_id,
+                result,
+                int(delivered),
+                error,
+                job_run_id,
+                self._worker_id,
+            ),
         )
+        return bool(rows)
+
+    async def take_over_fires(
+        self, worker_id: str | None, *, claimed_before: float = -math.inf
+    ) -> list[JobRunRecord]:
+        rows = await self._write_now(
+            _TAKE_OVER_FIRES, lambda: (worker_id, time.time(), claimed_before)
+        )
+        return sorted((job_run_record(r) for r in rows), key=lambda r: r["fire_time"])
 
     async def job_runs(self, job: str, limit: int = 1) -> list[JobRunRecord]:
         rows = await self._all(

@@ -5,7 +5,9 @@ write lock; each is one statement under that lock, so processes sharing the file
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
+from typing import Any
 
 from core.store.rows import RUN_COLUMNS, RunRow, run_row
 from core.store.sqlite_runs import SqliteRunTables
@@ -17,7 +19,9 @@ WHERE id = (
     WHERE q.state = 'queued' AND q.worker IS NULL
       AND NOT EXISTS (
           SELECT 1 FROM runs r
-          WHERE r.conv = q.conv AND (r.state = 'running' OR r.reply IS NOT NULL)
+          WHERE r.conv = q.conv
+            AND (r.state = 'running' OR r.reply IS NOT NULL
+                 OR (r.state = 'waiting_on_human' AND r.resumable))
       )
     ORDER BY q.seq
     LIMIT 1
@@ -25,13 +29,15 @@ WHERE id = (
 RETURNING {RUN_COLUMNS}
 """
 _HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
-_REQUEUE = f"(runs.trigger = 'user' AND NOT {_HAS_CHECKPOINT})"  # it never got going
+_REQUEUE = f"(runs.trigger IN ('user', 'goal') AND NOT {_HAS_CHECKPOINT})"  # never got going
+_CHILD = "(runs.parent_run_id IS NOT NULL)"  # goes on when its parent is resumed
 _TAKE_OVER_RUNS = f"""
 UPDATE runs SET
-    state = CASE WHEN {_REQUEUE} THEN 'queued' ELSE 'timed_out' END,
-    reason = CASE WHEN {_REQUEUE} THEN reason ELSE 'interrupted' END,
+    state = CASE WHEN {_REQUEUE} THEN 'queued' WHEN {_CHILD} THEN 'timed_out' ELSE state END,
+    reason = CASE WHEN {_REQUEUE} THEN reason WHEN {_CHILD} THEN 'interrupted'
+                  ELSE 'taken_over' END,
     started_at = CASE WHEN {_REQUEUE} THEN NULL ELSE started_at END,
-    ended_at = CASE WHEN {_REQUEUE} THEN NULL ELSE ? END,
+    ended_at = CASE WHEN {_CHILD} THEN ? ELSE NULL END,
     worker = CASE WHEN {_REQUEUE} THEN NULL ELSE ? END,
     resumable = COALESCE((
         SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
@@ -44,7 +50,8 @@ _TAKE_RESUMABLE = """
 UPDATE runs SET state = 'running', resumable = 0, ended_at = NULL, worker = ?
 WHERE id = ? AND resumable AND state NOT IN ('running', 'queued')
   AND NOT EXISTS (
-      SELECT 1 FROM runs o WHERE o.conv = runs.conv AND o.state IN ('running', 'queued')
+      SELECT 1 FROM runs o WHERE o.conv = runs.conv
+        AND (o.state = 'running' OR (o.state = 'queued' AND runs.state <> 'waiting_on_human'))
   )
 RETURNING id
 """
@@ -75,12 +82,27 @@ class SqliteWorkerTables(SqliteRunTables):
         )
 
     async def take_over_runs(
-        self, dead: str | None, worker_id: str, *, created_before: float = math.inf
+        self,
+        dead: str | None,
+        worker_id: str,
+        *,
+        created_before: float = math.inf,
+        silent_for: float | None = None,
     ) -> list[RunRow]:
-        rows = await self._write_now(
-            _TAKE_OVER_RUNS,
-            lambda: (time.time(), worker_id, dead, created_before),
-        )
+        def take(conn: sqlite3.Connection) -> list[Any]:
+            # Under the write lock: the dead worker's row goes (if it is still silent,
+            # when that matters), and its runs with it; else nothing is taken.
+            now = time.time()
+            if dead is not None:
+                silent = "" if silent_for is None else " AND beat_at < ?"
+                where = (dead,) if silent_for is None else (dead, now - silent_for)
+                gone = conn.execute(f"DELETE FROM workers WHERE id = ?{silent}", where)
+                if silent_for is not None and gone.rowcount == 0:
+                    return []
+            params = (now, worker_id, dead, created_before)
+            return conn.execute(_TAKE_OVER_RUNS, params).fetchall()
+
+        rows = await self._write_now_with(take, "take over runs")
         return sorted((run_row(r) for r in rows), key=lambda r: r.seq)
 
     async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
@@ -96,13 +118,18 @@ class SqliteWorkerTables(SqliteRunTables):
         )
         return [str(r[0]) for r in sorted(rows, key=lambda r: int(r[1]))]
 
-    async def worker_heartbeat(self, worker_id: str) -> None:
-        now = time.time()
-        await self.write(
+    async def worker_heartbeat(self, worker_id: str) -> bool:
+        def params() -> tuple[str, float, float]:
+            now = time.time()
+            return (worker_id, now, now)
+
+        rows = await self._write_now(
             "INSERT INTO workers (id, beat_at, started_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET beat_at = excluded.beat_at",
-            (worker_id, now, now),
+            "ON CONFLICT (id) DO UPDATE SET beat_at = excluded.beat_at "
+            "RETURNING started_at <> beat_at",  # an inserted row starts when it beats
+            params,
         )
+        return bool(rows and rows[0][0])
 
     async def dead_workers(self, older_than: float) -> list[str]:
         rows = await self._all(

@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from core.errors import ToolError
-from core.tools.jail import Jail, confine_thread
+from core.tools.jail import Jail
 from core.tools.paths import PathRules
 from core.tools.settings import SandboxSettings
 from core.tools.site import ToolSite
+from core.tools.spawn import confine_thread
 
 T = TypeVar("T")
 Outcome = tuple[bool, Any]  # (returned, the value or the exception)

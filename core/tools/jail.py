@@ -37,19 +37,18 @@ import contextlib
 import os
 import pwd
 import resource
-import signal
-import subprocess
-import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from core.errors import ConfigError
 from core.tools import landlock, netguard, pidns
 from core.tools.roots import config_entries, make_root, reach_notes
 from core.tools.settings import SandboxSettings
+from core.tools.spawn import RunAs, Spawn, confine_thread, count_tasks
+
+__all__ = ["Jail", "RunAs", "Spawn", "confine_thread", "count_tasks"]
 
 SYSTEM_ROOTS = (
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
@@ -122,15 +121,6 @@ def _symlink_target(
     return [landlock.Rule(target, rights & landlock.FILE_RIGHTS)]
 
 
-@dataclass(frozen=True, slots=True)
-class RunAs:
-    """The unprivileged user root's tools run as."""
-
-    name: str
-    uid: int
-    gid: int
-
-
 def _run_as(settings: SandboxSettings) -> RunAs | None:
     if os.geteuid() != 0 or not settings.run_as or not landlock.can_change_thread_user():
         return None
@@ -148,26 +138,6 @@ def _run_as(settings: SandboxSettings) -> RunAs | None:
     return RunAs(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
-def count_tasks(uid: int) -> int:
-    """Threads whose owner is `uid`, as far as /proc shows them (RLIMIT_NPROC counts
-    threads of the real uid)."""
-    total = 0
-    with os.scandir("/proc") as entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
-            try:
-                if entry.stat().st_uid != uid:
-                    continue
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat.rsplit(b")", 1)[-1].split()
-            total += int(fields[17]) if len(fields) > 17 else 1
-    return total
-
-
 class Jail:
     """The kernel sandbox for one configuration.
 
@@ -181,6 +151,7 @@ class Jail:
         settings: SandboxSettings,
         protected: Iterable[Path] = (),
         config_files: Iterable[Path] = (),
+        readable: Iterable[Path] = (),
     ) -> None:
         self.settings = settings
         self.abi = 0 if settings.sandbox == "off" else landlock.abi_version()
@@ -195,6 +166,8 @@ class Jail:
         # Parley's configuration: every entry it goes through to read each file (links
         # included) stays as it is, readable and never writable, wherever it lives.
         self.config_paths = [entry for f in config_files for entry in config_entries(f)]
+        # Read-only roots of Parley's own besides `read_only_paths` (skill folders).
+        self.readable = [_resolved(p) for p in readable]
         self.carved: list[tuple[str, Path, Path]] = []
         self.frozen_in: list[tuple[str, Path, Path]] = []  # config entries inside a root
         self.notes: list[str] = []
@@ -270,9 +243,11 @@ class Jail:
         if read_only in self._rules:
             return self._rules[read_only]
         if self._system is None:
-            readable = [Path(p) for p in SYSTEM_ROOTS] + [
-                _resolved(p) for p in self.settings.read_only_paths
-            ]
+            readable = (
+                [Path(p) for p in SYSTEM_ROOTS]
+                + [_resolved(p) for p in self.settings.read_only_paths]
+                + self.readable
+            )
             system: list[landlock.Rule] = []
             for root in readable:
                 if root.exists():
@@ -471,135 +446,3 @@ class Jail:
                 os.close(fd)
         self._fds = {}
         self._workspaces.clear()
-
-
-def confine_thread(ruleset: int, run_as: RunAs | None) -> None:
-    """Confine the calling thread for good, as a tool's spawning thread is: the tools'
-    user (keeping only the DAC-override capabilities) when Parley is root, then
-    `no_new_privs` and the Landlock `ruleset`."""
-    if run_as is not None:
-        keep = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)
-        landlock.drop_thread_to_user(run_as.uid, run_as.gid, keep)
-    landlock.set_no_new_privs()
-    landlock.restrict_self(ruleset)
-
-
-@dataclass(slots=True)
-class Spawn:
-    """One spawn's ruleset, limits, user and PID namespace.
-
-    The sandbox is entered by a throwaway thread, not by the child: Landlock,
-    `no_new_privs`, capabilities and (through raw syscalls) the uid are per-thread, and
-    a child inherits them from the thread that forks it. So the child can be started with
-    vfork and no Python code between fork and exec (a `preexec_fn` forces a full fork,
-    which costs ~4 ms in a process of Parley's size). Resource limits are per-process:
-    the same thread lowers them on the child right after exec, before the child's own
-    start-up (a shell's takes far longer) lets it fork. A PID namespace made by the
-    thread (root) is made first: it needs CAP_SYS_ADMIN, which the uid drop takes away.
-    """
-
-    ruleset: int
-    limits: tuple[tuple[int, int], ...]
-    run_as: RunAs | None
-    process_budget: int = 0  # processes one call may add (the limit is the count + this)
-    pid_namespaces: pidns.PidNamespaces | None = None
-    network: netguard.NetGuard | None = None  # the seccomp socket rules
-    listener: netguard.Listener | None = None  # served while the spawn lasts
-
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """The argv to launch for `argv`: under the PID namespace's init when there is
-        one."""
-        ns = self.pid_namespaces
-        return ns.command(argv, self.limits) if ns is not None else list(argv)
-
-    def start(self, launch: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
-        """Run `launch` in a thread confined by this spawn; return its process."""
-        limits = dict(self.limits)
-        try:
-            return self._start(launch, limits.get(resource.RLIMIT_NPROC))
-        except BlockingIOError:
-            if resource.RLIMIT_NPROC not in limits:
-                raise
-            # The process count behind the limit was a cached one: count again, once.
-            uid = self.run_as.uid if self.run_as else os.getuid()
-            return self._start(launch, count_tasks(uid) + self.process_budget)
-
-    def _start(
-        self, launch: Callable[[], subprocess.Popen[bytes]], nproc: int | None
-    ) -> subprocess.Popen[bytes]:
-        box: list[subprocess.Popen[bytes] | BaseException] = []
-
-        def confined() -> None:
-            try:
-                if self.pid_namespaces is not None and self.pid_namespaces.in_thread:
-                    landlock.unshare_pid_namespace()  # the child is PID 1 of its own
-                if self.run_as is not None:
-                    keep = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)
-                    landlock.drop_thread_to_user(self.run_as.uid, self.run_as.gid, keep)
-                landlock.set_no_new_privs()
-                if self.network is not None:  # a retried start replaces the first listener
-                    netguard.NetGuard.release(self.listener)
-                    self.listener = self.network.install()
-                landlock.restrict_self(self.ruleset)
-                proc = _launch_counted(launch, nproc)
-                box.append(proc)
-                for res, value in self.limits:  # hard limits too: no raising them back
-                    _lower(
-                        proc.pid,
-                        res,
-                        value if nproc is None or res != resource.RLIMIT_NPROC else nproc,
-                    )
-            except BaseException as exc:  # handed to the caller's thread
-                box.append(exc)
-
-        thread = threading.Thread(target=confined, name="parley-tool-spawn", daemon=True)
-        thread.start()
-        thread.join()
-        outcome = box[-1]
-        if isinstance(outcome, BaseException):
-            if box and isinstance(box[0], subprocess.Popen):  # started, then failed: kill it
-                with contextlib.suppress(OSError):
-                    os.killpg(box[0].pid, signal.SIGKILL)
-            raise outcome
-        return outcome
-
-    def close(self) -> None:
-        os.close(self.ruleset)
-        netguard.NetGuard.release(self.listener)
-        self.listener = None
-
-
-_NPROC_LOCK = threading.Lock()
-
-
-def _launch_counted(
-    launch: Callable[[], subprocess.Popen[bytes]], nproc: int | None
-) -> subprocess.Popen[bytes]:
-    """`launch()` with the process limit already in force in the child.
-
-    The other limits are lowered on the child just after exec, but a fork bomb forks in
-    the microseconds before that, and a process forked then keeps no limit. A child
-    inherits its parent's limits at fork, so Parley's own soft RLIMIT_NPROC is lowered
-    for the spawn and put back after it (under a lock: one spawn at a time). Parley's
-    root threads are exempt from it (CAP_SYS_RESOURCE); this thread, dropped to the
-    tools' user, is not, and neither is anything its child starts.
-    """
-    if nproc is None:
-        return launch()
-    with _NPROC_LOCK:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-        cap = nproc if hard == resource.RLIM_INFINITY else min(nproc, hard)
-        lowered = soft == resource.RLIM_INFINITY or cap < soft
-        if lowered:
-            resource.setrlimit(resource.RLIMIT_NPROC, (cap, hard))
-        try:
-            return launch()
-        finally:
-            if lowered:
-                resource.setrlimit(resource.RLIMIT_NPROC, (soft, hard))
-
-
-def _lower(pid: int, res: int, value: int) -> None:
-    _soft, hard = resource.prlimit(pid, res)
-    cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
-    resource.prlimit(pid, res, (cap, cap))

@@ -11,7 +11,7 @@ descendant: they kill that first process.
 How the namespace is made:
 
 - A Parley with CAP_SYS_ADMIN (root) calls `unshare(CLONE_NEWPID)` in the throwaway
-  spawn thread before it drops to the tools' user (see `core.tools.jail.Spawn`): the
+  spawn thread before it drops to the tools' user (see `core.tools.spawn.Spawn`): the
   thread's next child is PID 1 of a new namespace. No extra process, ~0.1 ms.
 - Any other Parley has util-linux `unshare` make a user namespace (the tool keeps its
   own uid, unmapped, and no capabilities) and a PID namespace inside it, with

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.errors import ToolError
-from core.tools.jail import Spawn
 from core.tools.outputcap import CappedStream
 from core.tools.reaper import REAPER
+from core.tools.spawn import Spawn
 
 if TYPE_CHECKING:
     from core.tools.quota import CallQuota

@@ -28,6 +28,29 @@ async def test_provider_preference_survives_a_restart(fake_llm: FakeLLM, tmp_pat
         assert fake_llm.requests[-1].json["model"] == "other-model"
 
 
+async def test_a_channel_s_preference_is_read_from_the_store_once_not_every_turn(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.responder = lambda request: Reply(text="ok")
+    async with running_agent(fake_llm, tmp_path) as agent:
+        reads: list[str] = []
+        connection = agent.store._read_conn  # SQLite's reader connection
+        connection.set_trace_callback(lambda sql: "provider_prefs" in sql and reads.append(sql))
+        chat = RecordingResponder()
+        for text in ("one", "two", "three"):
+            await agent.submit(inbound(text), chat)
+            await agent.wait_idle()
+        await agent.submit(inbound("four", key=("test", "c1", "t2")), chat)  # another thread
+        await agent.wait_idle()
+        assert chat.finals == ["ok"] * 4
+        assert len(reads) == 1
+        await agent.submit(inbound("/provider other"), chat)  # written through, not read
+        await agent.submit(inbound("five"), chat)
+        await agent.wait_idle()
+        assert fake_llm.requests[-1].json["model"] == "other-model"
+        assert len(reads) == 1
+
+
 async def test_a_removed_provider_falls_back_to_the_default(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from core.agent.turn import RESTARTING_TEXT
 from core.context.transcript import is_valid
 from core.messages import Message, ToolCall
@@ -220,6 +222,26 @@ async def test_a_turn_cut_off_by_shutdown_is_resumable(fake_llm: FakeLLM, tmp_pa
         run = (await agent.store.runs(conv=CONV))[0]
         assert run.state == "timed_out"
         assert run.resumable
+        await agent.submit(inbound("/resume"), chat)
+        await agent.wait_idle()
+        assert chat.finals[-1] == "resumed and done"
+
+
+@pytest.mark.parametrize("scope", ["channel", "conversation"])
+async def test_a_run_in_a_scoped_workspace_resumes_after_a_restart(
+    fake_llm: FakeLLM, tmp_path: Path, scope: str
+) -> None:
+    """The system message names the channel's (or conversation's) workspace: a run resumed
+    before any new turn must hash the same prompt, not the workspace root's."""
+    fake_llm.script(Reply(text="slow " * 400, chunk_size=4, chunk_delay=0.05))
+    chat = RecordingResponder()
+    scoped = {"tools": {"workspace_scope": scope}}
+    async with running_agent(fake_llm, tmp_path, shutdown_grace=0.2, **scoped) as agent:
+        await agent.submit(inbound("long job"), chat)
+        await fake_llm.wait_for_requests(1)
+    fake_llm.script(Reply(text="resumed and done"))
+    async with running_agent(fake_llm, tmp_path, **scoped) as agent:
+        await agent.reconcile()
         await agent.submit(inbound("/resume"), chat)
         await agent.wait_idle()
         assert chat.finals[-1] == "resumed and done"

@@ -172,7 +172,7 @@ async def test_stop_drops_queued_messages_for_good(fake_llm: FakeLLM, tmp_path: 
         await agent.submit(inbound("second"), chat)
         await fake_llm.wait_for_requests(1)
         await agent.submit(inbound("/stop"), chat)
-        assert chat.sent[-1] == "Stopped (1 queued message dropped)."
+        assert chat.sent[-1] == "Dropped 1 queued message."  # the run itself says "Stopped."
         await agent.wait_idle()
         states = sorted(r.state for r in await agent.store.runs())
         assert states == ["cancelled", "cancelled"]

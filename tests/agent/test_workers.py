@@ -178,7 +178,8 @@ async def test_a_stop_on_one_worker_cancels_the_run_on_another(
         # round trips to PostgreSQL, the notice, and the run's final commit.
         assert time.monotonic() - t0 < 2.0
         assert end.streams[0].final == "Stopped."
-        assert "Stopped (1 queued message dropped)." in end.sent
+        assert "Dropped 1 queued message." in end.sent  # "Stopped." once: the run says it
+        assert not [s for s in end.sent if "Stopped" in s]
         await store.flush()
         states = {r.text: r.state for r in await store.runs(conv="test:c1:")}
         assert sorted(states.values()) == ["cancelled", "cancelled"]
@@ -225,7 +226,9 @@ def prompt_hash(fake_llm: FakeLLM, tmp_path: Path) -> str:
     return app.conversation("fake", JournalBox()).prompt_hash()
 
 
-async def test_a_dead_worker_s_runs_are_reconciled_once(fake_llm: FakeLLM, tmp_path: Path) -> None:
+async def test_a_dead_worker_s_run_is_resumed_at_once_by_one_worker(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
     platform = Platform()
     hashed = prompt_hash(fake_llm, tmp_path)
     async with postgres_schema() as url:
@@ -251,27 +254,26 @@ async def test_a_dead_worker_s_runs_are_reconciled_once(fake_llm: FakeLLM, tmp_p
             await dead.create_run(
                 "deadbeef00000002", "test:c2:", "user", state="queued", text="hello", shared=True
             )
-        fake_llm.script(Reply(text="hi there"), Reply(text="done, at last"))
+        answers = {"long task": "done, at last", "hello": "hi there"}
+        fake_llm.responder = lambda request: Reply(text=answers[last_user_text(request)])
         async with workers(fake_llm, tmp_path, url, platform, 3) as agents:
             first, second = platform(("test", "c1", "")), platform(("test", "c2", ""))
-            await until(lambda: bool(first.sent) and second.finals == ["hi there"])
+            await until(lambda: "done, at last" in first.finals and second.finals == ["hi there"])
             sweeping = [a.workers for a in agents if a.workers]
             swept = [w.sweeps for w in sweeping]
             await until(lambda: all(w.sweeps > n + 1 for w, n in zip(sweeping, swept, strict=True)))
-            # every worker swept twice more: still one notice
-            assert len(first.sent) == 1
-            assert "interrupted" in first.sent[0]
-            assert "/resume" in first.sent[0]
+            # every worker swept twice more: it went on once, and nobody said "interrupted"
+            assert first.sent == []
+            assert first.finals.count("done, at last") == 1
+            assert len(fake_llm.requests) == 2
             store = agents[0].store
             run = await store.run("deadbeef00000001")
             assert run is not None
-            assert (run.state, run.resumable) == ("timed_out", True)
+            assert (run.state, run.resumable) == ("completed", False)
             assert run.worker in {a.workers.id for a in agents if a.workers}
             assert await store.dead_workers(0.0) != ["elsewhere:1:dead"]
-            # /resume on any worker goes on with it, once
-            await agents[2].submit(inbound("/resume", key=("test", "c1", "")), first)
-            await until(lambda: first.finals[-1:] == ["done, at last"])
-            assert (await store.run("deadbeef00000001")).state == "completed"  # type: ignore[union-attr]
+            names = [e[1] for e in await store.events("deadbeef00000001")]
+            assert names.count("agent_run.resumed") == 1
 
 
 async def test_a_resume_sent_to_two_workers_at_once_goes_on_once(
@@ -331,10 +333,15 @@ async def test_a_worker_wrongly_taken_for_dead_does_not_deliver_the_run_taken_ov
         async with await open_store(url) as other:  # a worker that missed its heartbeats
             [taken] = await other.take_over_runs(slow.workers.id, "other:1:x")
         await until(lambda: slow.lanes[("test", "c1", "")].idle)
-        assert end.streams[0].final is None  # withheld: the other worker said "interrupted"
+        assert end.streams[0].final is None  # withheld: the run goes on elsewhere
         run = await slow.store.run(taken.id)
         assert run is not None
-        assert (run.state, run.worker) == ("timed_out", "other:1:x")  # not "completed"
+        assert (run.state, run.worker) == ("running", "other:1:x")  # not "completed"
+        # nothing written over the history the other worker goes on with
+        history = await slow.store.load_messages("test:c1:")
+        assert [m.role for m in history if m.role != "system"] == ["user"]
+        names = [e[1] for e in await slow.store.events(taken.id)]
+        assert "agent_run.lost" in names
 
 
 async def test_workers_listen_again_after_losing_the_server_and_miss_nothing(
@@ -359,6 +366,24 @@ async def test_workers_listen_again_after_losing_the_server_and_miss_nothing(
         await agents[1].submit(inbound("/status"), end)
         await until(lambda: end.finals == ["re: still there?"])
         assert "Provider: fake" in end.sent[0]
+
+
+async def test_a_provider_chosen_on_one_worker_is_the_one_every_worker_uses(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    platform = Platform()
+    main, thread = ("test", "c1", ""), ("test", "c1", "t2")
+    async with postgres_schema() as url, workers(fake_llm, tmp_path, url, platform, 2) as agents:
+        await agents[0].submit(inbound("/status", key=thread), platform(thread))
+        assert platform(thread).sent[-1].startswith("Provider: fake ")  # worker 0 keeps it
+        await agents[0].submit(inbound("/status", key=main), platform(main))
+        await agents[1].submit(inbound("/provider other", key=main), platform(main))
+        assert platform(main).sent[-1] == "This channel now uses other."
+        # Worker 1's notice has reached worker 0 once worker 0 takes the lane for stale.
+        await until(lambda: agents[0].lanes[main].stale)
+        # The whole channel's choice changed, so the other thread's too.
+        await agents[0].submit(inbound("/status", key=thread), platform(thread))
+        assert platform(thread).sent[-1].startswith("Provider: other ")
 
 
 async def test_the_queue_cap_counts_the_messages_queued_on_every_worker(
@@ -448,3 +473,39 @@ async def test_a_shutdown_during_a_claim_puts_the_claimed_run_back_in_the_queue(
     # back in the queue for another worker at once, not held by a worker that has gone
     assert (state, worker) == ("queued", None)
     assert not fake_llm.requests
+
+
+async def test_a_turn_a_stopping_worker_cuts_off_is_gone_on_with_by_another(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A deploy stops a worker (SIGTERM) while a turn runs past the grace: the turn stays
+    that worker's, and the worker that finds it gone goes on with it — no "send /resume"
+    notice, and the message behind it waits for it."""
+    gate = asyncio.Event()
+    asked: list[str] = []
+
+    async def answer(request: RecordedRequest) -> Reply:
+        text = last_user_text(request)
+        asked.append(text)
+        if asked.count(text) == 1 and text == "long task":
+            await gate.wait()  # the stopping worker's turn never gets its answer
+        return Reply(text=f"re: {text}")
+
+    fake_llm.responder = answer
+    platform = Platform()
+    end = platform(("test", "c1", ""))
+    async with postgres_schema() as url, workers(fake_llm, tmp_path, url, platform, 2) as agents:
+        await agents[0].submit(inbound("long task"), end)
+        await fake_llm.wait_for_requests(1)
+        [running] = await agents[0].store.runs(conv="test:c1:", states=["running"])
+        stopping = next(a for a in agents if a.workers and a.workers.id == running.worker)
+        other = next(a for a in agents if a is not stopping)
+        assert other.workers is not None
+        await stopping.submit(inbound("then this"), end)
+        await stopping.shutdown(grace=0.1)
+        await until(lambda: end.finals[-1:] == ["re: then this"], timeout=30)
+        gate.set()
+        run = (await other.store.runs(conv="test:c1:", limit=5))[-1]
+    assert [f for f in end.finals if f] == ["re: long task", "re: then this"]
+    assert end.sent == []  # no "I am restarting … send /resume"
+    assert (run.state, run.worker) == ("completed", other.workers.id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -17,7 +18,7 @@ from core.errors import ConfigError
 from core.store import open_store
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
-from tests.store.conftest import postgres_schema
+from tests.store.conftest import POSTGRES_URL, postgres_schema
 
 
 def config(**store: Any) -> ParleyConfig:
@@ -66,6 +67,11 @@ def test_a_postgresql_url_with_its_password_from_the_environment() -> None:
         ({"url": "postgresql://parley:hunter2@db/parley"}, "holds a password", "password_env"),
         ({"url": "postgresql://db/parley?password=hunter2"}, "holds a password", "password_env"),
         ({"url": "sqlite:///"}, "names no database file", "sqlite:///<path>"),
+        # libpq's defaults would pick the server and the database, and Parley migrate it
+        ({"url": "postgresql://"}, "names no host and no database name", "USER@HOST:5432/"),
+        ({"url": "postgresql://parley@db.internal"}, "names no database name", "DATABASE"),
+        ({"url": "postgresql:///parley"}, "names no host", "?host=/var/run/postgresql"),
+        ({"url": "postgres://db:5432/"}, "names no database name", "DATABASE"),
     ],
 )
 def test_a_bad_url_names_the_key_and_the_fix(store: dict[str, str], problem: str, fix: str) -> None:
@@ -75,6 +81,22 @@ def test_a_bad_url_names_the_key_and_the_fix(store: dict[str, str], problem: str
     assert problem in err.value.problem
     assert fix in err.value.fix
     assert "hunter2" not in str(err.value)
+
+
+def test_a_host_and_a_database_may_be_given_as_libpq_parameters() -> None:
+    assert config(url="postgresql:///parley?host=/var/run/postgresql").store.backend() == (
+        "postgresql"
+    )
+    assert config(url="postgresql://db?dbname=parley").store.backend() == "postgresql"
+
+
+async def test_the_opened_postgresql_store_says_host_port_and_database_never_a_password() -> None:
+    async with postgres_schema() as url, await open_store(url, password="hunter2") as store:
+        said = store.describe()
+    given = urlsplit(POSTGRES_URL)
+    where = f"{given.hostname}:{given.port or 5432} database {given.path.strip('/')}"
+    assert said.startswith(f"PostgreSQL {where} schema parley_test_"), said
+    assert "hunter2" not in said
 
 
 def test_a_path_and_a_url_at_once_is_a_config_error() -> None:

@@ -319,6 +319,19 @@ async def test_an_async_write_is_read_as_soon_as_it_returns(store: Store) -> Non
     assert await store.provider_pref("slack", "C1") == "fast"
 
 
+async def test_a_chats_instruction_choice_is_kept_per_chat_and_can_be_forgotten(
+    store: Store,
+) -> None:
+    assert await store.instruction_pref("slack", "C1") is None
+    await store.set_instruction_pref("slack", "C1", "ops")
+    await store.set_instruction_pref("slack", "C1", "oncall")  # the last choice stands
+    await store.set_instruction_pref("slack", "C2", "ops")
+    assert await store.instruction_pref("slack", "C1") == "oncall"
+    await store.set_instruction_pref("slack", "C1", None)
+    assert await store.instruction_pref("slack", "C1") is None
+    assert await store.instruction_pref("slack", "C2") == "ops"
+
+
 async def test_an_async_write_also_commits_what_was_queued_before_it(store: Store) -> None:
     store.save_journal(CONV, {"objective": "queued first"})
     store.checkpoint(checkpoint("r1", 1))

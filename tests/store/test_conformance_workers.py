@@ -237,3 +237,23 @@ async def test_a_reply_is_owed_only_by_the_worker_whose_run_it_is(store: Store) 
     await store.flush()
     [owed] = await store.take_owed_replies("w:1", "w:3", created_before=math.inf)
     assert owed.text == "hello"
+
+
+async def test_an_owed_reply_of_a_listed_worker_stays_its_own(store: Store) -> None:
+    """A worker that beats (say, one a sweep found silent a moment ago, that beat since)
+    is posting its answers itself: nobody takes them."""
+    import math
+
+    store.set_worker("w:1")
+    await store.worker_heartbeat("w:1")
+    await store.create_run("r1", CONV, "user", text="hi")
+    store.finish_run(
+        "r1", state="completed", reason="final", text="hello", iterations=1,
+        input_tokens=1, output_tokens=1,
+    )  # fmt: skip
+    store.owe_reply("r1", "hello")
+    await store.flush()
+    assert await store.take_owed_replies("w:1", "w:2", created_before=math.inf) == []
+    await store.take_over_runs("w:1", "w:2")  # struck off
+    [owed] = await store.take_owed_replies("w:1", "w:2", created_before=math.inf)
+    assert owed.run_id == "r1"
