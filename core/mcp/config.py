@@ -26,8 +26,6 @@ from core.errors import ConfigError
 McpCategory = Literal["read", "write", "admin", "deny"]
 OfferedCategory = Literal["read", "write", "admin"]
 
-# Where a stdio server's program is already read-only to tools (the system dirs).
-SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
 SERVER_NAME = re.compile(r"[a-z0-9_]+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HEADER_NAME = re.compile(r"[A-Za-z0-9-]+")
@@ -178,14 +176,17 @@ class McpConfig(BaseModel):
 def command_files(config: McpServerConfig, base: Path) -> list[Path]:
     """The files a stdio server's `command` names outside the system dirs: its program
     and scripts. They are Parley's configuration (tools may not change them) and the
-    server may read them. A relative path is taken from `base` (config.toml's directory)."""
+    server may read them. A relative path is taken from `base` (config.toml's directory).
+    (Under the system dirs a program is read-only to tools already.)"""
+    from core.tools.jail import SYSTEM_ROOTS
+
     found: list[Path] = []
     for item in config.command or ():
         if item.startswith("-"):
             continue
         path = Path(os.path.expanduser(item))
         path = path if path.is_absolute() else base / path
-        if ("/" in item or path.is_file()) and path.is_file():
+        if path.is_file():
             resolved = path.resolve()
             if not any(resolved.is_relative_to(root) for root in SYSTEM_ROOTS):
                 found.append(path)
@@ -193,7 +194,11 @@ def command_files(config: McpServerConfig, base: Path) -> list[Path]:
 
 
 def check_env(name: str, config: McpServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
-    """The HTTP headers of `headers_env`, checked present (stdio `env` too)."""
+    """The HTTP headers `headers_env` names, with their values.
+
+    Raises:
+        ConfigError: a variable that `env` or `headers_env` names is not set.
+    """
     for variable in config.env:
         if variable not in environ:
             raise ConfigError(
