@@ -231,7 +231,7 @@ class Children:
         turn = Turn(self.host, lane, QuietResponder(), user_text, "child", run_id, resume, link)
         async with lane.lock:
             task = asyncio.create_task(turn.run(), name=f"run {lane.conv_id}")
-            lane.run_task = task
+            lane.run_as(task)
             try:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:
