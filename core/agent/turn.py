@@ -278,8 +278,8 @@ class Turn:
             asker=self._asker(),
         )
         if self.user_text is not None:
-            extra = conversation.executor.ctx.extra
-            recalled = await recalled_message(extra, ctx, self.user_text)
+            memory = conversation.executor.ctx.memory
+            recalled = await recalled_message(memory, ctx, self.user_text)
             if pending := unanswered_calls(conversation.messages):
                 # New input supersedes an interrupted run: close its calls, never re-run.
                 close_unanswered(conversation.messages, pending, {})
