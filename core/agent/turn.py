@@ -396,9 +396,8 @@ class Turn:
                 self.run_id,
             )
             self.sink.emit("agent_run.lost", {})
-        close = getattr(stream, "aclose", None)
-        if close is not None:
-            await close()
+        if previews(stream):
+            await stream.aclose()
         self.lane.end_run("timed_out")
         self.lane.mark_stale()  # its history goes on elsewhere: loaded again before the next run
         return self._report(_Ending("timed_out", "", ending.reason, iterations=ending.iterations))
