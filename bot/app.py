@@ -31,7 +31,6 @@ from core.instructions import Guidance, GuidancePlaces, load_guidance, signature
 from core.instructions.tool import LoadSkillTool
 from core.loop import Guards, LoopConfig
 from core.mcp.config import check_env, command_files
-from core.memory.recall import MEMORY_KEY
 from core.memory.service import Memory
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
@@ -201,7 +200,7 @@ def build_registry(
     """Built-in tools plus the team's CLI tools from tools.yaml (if the file exists);
     `load_skill` when there are skills (in `guidance`, else read now), `web_fetch` unless
     turned off or `tools.network = false`."""
-    from core.agent.journal import journal_tools
+    from core.agent.journal_tools import journal_tools
     from core.memory.tools import memory_tools
     from core.tools.ask import AskHumanTool
     from core.tools.builtin import builtin_tools
@@ -428,13 +427,11 @@ class App:
         """A conversation with its own executor, context manager and guards."""
         agent = self.config.agent
         journal = journal or JournalBox()
-        extra: dict[str, object] = {"journal": journal}
-        if self.memory is not None and self.config.memory.enabled:
-            extra[MEMORY_KEY] = self.memory
+        memory = self.memory if self.config.memory.enabled else None
         executor = ToolExecutor(
             self.registry,
             policy or ToolPolicy(session="interactive"),
-            ToolContext(sandbox=self.config.tools, extra=extra, jail=self.jail),
+            ToolContext(sandbox=self.config.tools, journal=journal, memory=memory, jail=self.jail),
             redact=self.redactor,
         )
         provider = self.provider(provider_name)

@@ -188,6 +188,10 @@ class PreviewStream(ReplyStream, Protocol):
         """Edit the previews `message_ids` (of this conversation, possibly posted by an
         earlier process) to read `note`; best effort: one that cannot be edited stays."""
 
+    async def aclose(self) -> None:
+        """Stop its background work now (idempotent); what was shown stays as it is (a run
+        lost to another worker stops streaming at once)."""
+
 
 _PREVIEWS: dict[type, bool] = {}
 

@@ -129,44 +129,53 @@ class Agent:
             finally:
                 self._taking_in.discard(event)
         lane = await self.lane(inbound.key)
-        lane.users += 1  # not evicted while this message is being taken in
         try:
-            lane.responder = responder
-            if (command := inbound.command) is not None:
-                if inbound.event_id:
-                    await self.store.mark_seen(*event)
-                await self.commands.handle(lane, inbound, responder)
-                if workers is not None and command[0] in _CHANGING:
-                    workers.changed(lane)
-                _settle(done, _not_run("", "command"))
-                return True
-            if len(lane.queue) >= self.max_queued:
-                _settle(done, _not_run("", "queue_full"))
-                return await self._turn_away(lane, inbound, responder)
-            # Durable (a queued run, marked seen in the same commit) before the platform hears
-            # "received": a crash re-queues it at start-up; never lost nor answered twice.
-            run_id = new_run_id()
-            if inbound.event_id:
-                self.store.mark_seen_soon(*event)
-            await self.store.create_run(
-                run_id, lane.conv_id, "user", state="queued", text=inbound.text
-            )
-            lane.queue.append(Queued(inbound, responder, run_id, done))
-            if lane.worker is None or lane.worker.done():
-                lane.worker = _spawn(self._drain(lane), f"lane {lane.conv_id}")
-            return True
+            with lane.in_use():  # not evicted while this message is being taken in
+                return await self._into_lane(lane, inbound, responder, done, event)
         finally:
-            lane.users -= 1
             self._taking_in.discard(event)
+
+    async def _into_lane(
+        self,
+        lane: Lane,
+        inbound: Inbound,
+        responder: Responder,
+        done: asyncio.Future[RunReport] | None,
+        event: tuple[str, str],
+    ) -> bool:
+        """A command is handled now; a message is queued in the lane (durably first)."""
+        workers = self.workers if self.workers and self.workers.shares(inbound.key) else None
+        lane.answer_to(responder)
+        if (command := inbound.command) is not None:
+            if inbound.event_id:
+                await self.store.mark_seen(*event)
+            await self.commands.handle(lane, inbound, responder)
+            if workers is not None and command[0] in _CHANGING:
+                workers.changed(lane)
+            _settle(done, _not_run("", "command"))
+            return True
+        if lane.waiting >= self.max_queued:
+            _settle(done, _not_run("", "queue_full"))
+            return await self._turn_away(lane, inbound, responder)
+        # Durable (a queued run, marked seen in the same commit) before the platform hears
+        # "received": a crash re-queues it at start-up; never lost nor answered twice.
+        run_id = new_run_id()
+        if inbound.event_id:
+            self.store.mark_seen_soon(*event)
+        await self.store.create_run(run_id, lane.conv_id, "user", state="queued", text=inbound.text)
+        lane.enqueue(Queued(inbound, responder, run_id, done))
+        if lane.worker is None or lane.worker.done():
+            lane.work(_spawn(self._drain(lane), f"lane {lane.conv_id}"))
+        return True
 
     async def _turn_away(self, lane: Lane, inbound: Inbound, responder: Responder) -> bool:
         """A full queue: the message is not queued, and its sender is told so."""
         if inbound.event_id:
             await self.store.mark_seen(inbound.channel, inbound.event_id)
-        self.events.emit("agent.queue.full", {"queued": len(lane.queue)}, conv=lane.conv_id)
+        self.events.emit("agent.queue.full", {"queued": lane.waiting}, conv=lane.conv_id)
         await safe_send(
             responder,
-            f"I already have {len(lane.queue)} messages waiting in this conversation, so I "
+            f"I already have {lane.waiting} messages waiting in this conversation, so I "
             "did not queue that one. Send it again once I have caught up (/stop drops the "
             "queue).",
         )
@@ -194,10 +203,7 @@ class Agent:
                 saved, lambda j: store.save_journal(conv, j.model_dump())
             )
             lane = Lane(key, conv, journal)
-            if row is not None:
-                lane.input_tokens, lane.output_tokens = row.input_tokens, row.output_tokens
-                lane.last_compaction = row.last_compaction
-            lane.goal = goal
+            lane.restore(row, goal)
             if build:  # a cron job pins one of its own instead (`run_job`)
                 await self.conversation_of(lane, messages)
             self.lanes[key] = lane
@@ -226,20 +232,17 @@ class Agent:
         self.factory.refresh()  # between turns: configuration files edited since are read
         wanted = await self.provider_for(lane.key)
         chosen = await self.chosen_instructions(lane.key)
-        fresh = lane.generation == self.factory.generation and lane.instructions == chosen
-        if current is not None and lane.provider_name == wanted and fresh:
+        if current is not None and lane.built_with(wanted, self.factory.generation, chosen):
             return current
         conversation = self.factory.conversation(wanted, lane.journal)
         conversation.instructions = self.factory.guidance.instructions(lane.key[0], chosen)
         # Its tools' workspace from the start (each turn sets it again): the system message
         # names it, so a run resumed before any turn hashes the prompt it was started with.
         conversation.workspace = site_for(conversation.executor.ctx.sandbox, lane.conv_id).workspace
-        lane.instructions = chosen
         conversation.messages = (
             messages if messages is not None else (current.messages if current else [])
         )
-        lane.conversation, lane.provider_name = conversation, wanted
-        lane.generation = self.factory.generation
+        lane.adopt(conversation, wanted, self.factory.generation, chosen)
         return conversation
 
     @property
@@ -304,9 +307,8 @@ class Agent:
 
     async def _drain(self, lane: Lane) -> None:
         """The lane's worker: one queued message at a time, in order."""
-        while lane.queue and not self._closing:
-            queued = lane.queue.popleft()
-            lane.responder = queued.responder
+        while not self._closing and (queued := lane.next_queued()) is not None:
+            lane.answer_to(queued.responder)
             report: RunReport | None = None
             try:
                 report = await self.run_in_lane(
@@ -337,7 +339,7 @@ class Agent:
         async with lane.lock:
             turn = Turn(self, lane, responder, user_text, trigger, run_id, resume, inbound=inbound)
             task = asyncio.create_task(turn.run(), name=f"run {lane.conv_id}")
-            lane.run_task = task
+            lane.run_as(task)
             try:
                 report = await asyncio.shield(task)
             except asyncio.CancelledError:
@@ -350,7 +352,7 @@ class Agent:
                 # say so: the run's own stream, which would, never started).
                 if run_id is not None:
                     self.store.set_run_state(run_id, "cancelled", "stopped")
-                lane.finished("cancelled")
+                lane.end_run("cancelled")
                 report = _not_run(run_id or "", "cancelled")
                 await safe_send(responder, STOPPED_TEXT)
             if self.lanes.get(lane.key) is lane:  # active just now: the last to evict
@@ -380,7 +382,7 @@ class Agent:
 
     def start_goal(self, lane: Lane, responder: Responder) -> None:
         """Drive the lane's goal without user input (`/goal create … --auto`)."""
-        lane.goal_task = _spawn(drive_goal(self, lane, responder), f"goal {lane.conv_id}")
+        lane.drive_goal(_spawn(drive_goal(self, lane, responder), f"goal {lane.conv_id}"))
 
     # --- resume and reconcile ------------------------------------------------------------
 
@@ -439,13 +441,13 @@ class Agent:
             self.events.emit(
                 "agent_run.resume_unsafe", {"why": why}, run_id=run_id, conv=lane.conv_id
             )
-            lane.last_state = "waiting_on_human"
+            lane.settled("waiting_on_human")
             await self.store.flush()
             return text
-        if lane.working or lane.queue:
+        if lane.working or lane.waiting:
             return "A message arrived meanwhile; send /resume again once it is answered."
         resumed = self._resume_then_drain(lane, responder, run_id)
-        lane.worker = _spawn(resumed, f"resume {lane.conv_id}")
+        lane.work(_spawn(resumed, f"resume {lane.conv_id}"))
         return None
 
     async def _resume_then_drain(self, lane: Lane, responder: Responder, run_id: str) -> None:
@@ -470,10 +472,10 @@ class Agent:
             return
         lane = await self.lane(key)
         inbound = Inbound(*key, user_id="", user_name="", text=text)
-        lane.queue.append(Queued(inbound, responder, run_id))
+        lane.enqueue(Queued(inbound, responder, run_id))
         self.events.emit("agent_run.requeued", {}, run_id=run_id, conv=conv)
         if lane.worker is None or lane.worker.done():
-            lane.worker = _spawn(self._drain(lane), f"lane {lane.conv_id}")
+            lane.work(_spawn(self._drain(lane), f"lane {lane.conv_id}"))
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -503,7 +505,7 @@ class Agent:
             if lane.worker and not lane.worker.done():
                 lane.worker.cancel()
                 await asyncio.wait({lane.worker})
-            for queued in lane.queue:  # stored: they run after the restart, not here
+            for queued in lane.drop_queue():  # stored: they run after the restart, not here
                 queued.settle(_not_run(queued.run_id, "closing"))
         await self.store.flush()
         if self.workers is not None:

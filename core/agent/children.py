@@ -231,7 +231,7 @@ class Children:
         turn = Turn(self.host, lane, QuietResponder(), user_text, "child", run_id, resume, link)
         async with lane.lock:
             task = asyncio.create_task(turn.run(), name=f"run {lane.conv_id}")
-            lane.run_task = task
+            lane.run_as(task)
             try:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:
@@ -309,11 +309,10 @@ def child_conversation(parent: Conversation, journal: JournalBox, plan: _Plan) -
     """The child's conversation: the parent's provider and sandbox, its policy without
     approvals, only the planned tools, its own journal and context manager."""
     executor = parent.executor
-    extra = {**executor.ctx.extra, "journal": journal}
     child_executor = ToolExecutor(
         ToolRegistry(plan.tools),
         executor.policy.without_approvals(),
-        replace(executor.ctx, extra=extra),
+        replace(executor.ctx, journal=journal),
         executor.clock,
         executor.redact,
     )

@@ -89,8 +89,8 @@ class Commands:
             run += f" (run {lane.run_id})"
         elif lane.last_state:
             run += f" (last run: {lane.last_state})"
-        if lane.queue:
-            run += f", {len(lane.queue)} queued"
+        if lane.waiting:
+            run += f", {lane.waiting} queued"
         subgoal = context.subgoal_status() if context is not None else None
         if elsewhere := await self.agent.status_elsewhere(lane):
             run = f"{'busy' if lane.busy else 'idle here'}; {elsewhere}"
@@ -149,7 +149,7 @@ class Commands:
             await responder.send("Compacting the conversation…")
             report = await context.compact(conversation.messages, sink=discard)
             before, after = report.before, report.after
-            lane.last_compaction = f"{before}→{after} (manual)"
+            lane.compacted(before, after, "manual")
             store = self.agent.store
             store.save_messages(lane.conv_id, conversation.messages)
             lane.save_snapshot(store)
@@ -220,8 +220,9 @@ class Commands:
             if auto and lane.busy:
                 return BUSY
             await lane.stop_goal()  # one driver per conversation
-            lane.goal = GoalRow(lane.conv_id, text, "active", auto, turns if auto else 0, 0, None)
-            await store.save_goal(lane.goal, lane.conv_id)
+            goal = GoalRow(lane.conv_id, text, "active", auto, turns if auto else 0, 0, None)
+            lane.set_goal(goal)
+            await store.save_goal(goal, lane.conv_id)
             if auto:
                 self.agent.start_goal(lane, responder)
                 return f"Goal set: {text}. Working on it autonomously (up to {turns} turns)."
@@ -230,12 +231,13 @@ class Commands:
             if lane.goal is None:
                 return "No goal to complete."
             await lane.stop_goal()
-            lane.goal = replace(lane.goal, state="completed", note="marked done")
-            await store.save_goal(lane.goal, lane.conv_id)
-            return f"Goal completed: {lane.goal.text}"
+            done = replace(lane.goal, state="completed", note="marked done")
+            lane.set_goal(done)
+            await store.save_goal(done, lane.conv_id)
+            return f"Goal completed: {done.text}"
         if sub == "clear":
             await lane.stop_goal()
-            lane.goal = None
+            lane.set_goal(None)
             await store.save_goal(None, lane.conv_id)
             return "Goal cleared."
         return "Usage: /goal [create <text> [--auto [--turns N]] | done | clear]"

@@ -15,7 +15,6 @@ from core.context.tokens import TokenCounter
 from core.instructions import Guidance
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
 from core.memory.recall import SYSTEM_NOTE as MEMORY_NOTE
-from core.memory.recall import memory_of
 from core.messages import Message
 from core.providers.base import Provider
 from core.run_context import DETACHED, RunContext
@@ -69,7 +68,7 @@ class Conversation:
         agent)."""
         today = dt.datetime.now(dt.UTC).date().isoformat()
         parts = [f"{self._head()} Today is {today} (UTC).", *self._guidance()]
-        if memory_of(self.executor.ctx.extra) is not None:
+        if self.executor.ctx.memory is not None:
             parts.append(MEMORY_NOTE)
         if extra:
             parts.append(extra)

@@ -97,7 +97,7 @@ async def drive_goal(agent: GoalHost, lane: Lane, responder: Responder) -> None:
             prompt = (FIRST_PROMPT if goal.turns == 0 else NEXT_PROMPT).format(goal=goal.text)
             report = await _turn(agent, lane, responder, prompt)
             goal = replace(goal, turns=goal.turns + 1)
-            lane.goal = goal
+            lane.set_goal(goal)
             await agent.store.save_goal(goal, lane.conv_id)
             if report is None or report.state in ("cancelled", "failed"):
                 state, note = "stopped", "the run was stopped or failed"
@@ -165,7 +165,7 @@ async def _finish(
 ) -> None:
     final = replace(goal, state=state, note=note)
     if lane.goal is not None and lane.goal.text == goal.text:  # not replaced or cleared
-        lane.goal = final
+        lane.set_goal(final)
         await agent.store.save_goal(final, lane.conv_id)
     agent.events.emit(
         "agent.goal.ended", {"state": state, "turns": goal.turns, "note": note}, conv=lane.conv_id

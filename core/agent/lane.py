@@ -1,7 +1,8 @@
 """One conversation's lane (docs/commands.md): its queue, its history and its running run.
 
-`Lane` keeps its own invariants: changes go through its methods (queue, stop, reset,
-pin, usage), so the rules — one run at a time, a pinned conversation is never rebuilt,
+`Lane` keeps its own invariants: its fields are private and change only through its
+verbs (take in, queue, begin and end a run, adopt or pin a conversation, restore, reset,
+set the goal, stop), so the rules — one run at a time, a pinned conversation is never rebuilt,
 `/stop` drops the queue — live here once. Commands and the goal driver see the agent
 only through `LaneHost`, the few things they need of it.
 """
@@ -11,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from core.agent.conversation import Conversation, ConversationFactory
@@ -21,7 +23,7 @@ from core.chat import ConversationKey, Inbound, Responder
 from core.clock import Clock
 from core.config import GoalsConfig
 from core.eventlog import EventLog
-from core.store import GoalRow, RunRow, Store
+from core.store import ConversationRow, GoalRow, RunRow, Store
 
 RunState = Literal[
     "queued", "running", "completed", "cancelled", "failed", "timed_out", "waiting_on_human"
@@ -73,119 +75,362 @@ class Queued:
             self.done.set_result(report)
 
 
-@dataclass(slots=True)
 class Lane:
-    """One conversation: its queue, its history and its running run (if any)."""
+    """One conversation: its queue, its history and its running run (if any).
 
-    key: ConversationKey
-    conv_id: str  # the key as one string (see `core.agent.conv_id`)
-    journal: JournalBox
-    conversation: Conversation | None = None
-    provider_name: str = ""
-    queue: deque[Queued] = field(default_factory=deque)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one run at a time
-    worker: asyncio.Task[None] | None = None
-    run_task: asyncio.Task[RunReport] | None = None
-    run_id: str | None = None
-    last_state: str | None = None
-    responder: Responder | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    goal: GoalRow | None = None
-    goal_task: asyncio.Task[None] | None = None
-    last_compaction: str | None = None
-    generation: int = 0  # of the configuration its conversation was built from
-    instructions: str | None = None  # the chat's chosen instruction file it was built with
-    stoppable: bool = False  # the run is in its loop; after it, /stop lets it deliver
-    pinned: bool = False  # a conversation built by its owner (a cron job): never rebuilt
-    users: int = 0  # submits in progress
-    # Several workers (`core.agent.workers`): the last run this worker ran here, and
-    # whether another worker changed the conversation since (then it is loaded again).
-    seen_run: str | None = None
-    stale: bool = False
+    Its state is private; the agent, the commands, the goal driver and the dispatcher
+    change it only through the verbs below, and read it through properties.
+    """
+
+    __slots__ = (
+        "_conv_id",
+        "_conversation",
+        "_generation",
+        "_goal",
+        "_goal_task",
+        "_input_tokens",
+        "_instructions",
+        "_journal",
+        "_key",
+        "_last_compaction",
+        "_last_state",
+        "_lock",
+        "_output_tokens",
+        "_pinned",
+        "_provider_name",
+        "_queue",
+        "_responder",
+        "_run_id",
+        "_run_task",
+        "_seen_run",
+        "_stale",
+        "_stoppable",
+        "_users",
+        "_worker",
+    )
+
+    def __init__(self, key: ConversationKey, conv_id: str, journal: JournalBox) -> None:
+        self._key = key
+        self._conv_id = conv_id  # the key as one string (see `core.agent.conv_id`)
+        self._journal = journal
+        self._conversation: Conversation | None = None
+        self._provider_name = ""
+        self._queue: deque[Queued] = deque()
+        self._lock = asyncio.Lock()  # one run at a time
+        self._worker: asyncio.Task[None] | None = None
+        self._run_task: asyncio.Task[RunReport] | None = None
+        self._run_id: str | None = None
+        self._last_state: str | None = None
+        self._responder: Responder | None = None
+        self._input_tokens = 0
+        self._output_tokens = 0
+        self._goal: GoalRow | None = None
+        self._goal_task: asyncio.Task[None] | None = None
+        self._last_compaction: str | None = None
+        self._generation = 0  # of the configuration its conversation was built from
+        self._instructions: str | None = None  # the chat's instruction file it was built with
+        self._stoppable = False  # the run is in its loop; after it, /stop lets it deliver
+        self._pinned = False  # a conversation built by its owner (a cron job): never rebuilt
+        self._users = 0  # submits in progress
+        # Several workers (`core.agent.workers`): the last run this worker ran here, and
+        # whether another worker changed the conversation since (then it is loaded again).
+        self._seen_run: str | None = None
+        self._stale = False
+
+    # --- what others read ---------------------------------------------------------------
+
+    @property
+    def key(self) -> ConversationKey:
+        return self._key
+
+    @property
+    def conv_id(self) -> str:
+        """The key as one string (see `core.agent.conv_id`)."""
+        return self._conv_id
+
+    @property
+    def journal(self) -> JournalBox:
+        return self._journal
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held by the run (one at a time) and by whatever changes the history."""
+        return self._lock
+
+    @property
+    def conversation(self) -> Conversation | None:
+        return self._conversation
+
+    @property
+    def provider_name(self) -> str:
+        return self._provider_name
+
+    @property
+    def generation(self) -> int:
+        """Of the configuration the conversation was built from."""
+        return self._generation
+
+    @property
+    def instructions(self) -> str | None:
+        """The chat's chosen instruction file the conversation was built with."""
+        return self._instructions
+
+    @property
+    def pinned(self) -> bool:
+        """The conversation was built by the lane's owner (a cron job): never rebuilt."""
+        return self._pinned
+
+    @property
+    def waiting(self) -> int:
+        """How many messages wait in the queue."""
+        return len(self._queue)
+
+    @property
+    def worker(self) -> asyncio.Task[None] | None:
+        """The task that runs the lane's queued messages (or a resumed or claimed run)."""
+        return self._worker
+
+    @property
+    def run_task(self) -> asyncio.Task[RunReport] | None:
+        return self._run_task
+
+    @property
+    def run_id(self) -> str | None:
+        """The running run's id, while its loop runs."""
+        return self._run_id
+
+    @property
+    def last_state(self) -> str | None:
+        """How the last run here ended."""
+        return self._last_state
+
+    @property
+    def stoppable(self) -> bool:
+        """The run is in its loop; after it, `/stop` lets it deliver."""
+        return self._stoppable
+
+    @property
+    def responder(self) -> Responder | None:
+        """Where the lane's latest message came from: where it answers."""
+        return self._responder
+
+    @property
+    def input_tokens(self) -> int:
+        return self._input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        return self._output_tokens
+
+    @property
+    def last_compaction(self) -> str | None:
+        return self._last_compaction
+
+    @property
+    def goal(self) -> GoalRow | None:
+        return self._goal
+
+    @property
+    def goal_task(self) -> asyncio.Task[None] | None:
+        return self._goal_task
+
+    @property
+    def seen_run(self) -> str | None:
+        """Several workers: the last run this worker ran here."""
+        return self._seen_run
+
+    @property
+    def stale(self) -> bool:
+        """Several workers: another worker changed the conversation since it was loaded."""
+        return self._stale
 
     @property
     def busy(self) -> bool:
         """A run is running."""
-        return self.run_task is not None and not self.run_task.done()
+        return self._run_task is not None and not self._run_task.done()
 
     @property
     def working(self) -> bool:
         """A run is running, or the worker is between queued runs."""
-        return self.busy or (self.worker is not None and not self.worker.done())
+        return self.busy or (self._worker is not None and not self._worker.done())
 
     @property
     def idle(self) -> bool:
         """Nothing running, queued, being taken in or driving a goal: safe to evict."""
-        tasks = (self.run_task, self.worker, self.goal_task)
-        return not self.users and not self.queue and all(t is None or t.done() for t in tasks)
+        tasks = (self._run_task, self._worker, self._goal_task)
+        return not self._users and not self._queue and all(t is None or t.done() for t in tasks)
+
+    # --- who uses it and who answers ------------------------------------------------------
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """While a message is taken in or a claimed run gets going: never evicted."""
+        self._users += 1
+        try:
+            yield
+        finally:
+            self._users -= 1
+
+    def answer_to(self, responder: Responder) -> None:
+        """The lane's latest message came from `responder`: its runs answer there."""
+        self._responder = responder
+
+    def work(self, task: asyncio.Task[None] | None, responder: Responder | None = None) -> None:
+        """`task` runs the lane's work now (its queue, a resumed or a claimed run)."""
+        self._worker = task
+        if responder is not None:
+            self._responder = responder
+
+    # --- the queue -------------------------------------------------------------------------
+
+    def enqueue(self, queued: Queued) -> None:
+        """A message waits for its turn, after those already waiting."""
+        self._queue.append(queued)
+
+    def next_queued(self) -> Queued | None:
+        """The next waiting message, off the queue (None if none)."""
+        return self._queue.popleft() if self._queue else None
+
+    def drop_queue(self) -> list[Queued]:
+        """Take every waiting message off the queue (`/stop`, shutdown); returns them."""
+        dropped = list(self._queue)
+        self._queue.clear()
+        return dropped
+
+    # --- the conversation --------------------------------------------------------------------
 
     def pin(self, conversation: Conversation, provider_name: str) -> None:
         """Use `conversation` (built by the lane's owner, e.g. a cron job) for good."""
-        self.conversation, self.provider_name, self.pinned = conversation, provider_name, True
+        self._conversation, self._provider_name, self._pinned = conversation, provider_name, True
 
-    def adopt(self, conversation: Conversation, provider_name: str, generation: int) -> None:
+    def adopt(
+        self,
+        conversation: Conversation,
+        provider_name: str,
+        generation: int,
+        instructions: str | None = None,
+    ) -> None:
         """Use a freshly built conversation (not for a pinned lane)."""
-        if self.pinned:
-            raise RuntimeError(f"lane {self.conv_id} is pinned to its conversation")
-        self.conversation, self.provider_name = conversation, provider_name
-        self.generation = generation
+        if self._pinned:
+            raise RuntimeError(f"lane {self._conv_id} is pinned to its conversation")
+        self._conversation, self._provider_name = conversation, provider_name
+        self._generation, self._instructions = generation, instructions
 
-    def drop_queue(self) -> list[Queued]:
-        """Take every waiting message off the queue (`/stop`); returns them."""
-        dropped = list(self.queue)
-        self.queue.clear()
-        return dropped
+    def built_with(self, provider_name: str, generation: int, instructions: str | None) -> bool:
+        """The conversation was built for this provider, configuration and instructions."""
+        return (self._provider_name, self._generation, self._instructions) == (
+            provider_name,
+            generation,
+            instructions,
+        )
+
+    def restore(
+        self,
+        row: ConversationRow | None,
+        goal: GoalRow | None,
+        journal: RunJournal | None = None,
+    ) -> None:
+        """Take the totals, the goal (and the journal, if given) the store has."""
+        if journal is not None:
+            self._journal.journal = journal
+        self._input_tokens = row.input_tokens if row else 0
+        self._output_tokens = row.output_tokens if row else 0
+        self._last_compaction = row.last_compaction if row else None
+        self._goal = goal
+
+    def reset(self) -> None:
+        """Forget the history and everything derived from it (`/clear`); the provider
+        choice stays. The caller holds `lock` and clears the store."""
+        if self._conversation is not None:
+            self._conversation.messages.clear()
+            context = self._conversation.guards.context
+            if context is not None:
+                context.last_compaction = None
+        self._input_tokens = self._output_tokens = 0
+        self._last_compaction = None
+        self._goal = None
+        self._journal.journal = RunJournal()
+
+    def mark_stale(self) -> None:
+        """Several workers: another worker changed the conversation; load it again."""
+        self._stale = True
+
+    def loaded(self) -> None:
+        """Several workers: the conversation is as the store has it now."""
+        self._stale = False
+
+    def saw_run(self, run_id: str | None) -> None:
+        """Several workers: `run_id` is the last run this worker knows of here."""
+        self._seen_run = run_id
+
+    # --- runs ------------------------------------------------------------------------------
+
+    def run_as(self, task: asyncio.Task[RunReport]) -> None:
+        """`task` is the lane's run (`/stop` cancels it alone)."""
+        self._run_task = task
+
+    def begin_run(self, run_id: str) -> None:
+        """Run `run_id` entered its loop: `/stop` cuts it short."""
+        self._run_id, self._stoppable = run_id, True
+
+    def delivering(self) -> None:
+        """The run's loop ended: from here on its answer is delivered, not cut short."""
+        self._stoppable = False
+
+    def end_run(self, state: str) -> None:
+        """The running run ended in `state`."""
+        self._last_state, self._run_id = state, None
+
+    def settled(self, state: str) -> None:
+        """The lane's last run now stands in `state` (e.g. a resume found unsafe)."""
+        self._last_state = state
+
+    def add_usage(self, input_tokens: int, output_tokens: int) -> None:
+        self._input_tokens += input_tokens
+        self._output_tokens += output_tokens
+
+    def compacted(self, before: int, after: int, kind: str) -> None:
+        """The history was compacted from `before` to `after` tokens (`kind` says how)."""
+        self._last_compaction = f"{before}→{after} ({kind})"
+
+    def save_snapshot(self, store: Store) -> None:
+        store.save_snapshot(
+            self._conv_id,
+            input_tokens=self._input_tokens,
+            output_tokens=self._output_tokens,
+            last_compaction=self._last_compaction,
+        )
+
+    # --- goals -------------------------------------------------------------------------------
+
+    def set_goal(self, goal: GoalRow | None) -> None:
+        """The conversation's goal is now `goal` (None: no goal). The caller saves it."""
+        self._goal = goal
+
+    def drive_goal(self, task: asyncio.Task[None]) -> None:
+        """`task` drives the goal without user input (one per lane)."""
+        self._goal_task = task
 
     async def stop(self) -> bool:
         """Cancel the running run; True if there was one. A run already delivering its
         answer is left to finish."""
-        task = self.run_task
+        task = self._run_task
         if task is None or task.done():
             return False
-        if self.stoppable:
+        if self._stoppable:
             task.cancel()
         await asyncio.wait({task})  # never raises; our own cancellation still propagates
         return True
 
     async def stop_goal(self) -> bool:
         """Cancel the goal driver; True if one was running."""
-        task = self.goal_task
+        task = self._goal_task
         if task is None or task.done():
             return False
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         return True
-
-    def reset(self) -> None:
-        """Forget the history and everything derived from it (`/clear`); the provider
-        choice stays. The caller holds `lock` and clears the store."""
-        if self.conversation is not None:
-            self.conversation.messages.clear()
-            context = self.conversation.guards.context
-            if context is not None:
-                context.last_compaction = None
-        self.input_tokens = self.output_tokens = 0
-        self.last_compaction = None
-        self.goal = None
-        self.journal.journal = RunJournal()
-
-    def add_usage(self, input_tokens: int, output_tokens: int) -> None:
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
-
-    def finished(self, state: str) -> None:
-        """The running run ended in `state`."""
-        self.last_state, self.run_id = state, None
-
-    def save_snapshot(self, store: Store) -> None:
-        store.save_snapshot(
-            self.conv_id,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            last_compaction=self.last_compaction,
-        )
 
 
 class LaneHost(Protocol):

@@ -155,9 +155,9 @@ async def resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[
         key = parse_conv(run.conv)
         responder = host.responders(key)
         lane = await host.lane(key)
-        if responder is None or lane.working or lane.queue:
+        if responder is None or lane.working or lane.waiting:
             continue  # nobody to ask, or new input came first: it supersedes the run
-        lane.responder = responder
+        lane.answer_to(responder)
         conversation = await host.conversation_of(lane)
         if reopen_calls(conversation.messages, call_ids):  # a shutdown closed them
             host.store.save_messages(lane.conv_id, conversation.messages)

@@ -141,17 +141,14 @@ class Takeovers:
             report: RunReport | None = None
             with worker.starting(row.conv, row.id) as stopped:  # a /stop meanwhile is kept
                 lane = await host.lane(key)
-                lane.users += 1
-                try:
-                    lane.worker, lane.responder = asyncio.current_task(), responder
+                with lane.in_use():
+                    lane.work(asyncio.current_task(), responder)
                     async with lane.lock:
                         conversation = await worker.reload(lane)
                     if stopped():  # /stop came while it was being taken over
                         await _stopped_before(host, row, responder)
                     else:
                         report = await go_on(host, lane, responder, row, conversation)
-                finally:
-                    lane.users -= 1
             if report is None and not host.closing:  # paused, stopped, or answer posted
                 worker.run_ended(lane, row.id)
 

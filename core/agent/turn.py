@@ -176,7 +176,7 @@ class Turn:
 
     async def _run(self) -> RunReport:
         lane, store = self.lane, self.host.store
-        lane.run_id, lane.stoppable = self.run_id, True
+        lane.begin_run(self.run_id)
         Store.write_for(lane.conv_id)  # this task's failed writes are this run's to report
         stream = self.responder.stream()
         tags = {"parent_run_id": self.parent.run_id} if self.parent is not None else None
@@ -195,7 +195,7 @@ class Turn:
         ending = await self._ending()
         if self.fence.lost or ending.reason == "handed_over":
             return await self._lost(stream, ending)
-        lane.stoppable = False  # from here on the answer is delivered, not cut short
+        lane.delivering()
         self._record(ending)
         # Owed to the conversation until the platform takes it (a post can wait seconds
         # in a rate limiter): a crash meanwhile leaves it to recovery, not lost.
@@ -211,7 +211,7 @@ class Turn:
             store.set_run_state(self.run_id, "failed", "store_error")
             with contextlib.suppress(StoreError):
                 await store.flush()
-        lane.finished(ending.state)
+        lane.end_run(ending.state)
         fence: Fence = self.fence  # sure of the run before the answer goes out
         if not await fence.holds(FINAL_WAIT):
             if fence.lost:
@@ -278,8 +278,8 @@ class Turn:
             asker=self._asker(),
         )
         if self.user_text is not None:
-            extra = conversation.executor.ctx.extra
-            recalled = await recalled_message(extra, ctx, self.user_text)
+            memory = conversation.executor.ctx.memory
+            recalled = await recalled_message(memory, ctx, self.user_text)
             if pending := unanswered_calls(conversation.messages):
                 # New input supersedes an interrupted run: close its calls, never re-run.
                 close_unanswered(conversation.messages, pending, {})
@@ -369,7 +369,7 @@ class Turn:
             context = conversation.guards.context
             report = context.last_compaction if context is not None else None
             if report is not None:
-                lane.last_compaction = f"{report.before}→{report.after} ({report.kind})"
+                lane.compacted(report.before, report.after, report.kind)
             lane.save_snapshot(store)
         if self.site is not None:  # its file thread closed, its scratch dir removed
             release_site(self.site)
@@ -396,11 +396,10 @@ class Turn:
                 self.run_id,
             )
             self.sink.emit("agent_run.lost", {})
-        close = getattr(stream, "aclose", None)
-        if close is not None:
-            await close()
-        self.lane.finished("timed_out")
-        self.lane.stale = True  # its history goes on elsewhere: loaded again before the next run
+        if previews(stream):
+            await stream.aclose()
+        self.lane.end_run("timed_out")
+        self.lane.mark_stale()  # its history goes on elsewhere: loaded again before the next run
         return self._report(_Ending("timed_out", "", ending.reason, iterations=ending.iterations))
 
     def _report(self, ending: _Ending) -> RunReport:

@@ -291,27 +291,25 @@ class Workers:
                 raise
             log.warning("run %s: its conversation did not load", run_id, exc_info=True)
             return
-        lane.users += 1
         report: RunReport | None = None
         try:
-            if not fresh:
-                await self._refresh(lane, run_id)
-            lane.worker = asyncio.current_task()
-            lane.responder = responder
-            self._starting.pop(conv, None)
-            if conv in self._stopped:  # /stop came between the claim and now
-                self._stopped.discard(conv)
-                host.store.set_run_state(run_id, "cancelled", "stopped")
-                report = RunReport(run_id, "cancelled", "", stop_reason="cancelled")
-                host.events.emit("agent_run.cancelled", {"reason": "stopped"}, run_id=run_id)
-                self.run_ended(lane, run_id)
-            else:
-                report = await host.run_in_lane(
-                    lane, responder, user_text=text, trigger=row.trigger, run_id=run_id
-                )
+            with lane.in_use():  # not evicted while it runs here
+                if not fresh:
+                    await self._refresh(lane, run_id)
+                lane.work(asyncio.current_task(), responder)
+                self._starting.pop(conv, None)
+                if conv in self._stopped:  # /stop came between the claim and now
+                    self._stopped.discard(conv)
+                    host.store.set_run_state(run_id, "cancelled", "stopped")
+                    report = RunReport(run_id, "cancelled", "", stop_reason="cancelled")
+                    host.events.emit("agent_run.cancelled", {"reason": "stopped"}, run_id=run_id)
+                    self.run_ended(lane, run_id)
+                else:
+                    report = await host.run_in_lane(
+                        lane, responder, user_text=text, trigger=row.trigger, run_id=run_id
+                    )
         finally:
             self._starting.pop(conv, None)
-            lane.users -= 1
             if report is None:  # never began (a shutdown): back to the queue for another
                 await host.store.unclaim_run(run_id)
                 if queued is not None:
@@ -323,7 +321,7 @@ class Workers:
         """Any run of this worker ended: its conversation's next run may be claimed, by
         this worker or another, and whoever awaits it hears."""
         if run_id is not None:
-            lane.seen_run = run_id
+            lane.saw_run(run_id)
             self.publish("ended", run_id)
         self._wake.set()
 
@@ -361,21 +359,18 @@ class Workers:
         if lane.stale or latest != lane.seen_run:
             async with lane.lock:
                 await self.reload(lane)
-            lane.seen_run = latest
+            lane.saw_run(latest)
 
     async def reload(self, lane: Lane) -> Conversation:
         """The lane's history, journal, totals and goal, as the store has them."""
         store, conv = self.host.store, lane.conv_id
         data = await store.journal(conv)
-        lane.journal.journal = RunJournal.model_validate(data) if data else RunJournal()
+        journal = RunJournal.model_validate(data) if data else RunJournal()
         row = await store.conversation(conv)
-        lane.input_tokens = row.input_tokens if row else 0
-        lane.output_tokens = row.output_tokens if row else 0
-        lane.last_compaction = row.last_compaction if row else None
-        lane.goal = await store.goal(conv)
+        lane.restore(row, await store.goal(conv), journal)
         conversation = await self.host.conversation_of(lane)
         conversation.messages = await store.load_messages(conv)
-        lane.stale = False
+        lane.loaded()
         return conversation
 
     # --- /stop and /resume ----------------------------------------------------------------
@@ -457,13 +452,13 @@ class Workers:
             if sender != self.id:
                 host.prefs.forget(key[0], key[1])  # it may have been a /provider
             if lane is not None and sender != self.id:
-                lane.stale = True
+                lane.mark_stale()
 
     def _on_listening(self) -> None:
         """Listening (again): notices sent meanwhile were missed, so every lane may be
         stale and queued runs may wait."""
         for lane in self.host.lanes.values():
-            lane.stale = True
+            lane.mark_stale()
         self.host.prefs.forget_all()
         self.listens += 1
         self.listening.set()

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from core.chat import Asker
 from core.memory.scopes import scope_for, visible_scopes
 from core.store import MemoryRow, MemoryStore, ScopeKind
 
 if TYPE_CHECKING:
-    from core.config import MemoryConfig
     from core.eventlog import EventLog
 
 log = logging.getLogger(__name__)
@@ -27,10 +26,27 @@ MISS_QUERY_CHARS = 512  # a logged query is cut to this: no unbounded writes
 NO_RESULTS = "no_results"
 
 
+class MemorySettings(Protocol):
+    """What memory reads of its configuration (`core.config.MemoryConfig` is one). A
+    protocol, not the config class: `ToolContext` names `Memory`, and `core.config`
+    imports tool modules, so naming the config class here would close an import cycle."""
+
+    @property
+    def auto_recall(self) -> int: ...
+
+    @property
+    def min_score(self) -> float: ...
+
+    @property
+    def strategy(self) -> str: ...
+
+
 class Memory:
     """Long-term memory for one process: the store, where misses are logged, the settings."""
 
-    def __init__(self, store: MemoryStore, events: EventLog | None, settings: MemoryConfig) -> None:
+    def __init__(
+        self, store: MemoryStore, events: EventLog | None, settings: MemorySettings
+    ) -> None:
         self.store, self.events, self.settings = store, events, settings
 
     async def remember(self, text: str, kind: ScopeKind, asker: Asker) -> MemoryRow:

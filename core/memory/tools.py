@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from core.chat import Asker
 from core.errors import ToolError
-from core.memory.recall import memory_of, quote
+from core.memory.recall import quote
 from core.memory.scopes import DESCRIPTIONS
 from core.memory.service import Memory
 from core.store import ScopeKind
@@ -38,7 +38,7 @@ class _Recall(BaseModel):
 
 
 def _where(ctx: ToolContext) -> tuple[Memory, Asker]:
-    memory = memory_of(ctx.extra)
+    memory = ctx.memory
     if memory is None or ctx.asker is None:
         raise ToolError("long-term memory is not available in this conversation")
     return memory, ctx.asker

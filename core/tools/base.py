@@ -22,6 +22,8 @@ from core.tools.settings import (
 from core.tools.site import ToolSite
 
 if TYPE_CHECKING:
+    from core.agent.journal import JournalBox
+    from core.memory.service import Memory
     from core.messages import ToolCall
 
 Category = Literal["read", "write", "admin"]
@@ -42,7 +44,8 @@ class ToolContext:
     """Everything a running tool may use; built once per run by the caller."""
 
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
-    extra: dict[str, Any] = field(default_factory=dict)
+    journal: JournalBox | None = None  # the conversation's run journal (its three tools)
+    memory: Memory | None = None  # long-term memory; None where it is off
     jail: Jail | None = None  # None: built from `sandbox` on first use
     scratch: Path | None = None  # the run's temp dir (HOME and TMPDIR of tools); None: per call
     cwd: Path | None = None  # where the tool starts; None: the workspace
