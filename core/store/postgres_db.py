@@ -14,7 +14,7 @@ before handing it out, so a restarted server costs nothing but reconnecting.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 import psycopg
@@ -83,9 +83,13 @@ class PostgresDatabase(GroupCommit):
                     break
             return await _run_one_by_one(conn, statements)
 
-    async def _write_now(self, sql: str, params: Sequence[Any] = ()) -> list[TupleRow]:
+    async def _write_now(
+        self, sql: str, params: Sequence[Any] | Callable[[], Sequence[Any]] = ()
+    ) -> list[TupleRow]:
         """Run one statement that returns rows (`RETURNING`) in a transaction of its own,
-        after everything queued so far is committed; its rows.
+        after everything queued so far is committed; its rows. `params` may be a function
+        that gives them (as SQLite's `_write_now` takes them), called once before the
+        statement is sent.
 
         Raises:
             StoreError: the statement failed.
@@ -93,6 +97,8 @@ class PostgresDatabase(GroupCommit):
         await self.committed()
         # A caller cancelled meanwhile (a lease renewal given up on) must not cut the
         # statement off mid-transaction: it ends in its own task, and its locks with it.
+        if callable(params):
+            params = params()
         params = SECRETS.scrub_params(params)  # as the queue does
         transaction = asyncio.ensure_future(self._transaction(sql, params))
         self._transactions.add(transaction)
