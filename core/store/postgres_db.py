@@ -172,23 +172,6 @@ def text_safe(params: Sequence[Any]) -> Sequence[Any]:
     return [p.replace("\x00", "\ufffd") if isinstance(p, str) else p for p in params]
 
 
-def upsert(table: str, columns: str, key: str, *, reset: str = "", where: str = "") -> str:
-    """SQLite's `INSERT OR REPLACE` in PostgreSQL: insert a row, or give the row with the
-    same `key` these `columns` and the `reset` ones their defaults (a replaced SQLite row
-    loses what the new one does not give). With `where` (a condition whose parameters
-    follow the columns'), nothing is written unless it holds."""
-    names = [c.strip() for c in columns.split(",")]
-    keys = {k.strip() for k in key.split(",")}
-    sets = [f"{c} = EXCLUDED.{c}" for c in names if c not in keys]
-    sets += [f"{c.strip()} = DEFAULT" for c in reset.split(",") if c.strip()]
-    values = ", ".join(["%s"] * len(names))
-    rows = f"SELECT {values} WHERE {where}" if where else f"VALUES ({values})"
-    return (
-        f"INSERT INTO {table} ({', '.join(names)}) {rows} "
-        f"ON CONFLICT ({key}) DO UPDATE SET {', '.join(sets)}"
-    )
-
-
 def connection_kwargs(url: str, password: str | None) -> dict[str, Any]:
     """What every connection of the store is opened with, besides `url`.
 
