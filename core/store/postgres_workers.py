@@ -17,36 +17,24 @@ import math
 
 from core.store.dialect import POSTGRES
 from core.store.postgres_runs import PostgresRunTables
-from core.store.rows import RUN_COLUMNS, RunRow, run_row
-from core.store.worker_tables import POSTGRES_WORKERS, WorkerTables
+from core.store.rows import RunRow, run_row
+from core.store.worker_tables import (
+    POSTGRES_WORKERS,
+    WorkerTables,
+    claim_queued_run,
+    take_over_runs,
+)
 
 _NOW = POSTGRES.now
-
-_CLAIM_QUEUED_RUN = f"""
-UPDATE runs SET state = 'running', started_at = {_NOW}, worker = %s
-WHERE id = (
-    SELECT q.id FROM runs q
-    WHERE q.state = 'queued' AND q.worker IS NULL
-      AND NOT EXISTS (
-          SELECT 1 FROM runs r
-          WHERE r.conv = q.conv
-            AND (r.state = 'running' OR r.reply IS NOT NULL
-                 OR (r.state = 'waiting_on_human' AND r.resumable))
-      )
+_CLAIM_QUEUED_RUN = claim_queued_run(
+    POSTGRES,
+    also="""
       AND NOT EXISTS (
           SELECT 1 FROM runs e
           WHERE e.conv = q.conv AND e.state = 'queued' AND e.seq < q.seq
-      )
-    ORDER BY q.seq
-    LIMIT 1
-    FOR UPDATE OF q SKIP LOCKED
+      )""",
+    lock="\n    FOR UPDATE OF q SKIP LOCKED",
 )
-RETURNING {RUN_COLUMNS}
-"""
-_HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
-# A message (or a goal's turn) that never got going: back to the queue, for any worker.
-_REQUEUE = f"(runs.trigger IN ('user', 'goal') AND NOT {_HAS_CHECKPOINT})"
-_CHILD = "(runs.parent_run_id IS NOT NULL)"  # goes on when its parent is resumed
 # One statement: the dead worker's row goes (only if it is still silent, when told how
 # long it must have been), and its runs with it, so a worker that beats again meanwhile
 # keeps them, and of workers taking over at once one gets them; the worker finds out it
@@ -56,22 +44,11 @@ WITH gone AS (
     DELETE FROM workers
     WHERE id = %s AND (%s::double precision IS NULL OR beat_at < {_NOW} - %s)
     RETURNING id
+)""" + take_over_runs(
+    POSTGRES,
+    gone="\n  AND (%s::text IS NULL OR %s::double precision IS NULL"
+    " OR EXISTS (SELECT 1 FROM gone))",
 )
-UPDATE runs SET
-    state = CASE WHEN {_REQUEUE} THEN 'queued' WHEN {_CHILD} THEN 'timed_out' ELSE state END,
-    reason = CASE WHEN {_REQUEUE} THEN reason WHEN {_CHILD} THEN 'interrupted'
-                  ELSE 'taken_over' END,
-    started_at = CASE WHEN {_REQUEUE} THEN NULL ELSE started_at END,
-    ended_at = CASE WHEN {_CHILD} THEN {_NOW} ELSE NULL END,
-    worker = CASE WHEN {_REQUEUE} THEN NULL ELSE %s END,
-    resumable = COALESCE((
-        SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
-        ORDER BY c.seq DESC LIMIT 1
-    ), FALSE)
-WHERE state = 'running' AND worker IS NOT DISTINCT FROM %s AND created_at < %s
-  AND (%s::text IS NULL OR %s::double precision IS NULL OR EXISTS (SELECT 1 FROM gone))
-RETURNING {RUN_COLUMNS}
-"""
 
 
 class PostgresWorkerTables(PostgresRunTables, WorkerTables):

@@ -10,44 +10,13 @@ import sqlite3
 import time
 from typing import Any
 
-from core.store.rows import RUN_COLUMNS, RunRow, run_row
+from core.store.dialect import SQLITE
+from core.store.rows import RunRow, run_row
 from core.store.sqlite_runs import SqliteRunTables
-from core.store.worker_tables import SQLITE_WORKERS, WorkerTables
+from core.store.worker_tables import SQLITE_WORKERS, WorkerTables, claim_queued_run, take_over_runs
 
-_CLAIM_QUEUED_RUN = f"""
-UPDATE runs SET state = 'running', started_at = ?, worker = ?
-WHERE id = (
-    SELECT q.id FROM runs q
-    WHERE q.state = 'queued' AND q.worker IS NULL
-      AND NOT EXISTS (
-          SELECT 1 FROM runs r
-          WHERE r.conv = q.conv
-            AND (r.state = 'running' OR r.reply IS NOT NULL
-                 OR (r.state = 'waiting_on_human' AND r.resumable))
-      )
-    ORDER BY q.seq
-    LIMIT 1
-)
-RETURNING {RUN_COLUMNS}
-"""
-_HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
-_REQUEUE = f"(runs.trigger IN ('user', 'goal') AND NOT {_HAS_CHECKPOINT})"  # never got going
-_CHILD = "(runs.parent_run_id IS NOT NULL)"  # goes on when its parent is resumed
-_TAKE_OVER_RUNS = f"""
-UPDATE runs SET
-    state = CASE WHEN {_REQUEUE} THEN 'queued' WHEN {_CHILD} THEN 'timed_out' ELSE state END,
-    reason = CASE WHEN {_REQUEUE} THEN reason WHEN {_CHILD} THEN 'interrupted'
-                  ELSE 'taken_over' END,
-    started_at = CASE WHEN {_REQUEUE} THEN NULL ELSE started_at END,
-    ended_at = CASE WHEN {_CHILD} THEN ? ELSE NULL END,
-    worker = CASE WHEN {_REQUEUE} THEN NULL ELSE ? END,
-    resumable = COALESCE((
-        SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
-        ORDER BY c.seq DESC LIMIT 1
-    ), 0)
-WHERE state = 'running' AND worker IS ? AND created_at < ?
-RETURNING {RUN_COLUMNS}
-"""
+_CLAIM_QUEUED_RUN = claim_queued_run(SQLITE)
+_TAKE_OVER_RUNS = take_over_runs(SQLITE)
 
 
 class SqliteWorkerTables(SqliteRunTables, WorkerTables):

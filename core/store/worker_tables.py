@@ -8,7 +8,56 @@ differ)."""
 from __future__ import annotations
 
 from core.store.dialect import POSTGRES, SQLITE, Dialect
+from core.store.rows import RUN_COLUMNS
 from core.store.run_tables import RunTables
+
+_HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
+# A message (or a goal's turn) that never got going: back to the queue, for any worker.
+_REQUEUE = f"(runs.trigger IN ('user', 'goal') AND NOT {_HAS_CHECKPOINT})"
+_CHILD = "(runs.parent_run_id IS NOT NULL)"  # goes on when its parent is resumed
+
+
+def claim_queued_run(d: Dialect, *, also: str = "", lock: str = "") -> str:
+    """The hand-out of the oldest eligible queued run, for a backend's `claim_queued_run`
+    (parameters: `now`'s, then the worker): `also` narrows which runs are eligible, `lock`
+    ends the choosing subquery (PostgreSQL's `FOR UPDATE SKIP LOCKED`)."""
+    return d.sql(f"""
+UPDATE runs SET state = 'running', started_at = {d.now}, worker = ?
+WHERE id = (
+    SELECT q.id FROM runs q
+    WHERE q.state = 'queued' AND q.worker IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM runs r
+          WHERE r.conv = q.conv
+            AND (r.state = 'running' OR r.reply IS NOT NULL
+                 OR (r.state = 'waiting_on_human' AND r.resumable))
+      ){also}
+    ORDER BY q.seq
+    LIMIT 1{lock}
+)
+RETURNING {RUN_COLUMNS}
+""")
+
+
+def take_over_runs(d: Dialect, *, gone: str = "") -> str:
+    """The take-over of a dead worker's runs, for a backend's `take_over_runs`
+    (parameters: `now`'s, the taker, the dead worker, the creation time before which
+    runs of no worker count, then `gone`'s): `gone` is a condition that must also hold."""
+    return d.sql(f"""
+UPDATE runs SET
+    state = CASE WHEN {_REQUEUE} THEN 'queued' WHEN {_CHILD} THEN 'timed_out' ELSE state END,
+    reason = CASE WHEN {_REQUEUE} THEN reason WHEN {_CHILD} THEN 'interrupted'
+                  ELSE 'taken_over' END,
+    started_at = CASE WHEN {_REQUEUE} THEN NULL ELSE started_at END,
+    ended_at = CASE WHEN {_CHILD} THEN {d.now} ELSE NULL END,
+    worker = CASE WHEN {_REQUEUE} THEN NULL ELSE ? END,
+    resumable = COALESCE((
+        SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
+        ORDER BY c.seq DESC LIMIT 1
+    ), FALSE)
+WHERE state = 'running' AND worker {d.is_} ? AND created_at < ?{gone}
+RETURNING {RUN_COLUMNS}
+""")
 
 
 class WorkerSql:
