@@ -21,7 +21,7 @@ COPY pyproject.toml README.md ./
 COPY core ./core
 COPY channels ./channels
 COPY bot ./bot
-RUN pip install '.[postgres]'  # with the shared store, so workers can scale out
+RUN pip install '.[postgres,mcp]'  # the shared store (workers scale out) and MCP servers
 COPY config.toml tools.yaml ./
 
 USER parley

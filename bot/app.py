@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import importlib.util
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from bot.config import ParleyConfig
@@ -27,6 +30,7 @@ from core.eventlog import EventLog
 from core.instructions import Guidance, GuidancePlaces, load_guidance, signature, under_root
 from core.instructions.tool import LoadSkillTool
 from core.loop import Guards, LoopConfig
+from core.mcp.config import check_env, command_files
 from core.memory.recall import MEMORY_KEY
 from core.memory.service import Memory
 from core.providers import Provider, build_provider
@@ -42,7 +46,11 @@ from core.tools.jail import Jail
 from core.tools.landlock import make_undumpable
 from core.tools.policy import ToolPolicy
 from core.tools.reaper import REAPER
+from core.tools.search import with_search
 from core.tools.site import site_for
+
+if TYPE_CHECKING:
+    from core.mcp.hub import McpHub
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +67,10 @@ def secret_env_names(config: ParleyConfig) -> set[str]:
         if isinstance(node, dict):
             for key, value in node.items():
                 if key.endswith("_env") and key not in ("model_env", "base_url_env") and value:
-                    names.add(str(value))
+                    # `headers_env` maps header names to variables
+                    names.update(
+                        map(str, value.values()) if isinstance(value, dict) else [str(value)]
+                    )
                 walk(value)
         elif isinstance(node, list):
             for item in node:
@@ -73,9 +84,12 @@ def configured_secrets(
     config: ParleyConfig, environ: Mapping[str, str], registry: ToolRegistry
 ) -> list[tuple[str, str]]:
     """(name, value) of every secret the configuration gives Parley: the value of every
-    `*_env` variable it names (API keys, bot and app tokens, the store password), and
-    every variable a CLI tool receives through tools.yaml `env:`."""
-    secrets = [(n, environ[n]) for n in sorted(secret_env_names(config)) if environ.get(n)]
+    `*_env` variable it names (API keys, bot and app tokens, the store password, MCP
+    servers' `headers_env`), every variable an MCP server's `env` passes on, and every
+    variable a CLI tool receives through tools.yaml `env:`."""
+    names = secret_env_names(config)
+    names |= {name for server in config.mcp.servers.values() for name in server.env}
+    secrets = [(n, environ[n]) for n in sorted(names) if environ.get(n)]
     if config.store.url and (password := urlsplit(config.store.url).password):
         secrets.append(("store.url", unquote(password)))  # inline, though it should not be
     for name in registry.names():
@@ -143,10 +157,13 @@ def config_files(config: ParleyConfig) -> list[Path]:
     tools can read them and never change, replace or create them (see `Jail`) — the
     instruction files, the instruction library and the skill folders included."""
     files = [] if config.source is None else [config.source]
+    base = config.source.parent if config.source else Path.cwd()
     if config.tools_path() is not None:  # protected when missing too: creating it adds tools
         # as written, not resolved: a symlink on the way must not be replaced either
-        base = config.source.parent if config.source else Path.cwd()
         files.append(base / os.path.expanduser(config.tools.tools_file or ""))
+    if config.mcp.servers:  # the programs and scripts stdio MCP servers run
+        for server in config.mcp.servers.values():
+            files += command_files(server, base)
     return files + guidance_places(config).files()
 
 
@@ -211,7 +228,43 @@ def build_registry(
     if path is not None and path.exists():
         for tool in load_cli_tools(path, environ, reserved=registry.names()):
             registry.add(tool)
-    return registry
+    return with_search(registry.tools(), None, config.tools.search_threshold)
+
+
+def check_mcp(config: ParleyConfig, environ: Mapping[str, str]) -> None:
+    """What start-up can say about `[mcp.servers]` without loading the SDK.
+
+    Raises:
+        ConfigError: the `mcp` package is missing, or a variable a server names is unset.
+    """
+    if not config.mcp.servers:
+        return
+    if importlib.util.find_spec("mcp") is None:
+        raise ConfigError(
+            "mcp.servers",
+            "MCP servers are configured, but the `mcp` package is not installed",
+            "pip install 'parley[mcp]' (or remove the [mcp.servers.*] sections)",
+        )
+    for name, server in config.mcp.servers.items():
+        check_env(name, server, environ)
+
+
+def build_mcp(config: ParleyConfig, environ: Mapping[str, str], jail: Jail) -> McpHub | None:
+    """The MCP servers `[mcp.servers]` names (not yet connected); None when there are
+    none. The SDK is imported only here (`check_mcp` has vouched for the rest)."""
+    if not config.mcp.servers:
+        return None
+    from core.mcp.hub import McpHub
+
+    base = config.source.parent if config.source else Path.cwd()
+    return McpHub(
+        config.mcp.servers,
+        jail=jail,
+        sandbox=config.tools,
+        environ=environ,
+        base=base,
+        state=config.store.resolved().parent,
+    )
 
 
 @dataclass(slots=True)
@@ -238,6 +291,10 @@ class App:
     _stamps: tuple[object, ...] = ()
     _watch: tuple[list[Path], list[Path]] = field(default_factory=lambda: ([], []))
     _watch_of: ParleyConfig | None = None  # the configuration `_watch` was worked out for
+    mcp: McpHub | None = field(init=False, default=None)  # connected by `open_agent`
+    _base: ToolRegistry = field(init=False)  # the registry without MCP tools
+    _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
+    _mcp_started: bool = False  # `start_mcp` ran: reloads reconfigure the servers
 
     def __post_init__(self) -> None:
         # No tool (and no other process of this user) may read our memory or environment.
@@ -252,6 +309,59 @@ class App:
             self.guidance = load_guidance(guidance_places(self.config))
             if self.guidance.skills:
                 self.registry.add(LoadSkillTool(self.guidance))
+        self._base = self.registry
+        check_mcp(self.config, self.environ)  # the hub itself waits for `start_mcp`
+
+    def _compose(self) -> None:
+        """The registry: the configured tools plus what the MCP servers offer now."""
+        extra = self.mcp.tools() if self.mcp is not None else []
+        refused = self.mcp.refused if self.mcp is not None else None
+        threshold = self.config.tools.search_threshold
+        self.registry = with_search([*self._base.tools(), *extra], refused, threshold)
+
+    def _tools_changed(self) -> None:
+        """An MCP server's tools changed: conversations take the new registry before
+        their next turn (a running turn keeps its tools)."""
+        self._compose()
+        self.generation += 1
+
+    async def start_mcp(self) -> None:
+        """Connect to the MCP servers (each within its connect timeout) and add their
+        tools to the registry; a server that fails keeps trying in the background."""
+        self._mcp_started = True
+        if self.mcp is None:
+            self.mcp = build_mcp(self.config, self.environ, self.jail)
+        if self.mcp is not None:
+            self.mcp.on_change = self._tools_changed
+            await self.mcp.start()
+            self._compose()
+
+    async def stop_mcp(self) -> None:
+        """Stop the MCP servers (their processes end) and any reconfiguration."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self.mcp is not None:
+            await self.mcp.stop()
+
+    def tool_status(self) -> list[str]:
+        """Lines for `/status` about tool sources that can fail: the MCP servers."""
+        return [self.mcp.describe()] if self.mcp is not None else []
+
+    def _spawn(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` in the background (an MCP reconfiguration), owned and logged."""
+
+        async def run() -> None:
+            await work()
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._tasks.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("MCP reconfiguration failed", exc_info=finished.exception())
+
+        task.add_done_callback(done)
 
     def settings(self, name: str) -> ProviderSettings:
         return self.config.providers[name].settings(name, self.environ)
@@ -370,6 +480,7 @@ class App:
 
         store = await open_configured_store(self.config.store, self.environ)
         REAPER.ledger = store  # live tool process groups, for a start-up after a crash
+        await self.start_mcp()  # its tools are part of the first turn's registry
         agent = Agent(
             store,
             self,
@@ -401,6 +512,7 @@ class App:
             await agent.shutdown(grace)
         finally:
             try:
+                await self.stop_mcp()
                 agent.events.close()
             finally:
                 if REAPER.ledger is agent.store:
@@ -477,7 +589,10 @@ class App:
             for name in ("channels", "jobs")
             if getattr(config, name) != getattr(self.config, name)
         ]
-        old, self.config, self.registry = self.config, config, registry
+        check_mcp(config, self.environ)
+        self._reload_mcp(config, jail)
+        old, self.config, self._base = self.config, config, registry
+        self._compose()
         self.guidance, self._stamps = guidance, stamps
         if self.memory is not None:
             self.memory.settings = config.memory
@@ -497,6 +612,31 @@ class App:
         note = f"; {' and '.join(unchanged)} changed and need a restart" if unchanged else ""
         read = "" if guidance.empty else f"; {guidance.describe()}"
         return f"configuration reloaded (generation {self.generation}){note}{read}"
+
+    def _reload_mcp(self, config: ParleyConfig, jail: Jail) -> None:
+        """Apply a reloaded `[mcp]` in the background: servers added, changed or parked
+        start again, removed ones stop; their tools follow once listed."""
+        if not self._mcp_started:
+            return  # `start_mcp` builds the hub from whatever configuration is current
+        hub = self.mcp
+        if hub is None:
+            self.mcp = hub = build_mcp(config, self.environ, jail)
+            if hub is not None:
+                hub.on_change = self._tools_changed
+                self._spawn(hub.start)
+            return
+        parked = any(c.state == "parked" for c in hub.connections.values())
+        if config.mcp == self.config.mcp and jail is self.jail and not parked:
+            return
+        if not config.mcp.servers:
+            self.mcp = None
+            self._spawn(hub.stop)
+            return
+
+        async def reconfigure() -> None:
+            await hub.reconfigure(config.mcp.servers, jail, config.tools)
+
+        self._spawn(reconfigure)
 
     async def aclose(self) -> None:
         for provider in [*self.providers.values(), *self.retired]:

@@ -147,7 +147,11 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         if message is not None:  # one stateless turn, for scripts
             reader = LineReader() if sys.stdin.isatty() else None
             approver = ConsoleApprover(reader, sys.stderr, timeout)
-            return await _one_shot(app.conversation(provider_name), message, approver)
+            await app.start_mcp()
+            try:
+                return await _one_shot(app.conversation(provider_name), message, approver)
+            finally:
+                await app.stop_mcp()
         sys.stderr.write(f"parley: {app.jail.describe()}\n")
         from core.tools.site import describe_places
 
@@ -158,6 +162,8 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         app.fallback_provider = provider_name
         agent = await app.open_agent(lambda key: responder if key[0] == "console" else None)
         try:
+            for line in app.tool_status():
+                sys.stderr.write(f"parley: {line}\n")
             await agent.reconcile()  # (`parley run` reconciles once for every channel)
             return await run_interactive(agent, reader, responder)
         finally:

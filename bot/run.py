@@ -97,6 +97,8 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
         out.write(f"parley: {app.guidance.describe()}\n")
         for warning in app.guidance.warnings:
             out.write(f"parley: warning: {warning}\n")
+        for line in app.tool_status():  # the MCP servers, connected by open_agent
+            out.write(f"parley: {line}\n")
         for name, channel in all_channels.items():
             out.write(f"parley: {name}: may talk to it: {channel.access()}\n")
         if app.config.jobs:

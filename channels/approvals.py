@@ -1,7 +1,9 @@
 """Approval prompts: an admin tool call waits for an approver's click (docs/tools.md#approvals).
 
-The adapter shows the prompt with two buttons whose data comes from
-`approval_button_id`; a click goes to `Approvals.resolve_click`. Only approvers decide;
+The adapter shows the prompt with buttons whose data comes from `approval_button_id`:
+Approve and Deny, and, when the request is `grantable`, "Always here" and "Always in this
+channel" (an approve that also stores a durable grant: core/agent/approvals.py); a click
+goes to `Approvals.resolve_click`. Only approvers decide;
 anyone else is told privately that they cannot. A timeout denies, and the prompt is
 settled: edited to show the outcome with its buttons removed.
 
@@ -20,9 +22,9 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from core.chat import AgentPort, ApprovalRequest, PromptRef
+from core.chat import AgentPort, ApprovalRequest, GrantScope, PromptRef
 from core.clock import Clock, SystemClock
 from core.secrets import scrub
 
@@ -37,22 +39,39 @@ Resolution = Literal["ok", "not_approver", "unknown"]
 TIMED_OUT = "⌛ Timed out — denied"
 CANCELLED = "🚫 Cancelled"
 
-_BUTTON = re.compile(r"^apv:([A-Za-z0-9_-]{1,48}):([yn])$")
+_BUTTON = re.compile(r"^apv:([A-Za-z0-9_-]{1,48}):([ynac])$")
+_SCOPES: dict[str, GrantScope] = {"a": "conversation", "c": "channel"}
+ALWAYS_LABELS: dict[GrantScope, str] = {
+    "conversation": "Always here",
+    "channel": "Always in this channel",
+}
 
 
-def approval_button_id(request_id: str, allow: bool) -> str:
-    """Button data for approving (`allow`) or denying request `request_id`; at most
-    56 bytes, within Telegram's 64-byte callback data."""
-    data = f"apv:{request_id}:{'y' if allow else 'n'}"
+class Click(NamedTuple):
+    """What an approval button says: its request, yes or no, and for an "always" button
+    where the grant holds."""
+
+    request_id: str
+    allow: bool
+    scope: GrantScope | None = None
+
+
+def approval_button_id(request_id: str, allow: bool, scope: GrantScope | None = None) -> str:
+    """Button data for approving (`allow`) or denying request `request_id`, or approving
+    it always in `scope`; at most 56 bytes, within Telegram's 64-byte callback data."""
+    code = {"conversation": "a", "channel": "c", None: "y" if allow else "n"}[scope]
+    data = f"apv:{request_id}:{code}"
     if _BUTTON.match(data) is None:
         raise ValueError(f"unusable approval request id {request_id!r}")
     return data
 
 
-def parse_approval_button(data: str) -> tuple[str, bool] | None:
-    """`(request_id, allow)` from button data, or None if it is not an approval button."""
+def parse_approval_button(data: str) -> Click | None:
+    """The click a button's data stands for, or None if it is not an approval button."""
     m = _BUTTON.match(data)
-    return None if m is None else (m[1], m[2] == "y")
+    if m is None:
+        return None
+    return Click(m[1], m[2] != "n", _SCOPES.get(m[2]))
 
 
 def duration_text(seconds: float) -> str:
@@ -67,8 +86,9 @@ def duration_text(seconds: float) -> str:
     return f"{hours} h {rest} min" if rest else f"{hours} h"
 
 
-def approved_text(user_name: str) -> str:
-    return f"✅ Approved by {user_name}"
+def approved_text(user_name: str, scope: GrantScope | None = None) -> str:
+    where = {None: "", "conversation": " (always, here)", "channel": " (always, in this channel)"}
+    return f"✅ Approved by {user_name}{where[scope]}"
 
 
 def denied_text(user_name: str) -> str:
@@ -84,7 +104,7 @@ class Approvals:
     def __init__(self, approvers: Collection[str], clock: Clock | None = None) -> None:
         self._approvers = frozenset(approvers)
         self._clock = clock or SystemClock()
-        self._pending: dict[str, asyncio.Future[tuple[bool, str]]] = {}
+        self._pending: dict[str, asyncio.Future[tuple[bool, str, GrantScope | None]]] = {}
 
     def is_approver(self, user_id: str) -> bool:
         return user_id in self._approvers
@@ -100,7 +120,8 @@ class Approvals:
             raise ValueError(f"approval {request.id} is already pending")
         # The prompt is a post like any other: no configured secret in it.
         request = replace(request, summary=scrub(request.summary), reason=scrub(request.reason))
-        decision: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        decision: asyncio.Future[tuple[bool, str, GrantScope | None]] = loop.create_future()
         self._pending[request.id] = decision
         try:
             if request.prompt is None:
@@ -121,15 +142,19 @@ class Approvals:
         if outcome is None:
             allowed, text = False, TIMED_OUT
         else:
-            allowed, name = outcome
-            text = approved_text(name) if allowed else denied_text(name)
+            allowed, name, scope = outcome
+            if not request.grantable:
+                scope = None  # a prompt without "always" buttons: an old or forged click
+            if allowed and scope is not None and request.record is not None:
+                request.record.granted(scope, name)
+            text = approved_text(name, scope) if allowed else denied_text(name)
         log.info("approval %s for %s: %s", request.id, request.tool, text)
         await self._settle_quietly(settle, request, text)  # the decision stands regardless
         return allowed
 
     async def _wait(
-        self, decision: asyncio.Future[tuple[bool, str]], seconds: float
-    ) -> tuple[bool, str] | None:
+        self, decision: asyncio.Future[tuple[bool, str, GrantScope | None]], seconds: float
+    ) -> tuple[bool, str, GrantScope | None] | None:
         timer = asyncio.ensure_future(self._clock.sleep(max(0.0, seconds)))
         either: set[asyncio.Future[Any]] = {decision, timer}
         try:
@@ -146,17 +171,25 @@ class Approvals:
         except Exception:
             log.warning("could not settle approval prompt %s", request.id, exc_info=True)
 
-    def resolve(self, request_id: str, user_id: str, user_name: str, allow: bool) -> Resolution:
+    def resolve(
+        self,
+        request_id: str,
+        user_id: str,
+        user_name: str,
+        allow: bool,
+        scope: GrantScope | None = None,
+    ) -> Resolution:
         """A click on a prompt button: "ok" if it decided the request, "not_approver" if
         the user may not decide (tell them privately), "unknown" if the request is not
-        pending (already decided, timed out, or never existed)."""
+        pending (already decided, timed out, or never existed). `scope`: an "always"
+        button's."""
         decision = self._pending.get(request_id)
         if decision is None or decision.done():
             return "unknown"
         if user_id not in self._approvers:
             log.info("approval %s: %s is not an approver", request_id, user_id)
             return "not_approver"
-        decision.set_result((allow, user_name))
+        decision.set_result((allow, user_name, scope if allow else None))
         del self._pending[request_id]
         return "ok"
 
@@ -169,23 +202,27 @@ class Approvals:
         *,
         agent: AgentPort | None,
         settle: Settle,
+        scope: GrantScope | None = None,
     ) -> Resolution:
         """A click on a prompt button, also on a prompt posted before a restart: `resolve`
         for a request this process waits on, else (an approver only) the agent's
         `answer_approval` for one it stores, whose prompt is then settled here."""
-        verdict = self.resolve(request_id, user_id, user_name, allow)
+        verdict = self.resolve(request_id, user_id, user_name, allow, scope)
         if verdict != "unknown" or agent is None:
             return verdict
         if user_id not in self._approvers:
             return "not_approver"
         try:
-            stored = await agent.answer_approval(request_id, allow, user_name)
+            if scope is not None and allow:
+                stored = await agent.answer_approval(request_id, allow, user_name, scope)
+            else:
+                stored = await agent.answer_approval(request_id, allow, user_name)
         except Exception:
             log.warning("approval %s: the answer was not stored", request_id, exc_info=True)
             return "unknown"
         if stored is None:  # a run may have taken it up meanwhile
-            return self.resolve(request_id, user_id, user_name, allow)
-        text = approved_text(user_name) if allow else denied_text(user_name)
+            return self.resolve(request_id, user_id, user_name, allow, scope)
+        text = approved_text(user_name, scope) if allow else denied_text(user_name)
         log.info("approval %s for %s: %s (answered after a restart)", request_id, stored.tool, text)
         await self._settle_quietly(settle, stored, text)
         return "ok"

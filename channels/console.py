@@ -19,7 +19,14 @@ import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol, TextIO, runtime_checkable
 
-from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, is_silent
+from core.chat import (
+    AgentPort,
+    ApprovalRequest,
+    ConversationKey,
+    GrantScope,
+    Inbound,
+    is_silent,
+)
 from core.errors import ContextLimitExceeded, ProviderError, StoreError
 from core.events import (
     LLMCallStarted,
@@ -213,17 +220,29 @@ class ConsoleApprover:
         self.reader, self.err, self.timeout = reader, err, timeout
 
     async def __call__(self, tool: str, summary: str, reason: str) -> bool:
+        return (await self.answer(tool, summary, reason)) is not False
+
+    async def answer(
+        self, tool: str, summary: str, reason: str, *, grantable: bool = False
+    ) -> bool | GrantScope:
+        """False (no), True (yes), or where an "always" answer holds (`grantable` only)."""
         if self.reader is None:
             self.err.write(f"denied {tool}: {reason}; no one is at a terminal to approve it\n")
             return False
-        prompt = f"\n⚠ {reason}\n  {_one_line(summary, 200)}\n  allow? [y/N] "
+        choices = "[y/N/a=always here/c=always in this channel]" if grantable else "[y/N]"
+        prompt = f"\n⚠ {reason}\n  {_one_line(summary, 200)}\n  allow? {choices} "
         try:
             async with asyncio.timeout(self.timeout):
                 answer = await self.reader.ask(prompt, self.err)
         except TimeoutError:
             self.err.write("\n  no answer: denied\n")
             return False
-        return (answer or "").strip().lower() in ("y", "yes")
+        said = (answer or "").strip().lower()
+        if grantable and said in ("a", "always"):
+            return "conversation"
+        if grantable and said in ("c", "channel"):
+            return "channel"
+        return said in ("y", "yes")
 
 
 def _report_failure(exc: BaseException, err: TextIO) -> None:
@@ -268,7 +287,14 @@ class ConsoleResponder:
         return ConsoleStream(self.renderer)
 
     async def approve(self, request: ApprovalRequest) -> bool:
-        return await self.approver(request.tool, request.summary, request.reason)
+        answer = await self.approver.answer(
+            request.tool, request.summary, request.reason, grantable=request.grantable
+        )
+        if isinstance(answer, str):  # "always": the terminal's user is the approver
+            if request.record is not None:
+                request.record.granted(answer, "console")
+            return True
+        return answer
 
     @contextlib.asynccontextmanager
     async def typing(self) -> AsyncIterator[None]:

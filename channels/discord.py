@@ -29,7 +29,13 @@ from typing import Any, cast
 
 import aiohttp
 
-from channels.approvals import Approvals, approval_button_id, duration_text, parse_approval_button
+from channels.approvals import (
+    ALWAYS_LABELS,
+    Approvals,
+    approval_button_id,
+    duration_text,
+    parse_approval_button,
+)
 from channels.discord_api import MAX_RATELIMIT_WAIT, discord_call, point_library_at
 from channels.discord_config import DiscordConfig
 from channels.discord_reply import DiscordResponder
@@ -354,15 +360,15 @@ class DiscordChannel:
         parsed = parse_approval_button(custom_id) if isinstance(custom_id, str) else None
         if parsed is None:
             return
-        request_id, allow = parsed
         user = interaction.user
         outcome = await self._approvals.resolve_click(
-            request_id,
+            parsed.request_id,
             str(user.id),
             user.display_name,
-            allow,
+            parsed.allow,
             agent=self._agent,
             settle=self._settle_prompt,
+            scope=parsed.scope,
         )
         if outcome == "ok":
             await discord_call(interaction.response.defer())  # the prompt is edited by settle
@@ -380,7 +386,7 @@ class DiscordChannel:
             text = _prompt_text(req)
             channel = self.client().get_partial_messageable(target)
             message = await call_with_retry(
-                lambda: discord_call(channel.send(text, view=_approval_view(req.id))),
+                lambda: discord_call(channel.send(text, view=_approval_view(req))),
                 clock=self.clock,
                 what="Discord approval prompt",
             )
@@ -422,17 +428,19 @@ def _prompt_text(request: ApprovalRequest) -> str:
     )
 
 
-def _approval_view(request_id: str) -> discord.ui.View:
+def _approval_view(request: ApprovalRequest) -> discord.ui.View:
     view = discord.ui.View(timeout=None)
-    for label, allow, style in (
-        ("Approve", True, discord.ButtonStyle.success),
-        ("Deny", False, discord.ButtonStyle.danger),
-    ):
-        view.add_item(
-            discord.ui.Button(
-                label=label, style=style, custom_id=approval_button_id(request_id, allow)
-            )
-        )
+    buttons: list[tuple[str, str, discord.ButtonStyle]] = [
+        ("Approve", approval_button_id(request.id, True), discord.ButtonStyle.success)
+    ]
+    if request.grantable:
+        buttons += [
+            (label, approval_button_id(request.id, True, scope), discord.ButtonStyle.primary)
+            for scope, label in ALWAYS_LABELS.items()
+        ]
+    buttons.append(("Deny", approval_button_id(request.id, False), discord.ButtonStyle.danger))
+    for label, custom_id, style in buttons:
+        view.add_item(discord.ui.Button(label=label, style=style, custom_id=custom_id))
     # Clicks are handled by custom_id in on_button (also after a restart); a stopped view
     # is only rendered, never stored in discord.py's view store.
     view.stop()

@@ -50,7 +50,7 @@ from channels.gate import Gate
 from channels.inbound import slack_markdown, slack_user_ids
 from channels.retry import call_with_retry
 from channels.slack_api import escape, failure_detail, slack_call
-from channels.slack_blocks import APPROVE_ACTION, DENY_ACTION, approval_blocks
+from channels.slack_blocks import ACTIONS, approval_blocks
 from channels.slack_config import SlackConfig
 from channels.slack_events import HANDLED_SUBTYPES, Recent, Taken, UserNames, command_text
 from channels.slack_reply import SlackResponder
@@ -123,7 +123,7 @@ class SlackChannel:
         app.event("message")(self._on_event)
         app.event("app_mention")(self._on_event)
         app.command(re.compile(r"^/.+"))(self._on_command)
-        app.action(re.compile(f"^({APPROVE_ACTION}|{DENY_ACTION})$"))(self._on_action)
+        app.action(re.compile(f"^({'|'.join(ACTIONS)})$"))(self._on_action)
         try:
             if self.config.mode == "socket":
                 await self._connect_socket(app)
@@ -413,7 +413,13 @@ class SlackChannel:
             return
         name = str(user.get("name") or user.get("username") or user_id)
         outcome = await self.approvals.resolve_click(
-            parsed[0], user_id, name, parsed[1], agent=self._agent, settle=self.settle_prompt
+            parsed.request_id,
+            user_id,
+            name,
+            parsed.allow,
+            agent=self._agent,
+            settle=self.settle_prompt,
+            scope=parsed.scope,
         )
         if outcome == "ok":
             return

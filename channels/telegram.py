@@ -456,17 +456,17 @@ class TelegramChannel:
         if parsed is None:
             answer: tuple[str | None, bool] = (None, False)
         else:
-            request_id, allow = parsed
             verdict = await self._approvals.resolve_click(
-                request_id,
+                parsed.request_id,
                 str(user.id),
                 user.username or user.full_name,
-                allow,
+                parsed.allow,
                 agent=self._agent,
                 settle=self._settle_prompt,
+                scope=parsed.scope,
             )
             answer = {
-                "ok": ("Approved" if allow else "Denied", False),
+                "ok": ("Approved" if parsed.allow else "Denied", False),
                 "not_approver": ("Only the configured approvers can answer this request.", True),
                 "unknown": ("This request is no longer pending.", True),
             }[verdict]

@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 
-from channels.approvals import approval_button_id
+from channels.approvals import ALWAYS_LABELS, approval_button_id
 from channels.stream import ReplyStreamer, Typing, deliver
 from channels.telegram_api import says, telegram_call
 from channels.telegram_config import TelegramConfig
@@ -165,4 +165,14 @@ def approval_prompt(request: ApprovalRequest) -> tuple[str, InlineKeyboardMarkup
         lines.append(f"Reason: {request.reason}")
     approve = InlineKeyboardButton("✅ Approve", callback_data=approval_button_id(request.id, True))
     deny = InlineKeyboardButton("❌ Deny", callback_data=approval_button_id(request.id, False))
-    return "\n".join(lines), InlineKeyboardMarkup([[approve, deny]])
+    rows = [[approve, deny]]
+    if request.grantable:  # "approve always": a durable grant, on a row of its own
+        rows.append(
+            [
+                InlineKeyboardButton(
+                    f"♾ {label}", callback_data=approval_button_id(request.id, True, scope)
+                )
+                for scope, label in ALWAYS_LABELS.items()
+            ]
+        )
+    return "\n".join(lines), InlineKeyboardMarkup(rows)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, fields
-from typing import Protocol, TypeGuard, runtime_checkable
+from typing import Literal, Protocol, TypeGuard, runtime_checkable
 
 from core.command_table import parse_command
 from core.events import LoopEvent
@@ -113,8 +113,17 @@ class PromptRef:
     text: str = ""  # the prompt as posted (some platforms settle it by appending the outcome)
 
 
+GrantScope = Literal["conversation", "channel"]
+"""Where an approver's "approve always" holds: the conversation (a thread, a DM) or the
+whole channel it is in."""
+
+
 class ApprovalRecord(Protocol):
     """The durable side of one approval request (the agent keeps it in the store)."""
+
+    def granted(self, scope: GrantScope, by: str) -> None:
+        """Approver `by` chose "always": the tool runs without asking from now on, in
+        this conversation or its whole channel (`/grants` lists and revokes it)."""
 
     def posted(self, prompt: PromptRef) -> None:
         """The prompt is up at `prompt`; remembered so a restarted process can settle it."""
@@ -140,6 +149,9 @@ class ApprovalRequest:
     timeout: float
     prompt: PromptRef | None = None
     record: ApprovalRecord | None = field(default=None, compare=False, repr=False)
+    # The approver may answer "always" (a durable grant): the call is its tool's own
+    # category, not one escalated for what this call does (a destructive `bash` command).
+    grantable: bool = False
 
 
 class ReplyStream(Protocol):
@@ -226,11 +238,12 @@ class AgentPort(Protocol):
         delivering its answer is let finish. Returns once the run has ended."""
 
     async def answer_approval(
-        self, request_id: str, allow: bool, user_name: str
+        self, request_id: str, allow: bool, user_name: str, scope: GrantScope | None = None
     ) -> ApprovalRequest | None:
         """An approver's click on a prompt no run in this process is waiting on (it was
         posted before a restart): the answer is stored for the run that takes the request
-        up again. The channel checks that the user is an approver first.
+        up again, with the grant `scope` names (an "always" answer). The channel checks
+        that the user is an approver first.
 
         Returns the request, with its prompt for the channel to settle, if the answer was
         taken; None if it is not pending here (unknown, already answered, or a run is

@@ -59,6 +59,7 @@ COMMAND_TABLE: tuple[CommandSpec, ...] = (
         "[list | set NAME | clear]",
         scope="channel",
     ),
+    CommandSpec("grants", "Tools approved always here; revoke one", "[revoke ID]"),
 )
 
 COMMANDS: dict[str, CommandSpec] = {spec.name: spec for spec in COMMAND_TABLE}

@@ -27,6 +27,7 @@ from core.context.manager import ContextSettings
 from core.context.windows import context_window
 from core.errors import ConfigError
 from core.instructions.settings import InstructionsConfig, SkillsConfig
+from core.mcp.config import McpConfig
 from core.providers.base import ProviderSettings
 from core.store.backends import parse_target
 from core.tools.settings import SandboxSettings
@@ -127,6 +128,12 @@ class ToolsConfig(SandboxSettings):
 
     tools_file: Path | None = Field(
         Path("tools.yaml"), description="CLI tools (relative to config.toml)."
+    )
+    search_threshold: int = Field(
+        30,
+        ge=0,
+        description="With more tools.yaml and MCP tools than this, a request carries the "
+        "built-ins, `find_tools` and the tools it found; 0: every tool in every request.",
     )
 
 
@@ -290,6 +297,7 @@ class CoreConfig(_Section):
     instructions: InstructionsConfig = Field(default_factory=InstructionsConfig)
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     jobs: list[JobConfig] = Field(default_factory=list)
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
     source: Path | None = Field(None, exclude=True)
 

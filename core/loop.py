@@ -43,6 +43,7 @@ from core.run_context import DETACHED, RunContext
 from core.tools.ask import ASK_HUMAN
 from core.tools.base import Category, ToolSpec
 from core.tools.executor import PreparedCall, ToolExecutor
+from core.tools.search import ToolSearch
 
 if TYPE_CHECKING:
     from core.context.manager import CompactionReport
@@ -149,10 +150,17 @@ class _Run:
     output_tokens: int = 0
     tool_calls: int = 0
     iteration: int = 0
+    search: ToolSearch | None = None  # more tools than one request carries
 
     @property
     def sink(self) -> EventSink:
         return self.ctx.sink
+
+    def tools(self) -> Sequence[ToolSpec]:
+        """What the next request carries: every tool, or the ones this run offers."""
+        if self.search is not None:
+            return self.search.specs()
+        return self.executor.registry.specs()
 
     def checkpoint(self, kind: str, iteration: int) -> None:
         if self.ctx.recorder is not None:
@@ -182,7 +190,20 @@ async def run_loop(
     envelope replays the ones that had completed.
     """
     run_guards = (guards or Guards()).for_run(ctx.sink)
-    run = _Run(messages, provider, executor, config, ctx, counter or TokenCounter(), run_guards)
+    search = None
+    if ToolSearch.wanted(executor.registry):
+        search = ToolSearch(executor.registry).seed(messages)
+        ctx = replace(ctx, search=search)
+    run = _Run(
+        messages,
+        provider,
+        executor,
+        config,
+        ctx,
+        counter or TokenCounter(),
+        run_guards,
+        search=search,
+    )
     limits = run_guards.limits
     remaining = _remaining(limits, ctx)
     if remaining is None:
@@ -215,7 +236,6 @@ def _remaining(limits: TimeLimits | None, ctx: RunContext) -> float | None:
 
 async def _turn(run: _Run) -> LoopOutcome:
     messages, config, sink = run.messages, run.config, run.sink
-    tools = run.executor.registry.specs()
     empty_turns = 0
     if pending := unanswered_calls(messages):
         await _run_tools(run, pending, 0)
@@ -225,11 +245,13 @@ async def _turn(run: _Run) -> LoopOutcome:
         run.iteration = iteration
         if (stop := await _before_call(run, iteration)) is not None:
             return stop
-        assistant = await _call(run, iteration, tools)
+        assistant = await _call(run, iteration, run.tools())
         if assistant.tool_calls:
             empty_turns = 0
             messages.append(assistant)
             run.checkpoint("llm", iteration)
+            if run.search is not None:  # a tool the history names stays offered
+                run.search.add(call.name for call in assistant.tool_calls)
             await _run_tools(run, assistant.tool_calls, iteration)
             if (stop := await _after_tools(run, assistant.tool_calls, iteration)) is not None:
                 return stop

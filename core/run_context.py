@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 from core.chat import Asker
 from core.events import EventSink, discard
 from core.messages import Message, ToolCall
-from core.tools.base import Approver
+from core.tools.base import Approver, ToolFinder
 from core.tools.delegation import Delegator
 from core.tools.site import ToolSite
 
@@ -74,6 +74,8 @@ class RunContext:
             that keep per-person state scope by it.
         site: where the run's tools work: its workspace (per `workspace_scope`), scratch
             and conversation's artifacts (None: derived from `conv` and `scratch`).
+        search: the run's tool search, when it has more tools than it offers at once
+            (set by the loop; core/tools/search.py).
     """
 
     run_id: str = ""
@@ -91,6 +93,7 @@ class RunContext:
     delegator: Delegator | None = None
     asker: Asker | None = None
     site: ToolSite | None = None
+    search: ToolFinder | None = None
 
 
 DETACHED = RunContext()

@@ -67,12 +67,14 @@ async def running_agent(
     approval_timeout: float = 300.0,
     responders: Any = None,
     shutdown_grace: float = 5.0,
+    environ: dict[str, str] | None = None,
     **config: Any,
 ) -> AsyncIterator[Agent]:
-    """The real `Agent` (store in tmp_path); shut down and closed on exit."""
+    """The real `Agent` (store in tmp_path); shut down and closed on exit. `environ`: the
+    host variables the application sees (default: none)."""
     _merge(config, {"agent": {"approval_timeout_seconds": approval_timeout}})
     cfg = agent_config(fake_llm, tmp_path, **config)
-    app = App(cfg, {}, build_registry(cfg, {}))
+    app = App(cfg, environ or {}, build_registry(cfg, environ or {}))
     agent = await app.open_agent(responders)
     try:
         yield agent

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
         ("relay.py", ["| telegram |", "| slack |", "| discord |", "max edits in window"]),
         ("memory.py", ["| SQLite (FTS5) | 200 |", "recall@5", "results from other scopes"]),
         ("redaction.py", ["| tool output |", "scrub µs per iteration"]),
+        ("tool_search.py", ["| search on: first request |", "under the 12 KB goal"]),
     ],
 )
 def test_quick_run_prints_the_tables(tmp_path: Path, script: str, expected: list[str]) -> None:

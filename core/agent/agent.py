@@ -29,7 +29,7 @@ from core.agent.runs import resume_blocker
 from core.agent.tasks import spawn as _spawn
 from core.agent.turn import STOPPED_TEXT, Turn, new_run_id
 from core.agent.workers import CronTakeover, SharedSettings, Workers
-from core.chat import ApprovalRequest, ConversationKey, Inbound, Responder
+from core.chat import ApprovalRequest, ConversationKey, GrantScope, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.config import GoalsConfig
 from core.eventlog import EventLog
@@ -295,10 +295,10 @@ class Agent:
         return delegator_for(self, turn)
 
     async def answer_approval(
-        self, request_id: str, allow: bool, user_name: str
+        self, request_id: str, allow: bool, user_name: str, scope: GrantScope | None = None
     ) -> ApprovalRequest | None:
         """`core.chat.AgentPort.answer_approval`."""
-        return await self.approvals.answer(request_id, allow, user_name)
+        return await self.approvals.answer(request_id, allow, user_name, scope)
 
     # --- runs ---------------------------------------------------------------------------
 

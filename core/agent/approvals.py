@@ -14,6 +14,8 @@ deploy):
 
 A call waiting on an approver is not recorded as started (see `ToolExecutor.execute`): it
 has run nothing, so resuming its run is always safe.
+
+A durable grant (an approver's "always", core/agent/grants.py) answers a request at once.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.agent.grants import grant_keys, new_grant
 from core.agent.lane import Lane
-from core.chat import ApprovalRequest, PromptRef, Responder
+from core.chat import ApprovalRequest, GrantScope, PromptRef, Responder
 from core.errors import StoreError
 from core.eventlog import EventLog
 from core.fence import current as current_fence
 from core.messages import ToolCall
-from core.store import ApprovalRow, Store
+from core.store import ApprovalRow, GrantRow, Store
 from core.store.notify import Notices
 
 log = logging.getLogger(__name__)
@@ -46,10 +49,20 @@ class _Record:
     store: Store
     approval_id: str
     closing: Callable[[], bool]
+    events: EventLog
+    conv: str
+    run_id: str | None
+    tool: str
     elsewhere: bool = False  # answered through another worker, which settles the prompt
 
     def posted(self, prompt: PromptRef) -> None:
         self.store.approval_posted(self.approval_id, prompt)
+
+    def granted(self, scope: GrantScope, by: str) -> None:
+        grant = new_grant(self.conv, self.tool, scope, by)
+        self.store.add_grant(grant)
+        data = {"tool": self.tool, "scope": scope, "key": grant.key, "by": by}
+        self.events.emit("agent.grant.added", data, run_id=self.run_id, conv=self.conv)
 
     def outlives_cancellation(self) -> bool:
         return self.closing() or self.elsewhere or _lost()
@@ -87,9 +100,22 @@ class ApprovalDesk:
         summary: str,
         reason: str,
         answer_within: float,
+        *,
+        grantable: bool = False,
     ) -> bool:
         """Ask the approvers about `call`, who have `answer_within` seconds (or take up the
-        request a restart left pending for it); True only if one of them allowed it in time."""
+        request a restart left pending for it); True only if one of them allowed it in time.
+        `grantable`: a durable grant of the tool here answers at once, and the approvers
+        may give one."""
+        if grantable and (grant := await self._grant(conv, call.name)) is not None:
+            data = {
+                "tool": call.name,
+                "grant": grant.id,
+                "scope": grant.scope,
+                "by": grant.granted_by,
+            }
+            self.events.emit("agent.approval.granted", data, run_id=run_id, conv=conv)
+            return True
         try:
             row = await self._take_up(conv, run_id, call, summary, reason, answer_within)
         except StoreError:
@@ -103,9 +129,16 @@ class ApprovalDesk:
             self._waiting.discard(row.id)
             self.store.approval_resolved(row.id, "denied")
             return False
-        record = _Record(self.store, row.id, self._closing)
+        record = _Record(self.store, row.id, self._closing, self.events, conv, run_id, call.name)
         request = ApprovalRequest(
-            row.id, call.name, summary, reason, max(0.0, left), prompt=row.prompt, record=record
+            row.id,
+            call.name,
+            summary,
+            reason,
+            max(0.0, left),
+            prompt=row.prompt,
+            record=record,
+            grantable=grantable,
         )
         try:
             if self.notices is None:
@@ -129,6 +162,16 @@ class ApprovalDesk:
             return False
         self.store.approval_resolved(row.id, "approved" if allowed else "denied")
         return allowed
+
+    async def _grant(self, conv: str, tool: str) -> GrantRow | None:
+        """A grant of `tool` in this conversation or its channel, if any (a store that
+        cannot answer grants nothing: the approver is asked)."""
+        try:
+            grants = await self.store.grants(grant_keys(conv))
+        except StoreError:
+            log.warning("grants not readable; asking instead", exc_info=True)
+            return None
+        return next((g for g in grants if g.tool == tool), None)
 
     async def _approve_shared(
         self, responder: Responder, request: ApprovalRequest, record: _Record
@@ -212,9 +255,11 @@ class ApprovalDesk:
                 self._waiting.add(row.id)
             return row
 
-    async def answer(self, request_id: str, allow: bool, user_name: str) -> ApprovalRequest | None:
+    async def answer(
+        self, request_id: str, allow: bool, user_name: str, scope: GrantScope | None = None
+    ) -> ApprovalRequest | None:
         """`AgentPort.answer_approval`: store an approver's answer to a pending request no
-        run of this process waits on yet."""
+        run of this process waits on yet (and the grant an "always" answer gives)."""
         async with self._lock:
             if request_id in self._waiting:
                 return None  # the channel that shows it has it pending
@@ -225,6 +270,11 @@ class ApprovalDesk:
                 return None  # not one a run takes up again, or too late
             answer = "approved" if allow else "denied"
             await self.store.answer_approval(row.id, answer, user_name)
+            if allow and scope is not None:
+                grant = new_grant(row.conv, row.tool, scope, user_name)
+                self.store.add_grant(grant)
+                data = {"tool": row.tool, "scope": scope, "key": grant.key, "by": user_name}
+                self.events.emit("agent.grant.added", data, run_id=row.run_id, conv=row.conv)
             if self.notices is not None:  # the run may wait on another worker
                 await self.notices.publish("approval", row.id)
         self.events.emit(
@@ -246,12 +296,21 @@ class LaneApprover:
         """A call without an id (outside the loop): asked, but not taken up after a restart."""
         return await self.approve_call(ToolCall(id="", name=tool), summary, reason)
 
-    async def approve_call(self, call: ToolCall, summary: str, reason: str) -> bool:
+    async def approve_call(
+        self, call: ToolCall, summary: str, reason: str, *, grantable: bool = False
+    ) -> bool:
         lane = self.lane
         if lane.responder is None:
             return False
         return await self.desk.ask(
-            lane.responder, lane.conv_id, lane.run_id, call, summary, reason, self.timeout()
+            lane.responder,
+            lane.conv_id,
+            lane.run_id,
+            call,
+            summary,
+            reason,
+            self.timeout(),
+            grantable=grantable,
         )
 
 

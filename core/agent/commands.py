@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from core.agent.grants import grants_command
 from core.agent.lane import Lane, LaneHost, RunReport
 from core.chat import Inbound, Responder
 from core.command_table import COMMANDS, help_text, parse_command
@@ -40,6 +41,7 @@ class Commands:
             "provider": self._provider,
             "goal": self._goal,
             "journal": self._journal,
+            "grants": self._grants,
         }
         # Commands that act for the person asking get the whole message.
         self._with_inbound: dict[str, Callable[[Lane, Inbound, str], Awaitable[str]]] = {
@@ -103,6 +105,7 @@ class Commands:
                 f"Run: {run}",
                 f"Sandbox: {sandbox}",
                 f"Workspace: {site.describe()}",
+                *(line[0].upper() + line[1:] for line in self.agent.factory.tool_status()),
             ]
         )
 
@@ -239,6 +242,9 @@ class Commands:
 
     async def _journal(self, lane: Lane, args: str, responder: Responder) -> str:
         return lane.journal.journal.render()
+
+    async def _grants(self, lane: Lane, args: str, responder: Responder) -> str:
+        return await grants_command(self.agent.store, self.agent.events, lane.conv_id, args)
 
     async def _memory(self, lane: Lane, inbound: Inbound, args: str) -> str:
         return await memory_command(self.agent.store, inbound.asker(lane.conv_id), args)

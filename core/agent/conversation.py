@@ -126,6 +126,9 @@ class ConversationFactory(Protocol):
 
     def provider_names(self) -> list[str]: ...
 
+    def tool_status(self) -> list[str]:
+        """Lines for `/status` about tool sources that can fail (MCP servers)."""
+
     def provider(self, name: str) -> Provider: ...
 
     def conversation(self, provider_name: str, journal: JournalBox) -> Conversation: ...

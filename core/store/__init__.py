@@ -28,14 +28,18 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
                     same, with SKIP LOCKED and tsvector; postgres_schema.py; notify.py:
                     LISTEN/NOTIFY, which only PostgreSQL has)
     memory_rows.py  memories' scopes and rows, and the query terms both backends match
+    grant_rows.py   durable approvals ("approve always") and their SQL
+                    (sqlite_grants.py, postgres_grants.py)
 """
 
 from core.store.backends import open_store
+from core.store.grant_rows import GrantRow, GrantScope
 from core.store.memory_rows import MemoryRow, Scope, ScopeKind
 from core.store.protocol import (
     ApprovalStore,
     DedupeStore,
     EventStore,
+    GrantStore,
     JobStore,
     JournalStore,
     MemoryStore,
@@ -67,6 +71,9 @@ __all__ = [
     "DedupeStore",
     "EventStore",
     "GoalRow",
+    "GrantRow",
+    "GrantScope",
+    "GrantStore",
     "JobRunRecord",
     "JobStore",
     "JournalStore",

@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -163,6 +163,15 @@ _MIGRATIONS: dict[int, str] = {
     11: """
     ALTER TABLE job_runs ADD COLUMN worker TEXT;
     CREATE INDEX job_runs_running ON job_runs (state, worker);
+    """,
+    # Durable approvals ("approve always", `/grants`): a tool that runs without asking in
+    # a conversation or a channel.
+    12: """
+    CREATE TABLE grants (
+        id TEXT PRIMARY KEY, scope TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
+        granted_by TEXT NOT NULL, granted_at REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX grants_key_tool ON grants (key, tool);
     """,
 }
 

@@ -23,12 +23,15 @@ import psycopg
 from core.errors import ConfigError
 from core.store.conversation_tables import POSTGRES_CONVERSATIONS, ConversationTables
 from core.store.postgres_db import connection_kwargs, open_pool, where
+from core.store.postgres_grants import PostgresGrantTables
 from core.store.postgres_memory import PostgresMemoryTables
 from core.store.postgres_schema import migrate
 from core.store.postgres_workers import PostgresWorkerTables
 
 
-class PostgresStore(PostgresWorkerTables, PostgresMemoryTables, ConversationTables):
+class PostgresStore(
+    PostgresWorkerTables, PostgresMemoryTables, PostgresGrantTables, ConversationTables
+):
     """One PostgreSQL database (or schema); open with `await PostgresStore.open(url)` (or
     `core.store.open_store`), close with `aclose()`."""
 

@@ -163,6 +163,14 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE job_runs ADD COLUMN worker TEXT;
     CREATE INDEX job_runs_running ON job_runs (state, worker);
     """,
+    # Durable approvals ("approve always", `/grants`).
+    12: """
+    CREATE TABLE grants (
+        id TEXT PRIMARY KEY, scope TEXT NOT NULL, key TEXT NOT NULL, tool TEXT NOT NULL,
+        granted_by TEXT NOT NULL, granted_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE UNIQUE INDEX grants_key_tool ON grants (key, tool);
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 

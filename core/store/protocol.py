@@ -26,6 +26,7 @@ from typing import Any, Protocol, Self
 from core.chat import PromptRef
 from core.messages import Message
 from core.store import writes
+from core.store.grant_rows import GrantRow
 from core.store.memory_rows import MemoryRow, Scope
 from core.store.rows import (
     ApprovalRow,
@@ -331,6 +332,24 @@ class ApprovalStore(Protocol):
         ...
 
 
+class GrantStore(Protocol):
+    """Durable approvals: a tool an approver let run without asking in a conversation or a
+    channel ("approve always"), listed and revoked with `/grants`."""
+
+    def add_grant(self, row: GrantRow) -> None:
+        """Queued: the grant; one per (key, tool), a second keeps the first."""
+        ...
+
+    async def grants(self, keys: Sequence[str]) -> list[GrantRow]:
+        """The grants of those conversation or channel keys, oldest first."""
+        ...
+
+    async def revoke_grant(self, grant_id: str, keys: Sequence[str]) -> GrantRow | None:
+        """Committed: remove grant `grant_id` if it belongs to one of `keys`; the grant, or
+        None if there was none."""
+        ...
+
+
 class EventStore(Protocol):
     """Structured events (docs/operations.md)."""
 
@@ -531,6 +550,7 @@ class Store(
     PreferenceStore,
     DedupeStore,
     ApprovalStore,
+    GrantStore,
     EventStore,
     JobStore,
     WorkerStore,

@@ -18,11 +18,12 @@ import aiosqlite
 from core.store.conversation_tables import SQLITE_CONVERSATIONS, ConversationTables
 from core.store.migrations import migrate
 from core.store.sqlite_db import BUSY_TIMEOUT_MS, reader_connection, writer_connection
+from core.store.sqlite_grants import SqliteGrantTables
 from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
 
 
-class SqliteStore(SqliteWorkerTables, SqliteMemoryTables, ConversationTables):
+class SqliteStore(SqliteWorkerTables, SqliteMemoryTables, SqliteGrantTables, ConversationTables):
     """One SQLite database; open with `await SqliteStore.open(path)` (or
     `core.store.open_store`), close with `aclose()`."""
 

@@ -53,6 +53,17 @@ class ToolContext:
     # The run's workspace, scratch and artifacts (None: a run outside any conversation, in
     # the workspace root; see core/tools/site.py). Set per call by the executor.
     site: ToolSite | None = None
+    search: ToolFinder | None = None  # the run's tool search (`find_tools`); None: off
+
+
+class ToolFinder(Protocol):
+    """A run's tool search (core/tools/search.py), as `find_tools` uses it."""
+
+    def find(self, query: str, limit: int) -> list[Tool]:
+        """The tools that best match `query`, from now on offered to the run."""
+
+    def hidden(self) -> list[Tool]:
+        """The tools not offered to the run yet."""
 
 
 class Tool(ABC):
@@ -67,6 +78,9 @@ class Tool(ABC):
     # record and picks up from it (`delegate`'s child runs). Recorded as idempotent in the
     # envelope, so resume runs it again instead of halting; never retried on failure.
     resumable: bool = False
+    # Offered only once `find_tools` found it when a run has more tools than
+    # `[tools] search_threshold` (the team's tools.yaml and MCP tools); built-ins always are.
+    deferrable: bool = False
 
     @property
     def idempotent(self) -> bool:
@@ -125,13 +139,23 @@ class ToolSpec:
 
 
 class ToolRegistry:
-    """Tools by name; also caches the specs sent with every LLM call."""
+    """Tools by name; also caches the specs sent with every LLM call.
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    `refused` names tools that exist but are never offered (an MCP tool the configuration
+    denies), with why: a call by name is refused with that reason."""
+
+    def __init__(
+        self, tools: Iterable[Tool] = (), refused: Mapping[str, str] | None = None
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         self._specs: tuple[ToolSpec, ...] | None = None
+        self.refused: dict[str, str] = dict(refused or {})
         for tool in tools:
             self.add(tool)
+
+    def tools(self) -> list[Tool]:
+        """Every tool, in the order they were added."""
+        return list(self._tools.values())
 
     def add(self, tool: Tool) -> None:
         if tool.name in self._tools:
@@ -218,5 +242,8 @@ class CallApprover(Protocol):
 
     async def __call__(self, tool: str, summary: str, reason: str) -> bool: ...
 
-    async def approve_call(self, call: ToolCall, summary: str, reason: str) -> bool:
-        """True to allow `call`."""
+    async def approve_call(
+        self, call: ToolCall, summary: str, reason: str, *, grantable: bool = False
+    ) -> bool:
+        """True to allow `call`. `grantable`: the call is its tool's own category, so a
+        durable grant ("approve always") may answer it, and an approver may give one."""

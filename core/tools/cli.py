@@ -137,6 +137,8 @@ def _text(value: object) -> str:
 class CliTool(Tool):
     """One `tools.yaml` entry as a tool; `env` holds its already-expanded variables."""
 
+    deferrable = True
+
     def __init__(self, spec: CliToolSpec, env: Mapping[str, str]) -> None:
         self.spec = spec
         self.name = spec.name

@@ -84,6 +84,8 @@ class ToolExecutor:
 
     def prepare(self, call: ToolCall) -> PreparedCall:
         tool = self.registry.get(call.name)
+        if tool is None and (refusal := self.registry.refused.get(call.name)) is not None:
+            return PreparedCall(call, "read", error=f"error: policy: {refusal}")
         if tool is None:
             known = ", ".join(self.registry.names()) or "none"
             return PreparedCall(
@@ -144,7 +146,7 @@ class ToolExecutor:
         """Run an authorised call, retrying transient failures of idempotent ones."""
         call = prepared.call
         tool_ctx = self.ctx
-        per_run = run.scratch, run.cwd, run.delegator, run.asker, run.site
+        per_run = run.scratch, run.cwd, run.delegator, run.asker, run.site, run.search
         if run.env or run.conv or any(thing is not None for thing in per_run):
             tool_ctx = replace(
                 tool_ctx,
@@ -156,6 +158,7 @@ class ToolExecutor:
                 asker=run.asker,
                 # Where the run's tools work: its conversation's workspace and artifacts.
                 site=run.site or site_for(tool_ctx.sandbox, run.conv, run.scratch),
+                search=run.search,
             )
         retryable = prepared.idempotent
         attempt = 1
@@ -198,7 +201,12 @@ class ToolExecutor:
             if approver is None:
                 allowed = False
             elif isinstance(approver, CallApprover):
-                allowed = await approver.approve_call(call, summary, decision.reason)
+                # A call escalated above its tool's category (a destructive `bash`
+                # command) is asked about every time: no durable grant covers it.
+                grantable = prepared.category == tool.category
+                allowed = await approver.approve_call(
+                    call, summary, decision.reason, grantable=grantable
+                )
             else:
                 allowed = await approver(call.name, summary, decision.reason)
             if not allowed:

@@ -345,6 +345,7 @@ class Jail:
         artifacts: Path | None = None,
         read_only: bool = False,
         network: bool | None = None,
+        readable: Sequence[Path] = (),
     ) -> int:
         """A ruleset fd for one run's places: the shared rules plus its `workspace`
         (default: the root) and `scratch` read-write, and its conversation's `artifacts`
@@ -355,15 +356,22 @@ class Jail:
                 tools write nowhere but `scratch`).
             network: False denies TCP bind and connect whatever the mode (the file
                 tools' thread); None: as the network mode says.
+            readable: more files and directories to read (an MCP server's program and
+                `read_paths`), denied paths carved out of them.
         """
         root = workspace or self.settings.resolved_workspace()
         places = [*self._rule_fds(read_only), *self._workspace_fds(root, read_only)]
+        extra = [rule for path in readable for rule in self._readable(path)]
         handled = netguard.handled_net(
             self.settings.network if network is None else network, self.net
         )
         opened = []
         try:
-            for path, rights in ((scratch, landlock.READ_WRITE), (artifacts, ARTIFACT_RIGHTS)):
+            for path, rights in (
+                (scratch, landlock.READ_WRITE),
+                (artifacts, ARTIFACT_RIGHTS),
+                *((rule.path, rule.rights) for rule in extra),
+            ):
                 if path is not None:
                     opened.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
                     places.append((opened[-1], rights))
@@ -371,6 +379,18 @@ class Jail:
         finally:
             for fd in opened:
                 os.close(fd)
+
+    def _readable(self, path: Path) -> list[landlock.Rule]:
+        """Read rules for one extra path: a file (unless denied) or a directory carved
+        around the denied paths; nothing for a path that does not exist."""
+        resolved = _resolved(path)
+        if any(_is_under(resolved, d) for d in self._denied):
+            return []
+        if resolved.is_file():
+            return [landlock.Rule(resolved, landlock.READ_ONLY & landlock.FILE_RIGHTS)]
+        if resolved.is_dir():
+            return _carve(resolved, self._denied, landlock.READ_ONLY)
+        return []
 
     def prepare(
         self,
@@ -380,14 +400,20 @@ class Jail:
         workspace: Path | None = None,
         artifacts: Path | None = None,
         max_file_bytes: int | None = None,
+        readable: Sequence[Path] = (),
     ) -> Spawn | None:
         """What one spawn needs: the ruleset (see `ruleset`), limits, user and PID
         namespace; None when nothing is enforced. `max_file_bytes` lowers the file-size
-        limit for this spawn (a write quota). Close the result after the spawn."""
+        limit for this spawn (a write quota); `readable`: more paths it may read. Close
+        the result after the spawn."""
         if not self.enforced:
             return None
         ruleset = self.ruleset(
-            scratch, workspace=workspace, artifacts=artifacts, read_only=read_only
+            scratch,
+            workspace=workspace,
+            artifacts=artifacts,
+            read_only=read_only,
+            readable=readable,
         )
         return Spawn(
             ruleset,

@@ -112,8 +112,13 @@ async def test_nobody_is_an_approver_by_default() -> None:
 def test_button_data_round_trip() -> None:
     yes, no = approval_button_id("a1b2c3d4e5f6", True), approval_button_id("a1b2c3d4e5f6", False)
     assert yes != no
-    assert parse_approval_button(yes) == ("a1b2c3d4e5f6", True)
-    assert parse_approval_button(no) == ("a1b2c3d4e5f6", False)
+    assert parse_approval_button(yes) == ("a1b2c3d4e5f6", True, None)
+    assert parse_approval_button(no) == ("a1b2c3d4e5f6", False, None)
+    here = approval_button_id("a1b2c3d4e5f6", True, "conversation")
+    channel = approval_button_id("a1b2c3d4e5f6", True, "channel")
+    assert parse_approval_button(here) == ("a1b2c3d4e5f6", True, "conversation")
+    assert parse_approval_button(channel) == ("a1b2c3d4e5f6", True, "channel")
+    assert len(approval_button_id("x" * 48, True, "conversation").encode()) <= 64
     longest = approval_button_id("x" * 48, True)
     assert len(longest.encode()) <= 64
     assert Approvals.button_id("id1", True) == approval_button_id("id1", True)
