@@ -16,7 +16,8 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
     dialect.py      the few spellings in which the two backends' SQL differs
                     (placeholders, typed NULL parameters, IS vs IS NOT DISTINCT FROM,
                     upserts, LIKE/ILIKE, IN lists, the runs sequence, the clock)
-    run_tables.py, worker_tables.py, conversation_tables.py, memory_tables.py
+    run_tables.py, worker_tables.py, conversation_tables.py, memory_tables.py,
+    grant_tables.py
                     every statement written once, spelt per dialect at import, and the
                     methods over them that both backends share
     sqlite.py       SqliteStore (sqlite_db.py: connections and the batch commit;
@@ -29,7 +30,7 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
                     LISTEN/NOTIFY, which only PostgreSQL has)
     memory_rows.py  memories' scopes and rows, and the query terms both backends match
     grant_rows.py   durable approvals ("approve always") and their SQL
-                    (sqlite_grants.py, postgres_grants.py)
+                    (grant_tables.py: the methods, for both backends)
 """
 
 from core.store.backends import open_store

@@ -22,19 +22,18 @@ import psycopg
 
 from core.errors import ConfigError
 from core.store.conversation_tables import POSTGRES_CONVERSATIONS, ConversationTables
+from core.store.grant_tables import POSTGRES_GRANTS, GrantTables
 from core.store.postgres_db import connection_kwargs, open_pool, where
-from core.store.postgres_grants import PostgresGrantTables
 from core.store.postgres_memory import PostgresMemoryTables
 from core.store.postgres_schema import migrate
 from core.store.postgres_workers import PostgresWorkerTables
 
 
-class PostgresStore(
-    PostgresWorkerTables, PostgresMemoryTables, PostgresGrantTables, ConversationTables
-):
+class PostgresStore(PostgresWorkerTables, PostgresMemoryTables, GrantTables, ConversationTables):
     """One PostgreSQL database (or schema); open with `await PostgresStore.open(url)` (or
     `core.store.open_store`), close with `aclose()`."""
 
+    _grant_sql = POSTGRES_GRANTS
     _conv_sql = POSTGRES_CONVERSATIONS
 
     @classmethod

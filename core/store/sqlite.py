@@ -16,17 +16,18 @@ from pathlib import Path
 import aiosqlite
 
 from core.store.conversation_tables import SQLITE_CONVERSATIONS, ConversationTables
+from core.store.grant_tables import SQLITE_GRANTS, GrantTables
 from core.store.migrations import migrate
 from core.store.sqlite_db import BUSY_TIMEOUT_MS, reader_connection, writer_connection
-from core.store.sqlite_grants import SqliteGrantTables
 from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
 
 
-class SqliteStore(SqliteWorkerTables, SqliteMemoryTables, SqliteGrantTables, ConversationTables):
+class SqliteStore(SqliteWorkerTables, SqliteMemoryTables, GrantTables, ConversationTables):
     """One SQLite database; open with `await SqliteStore.open(path)` (or
     `core.store.open_store`), close with `aclose()`."""
 
+    _grant_sql = SQLITE_GRANTS
     _conv_sql = SQLITE_CONVERSATIONS
 
     @classmethod
