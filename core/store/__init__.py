@@ -13,16 +13,24 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
     writes.py       queued writes' owners and the failed-write count, for every backend
     group_commit.py the queue and writer task every backend commits through
     backends.py     open_store: a path or URL to a backend
+    dialect.py      the few spellings in which the two backends' SQL differs
+                    (placeholders, typed NULL parameters, IS vs IS NOT DISTINCT FROM,
+                    upserts, LIKE/ILIKE, IN lists, the runs sequence, the clock)
+    run_tables.py, worker_tables.py, conversation_tables.py, memory_tables.py,
+    grant_tables.py
+                    every statement written once, spelt per dialect at import, and the
+                    methods over them that both backends share
     sqlite.py       SqliteStore (sqlite_db.py: connections and the batch commit;
-                    sqlite_runs.py: runs and jobs; sqlite_workers.py: queued runs
-                    handed out, heartbeats, leases; sqlite_memory.py: long-term
-                    memory; migrations.py: the schema)
+                    sqlite_runs.py, sqlite_workers.py, sqlite_memory.py: what SQLite
+                    does its own way — the take-in, the hand-out and take-over of
+                    runs, full-text recall; migrations.py: the schema)
     postgres.py     PostgresStore (postgres_db.py: the pool and the batch commit;
-                    postgres_runs.py, postgres_workers.py, postgres_memory.py;
-                    postgres_schema.py)
+                    postgres_runs.py, postgres_workers.py, postgres_memory.py: the
+                    same, with SKIP LOCKED and tsvector; postgres_schema.py; notify.py:
+                    LISTEN/NOTIFY, which only PostgreSQL has)
     memory_rows.py  memories' scopes and rows, and the query terms both backends match
     grant_rows.py   durable approvals ("approve always") and their SQL
-                    (sqlite_grants.py, postgres_grants.py)
+                    (grant_tables.py: the methods, for both backends)
 """
 
 from core.store.backends import open_store

@@ -14,7 +14,7 @@ before handing it out, so a restarted server costs nothing but reconnecting.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 import psycopg
@@ -83,9 +83,13 @@ class PostgresDatabase(GroupCommit):
                     break
             return await _run_one_by_one(conn, statements)
 
-    async def _write_now(self, sql: str, params: Sequence[Any] = ()) -> list[TupleRow]:
+    async def _write_now(
+        self, sql: str, params: Sequence[Any] | Callable[[], Sequence[Any]] = ()
+    ) -> list[TupleRow]:
         """Run one statement that returns rows (`RETURNING`) in a transaction of its own,
-        after everything queued so far is committed; its rows.
+        after everything queued so far is committed; its rows. `params` may be a function
+        that gives them (as SQLite's `_write_now` takes them), called once before the
+        statement is sent.
 
         Raises:
             StoreError: the statement failed.
@@ -93,6 +97,8 @@ class PostgresDatabase(GroupCommit):
         await self.committed()
         # A caller cancelled meanwhile (a lease renewal given up on) must not cut the
         # statement off mid-transaction: it ends in its own task, and its locks with it.
+        if callable(params):
+            params = params()
         params = SECRETS.scrub_params(params)  # as the queue does
         transaction = asyncio.ensure_future(self._transaction(sql, params))
         self._transactions.add(transaction)
@@ -164,23 +170,6 @@ def text_safe(params: Sequence[Any]) -> Sequence[Any]:
     if not any(isinstance(p, str) and "\x00" in p for p in params):
         return params
     return [p.replace("\x00", "\ufffd") if isinstance(p, str) else p for p in params]
-
-
-def upsert(table: str, columns: str, key: str, *, reset: str = "", where: str = "") -> str:
-    """SQLite's `INSERT OR REPLACE` in PostgreSQL: insert a row, or give the row with the
-    same `key` these `columns` and the `reset` ones their defaults (a replaced SQLite row
-    loses what the new one does not give). With `where` (a condition whose parameters
-    follow the columns'), nothing is written unless it holds."""
-    names = [c.strip() for c in columns.split(",")]
-    keys = {k.strip() for k in key.split(",")}
-    sets = [f"{c} = EXCLUDED.{c}" for c in names if c not in keys]
-    sets += [f"{c.strip()} = DEFAULT" for c in reset.split(",") if c.strip()]
-    values = ", ".join(["%s"] * len(names))
-    rows = f"SELECT {values} WHERE {where}" if where else f"VALUES ({values})"
-    return (
-        f"INSERT INTO {table} ({', '.join(names)}) {rows} "
-        f"ON CONFLICT ({key}) DO UPDATE SET {', '.join(sets)}"
-    )
 
 
 def connection_kwargs(url: str, password: str | None) -> dict[str, Any]:

@@ -4,7 +4,6 @@ ranked by `ts_rank`."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from core.store.memory_rows import (
@@ -15,6 +14,7 @@ from core.store.memory_rows import (
     query_terms,
     scope_filter,
 )
+from core.store.memory_tables import POSTGRES_MEMORY, MemoryTables
 from core.store.postgres_db import PostgresDatabase
 
 # Normalisation 32 makes the rank r / (r + 1): 0..1, like SQLite's.
@@ -26,16 +26,10 @@ ORDER BY score DESC, id DESC LIMIT %s
 """
 
 
-class PostgresMemoryTables(PostgresDatabase):
+class PostgresMemoryTables(PostgresDatabase, MemoryTables):
     """`MemoryStore` on PostgreSQL (`PostgresStore` adds the rest)."""
 
-    async def remember(self, scope: Scope, text: str, *, made_by: str, conv: str) -> MemoryRow:
-        rows = await self._write_now(
-            "INSERT INTO memories (scope_kind, scope_id, text, created_at, made_by, conv) "
-            f"VALUES (%s, %s, %s, %s, %s, %s) RETURNING {MEMORY_COLUMNS}",
-            (scope.kind, scope.id, text, time.time(), made_by, conv),
-        )
-        return memory_row(rows[0])
+    _memory_sql = POSTGRES_MEMORY
 
     async def recall(self, query: str, scopes: Sequence[Scope], limit: int = 5) -> list[MemoryRow]:
         terms = query_terms(query)
@@ -47,26 +41,3 @@ class PostgresMemoryTables(PostgresDatabase):
             (" | ".join(terms), *params, limit),
         )
         return [memory_row(row, float(row[7])) for row in rows]
-
-    async def memories(self, scopes: Sequence[Scope], limit: int = 50) -> list[MemoryRow]:
-        where, params = scope_filter(scopes, "%s")
-        rows = await self._all(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where} ORDER BY id DESC LIMIT %s",
-            (*params, limit),
-        )
-        return [memory_row(row) for row in rows]
-
-    async def forget_memory(self, memory_id: int, scopes: Sequence[Scope]) -> bool:
-        where, params = scope_filter(scopes, "%s")
-        rows = await self._write_now(
-            f"DELETE FROM memories WHERE id = %s AND {where} RETURNING id",
-            (memory_id, *params),
-        )
-        return bool(rows)
-
-    async def forget_memories(self, scope: Scope) -> int:
-        rows = await self._write_now(
-            "DELETE FROM memories WHERE scope_kind = %s AND scope_id = %s RETURNING id",
-            (scope.kind, scope.id),
-        )
-        return len(rows)

@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from core.store.memory_rows import (
-    MEMORY_COLUMNS,
     MemoryRow,
     Scope,
     memory_columns,
@@ -15,19 +13,14 @@ from core.store.memory_rows import (
     query_terms,
     scope_filter,
 )
+from core.store.memory_tables import SQLITE_MEMORY, MemoryTables
 from core.store.sqlite_db import SqliteDatabase
 
 
-class SqliteMemoryTables(SqliteDatabase):
+class SqliteMemoryTables(SqliteDatabase, MemoryTables):
     """`MemoryStore` on SQLite (`SqliteStore` adds the rest)."""
 
-    async def remember(self, scope: Scope, text: str, *, made_by: str, conv: str) -> MemoryRow:
-        rows = await self._write_now(
-            "INSERT INTO memories (scope_kind, scope_id, text, created_at, made_by, conv) "
-            f"VALUES (?, ?, ?, ?, ?, ?) RETURNING {MEMORY_COLUMNS}",
-            lambda: (scope.kind, scope.id, text, time.time(), made_by, conv),
-        )
-        return memory_row(rows[0])
+    _memory_sql = SQLITE_MEMORY
 
     async def recall(self, query: str, scopes: Sequence[Scope], limit: int = 5) -> list[MemoryRow]:
         terms = query_terms(query)
@@ -42,26 +35,3 @@ class SqliteMemoryTables(SqliteDatabase):
         )
         # BM25 is negative here, better the lower; r / (1 + r) puts it on 0..1.
         return [memory_row(row, -row[7] / (1 - row[7])) for row in rows]
-
-    async def memories(self, scopes: Sequence[Scope], limit: int = 50) -> list[MemoryRow]:
-        where, params = scope_filter(scopes, "?")
-        rows = await self._all(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where} ORDER BY id DESC LIMIT ?",
-            (*params, limit),
-        )
-        return [memory_row(row) for row in rows]
-
-    async def forget_memory(self, memory_id: int, scopes: Sequence[Scope]) -> bool:
-        where, params = scope_filter(scopes, "?")
-        rows = await self._write_now(
-            f"DELETE FROM memories WHERE id = ? AND {where} RETURNING id",
-            lambda: (memory_id, *params),
-        )
-        return bool(rows)
-
-    async def forget_memories(self, scope: Scope) -> int:
-        rows = await self._write_now(
-            "DELETE FROM memories WHERE scope_kind = ? AND scope_id = ? RETURNING id",
-            lambda: (scope.kind, scope.id),
-        )
-        return len(rows)
