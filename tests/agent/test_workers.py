@@ -340,6 +340,7 @@ async def test_a_worker_wrongly_taken_for_dead_does_not_deliver_the_run_taken_ov
         # nothing written over the history the other worker goes on with
         history = await slow.store.load_messages("test:c1:")
         assert [m.role for m in history if m.role != "system"] == ["user"]
+        await slow.store.flush()  # events are queued (write_soon): read them once committed
         names = [e[1] for e in await slow.store.events(taken.id)]
         assert "agent_run.lost" in names
 
