@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.errors import ToolValidationError
 from core.mcp.config import OfferedCategory
 from core.mcp.connection import McpConnection, RemoteTool
-from core.tools.base import Tool, ToolContext, ToolResult, compact_schema
+from core.tools.base import Tool, ToolContext, ToolResult, compact_schema, parse_arguments
 from core.tools.outputcap import CappedStream
 from core.tools.quota import call_quota
 from core.tools.sandbox import site_of
@@ -85,15 +85,7 @@ class McpTool(Tool):
         return self._schema
 
     def validate(self, raw_arguments: str) -> BaseModel:
-        try:
-            data = json.loads(raw_arguments or "{}")
-        except json.JSONDecodeError as exc:
-            raise ToolValidationError(
-                f"arguments for `{self.name}` are not valid JSON ({exc.msg} at char {exc.pos}); "
-                "send a JSON object matching the tool's schema"
-            ) from exc
-        if not isinstance(data, dict):
-            raise ToolValidationError(f"arguments for `{self.name}` must be a JSON object")
+        data = parse_arguments(self.name, raw_arguments)
         if self._validator is not None:
             problems = sorted(self._validator.iter_errors(data), key=lambda e: list(e.path))
             if problems:

@@ -101,15 +101,7 @@ class Tool(ABC):
         Raises:
             ToolValidationError: bad JSON or a schema violation, phrased for the model.
         """
-        try:
-            data = json.loads(raw_arguments or "{}")
-        except json.JSONDecodeError as exc:
-            raise ToolValidationError(
-                f"arguments for `{self.name}` are not valid JSON ({exc.msg} at char {exc.pos}); "
-                "send a JSON object matching the tool's schema"
-            ) from exc
-        if not isinstance(data, dict):
-            raise ToolValidationError(f"arguments for `{self.name}` must be a JSON object")
+        data = parse_arguments(self.name, raw_arguments)
         try:
             return self.params.model_validate(data)
         except ValidationError as exc:
@@ -130,6 +122,24 @@ class Tool(ABC):
     @abstractmethod
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         """Run the tool. Raise `ToolError` subclasses for failures the model should see."""
+
+
+def parse_arguments(tool: str, raw_arguments: str) -> dict[str, Any]:
+    """The model's raw arguments for `tool` as a JSON object.
+
+    Raises:
+        ToolValidationError: not JSON, or not an object, phrased for the model.
+    """
+    try:
+        data = json.loads(raw_arguments or "{}")
+    except json.JSONDecodeError as exc:
+        raise ToolValidationError(
+            f"arguments for `{tool}` are not valid JSON ({exc.msg} at char {exc.pos}); "
+            "send a JSON object matching the tool's schema"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ToolValidationError(f"arguments for `{tool}` must be a JSON object")
+    return data
 
 
 @dataclass(frozen=True, slots=True)
