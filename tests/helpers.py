@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import textwrap
 import time
 from pathlib import Path
 
@@ -104,3 +105,41 @@ def wait_dead(pids: list[int], within: float = 2.0) -> list[int]:
     while (living := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.02)
     return living
+
+
+def sandbox_config_text(
+    ws: Path,
+    state: Path,
+    *,
+    tools_file: str = "tools.yaml",
+    scope: str | None = None,
+    tail: str = "",
+) -> str:
+    """A config.toml for the wall's tests: a provider nobody calls, the tools' workspace
+    (and its `workspace_scope`) and state under `state`; `tail`: further sections."""
+    scope_line = f'workspace_scope = "{scope}"\n' if scope is not None else ""
+    return (
+        textwrap.dedent(
+            f"""\
+            default_provider = "p"
+            [providers.p]
+            kind = "openai_chat"
+            model = "m"
+            base_url = "http://127.0.0.1:9"
+            [tools]
+            workspace = "{ws}"
+            """
+        )
+        + scope_line
+        + textwrap.dedent(
+            f"""\
+            artifacts_dir = "{state / "artifacts"}"
+            tools_file = "{tools_file}"
+            sandbox = "auto"
+            [store]
+            path = "{state / "parley.db"}"
+            events_log = "{state / "events.jsonl"}"
+            """
+        )
+        + textwrap.dedent(tail)
+    )

@@ -38,6 +38,7 @@ from core.tools.executor import ToolExecutor
 from core.tools.jail import Jail
 from core.tools.policy import ToolPolicy
 from core.tools.sandbox import run_in_workspace
+from tests.helpers import sandbox_config_text
 from tests.process import REPO
 
 pytestmark = pytest.mark.usefixtures("landlock_required")
@@ -56,23 +57,7 @@ TOOLS_YAML = textwrap.dedent(
 
 
 def config_text(ws: Path, state: Path, tools_file: str = "tools.yaml") -> str:
-    return textwrap.dedent(
-        f"""\
-        default_provider = "p"
-        [providers.p]
-        kind = "openai_chat"
-        model = "m"
-        base_url = "http://127.0.0.1:9"
-        [tools]
-        workspace = "{ws}"
-        artifacts_dir = "{state / "artifacts"}"
-        tools_file = "{tools_file}"
-        sandbox = "auto"
-        [store]
-        path = "{state / "parley.db"}"
-        events_log = "{state / "events.jsonl"}"
-        """
-    )
+    return sandbox_config_text(ws, state, tools_file=tools_file)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ workspace where nothing else beside config.toml is reachable."""
 from __future__ import annotations
 
 import json
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from core.tools.jail import Jail
 from core.tools.policy import ToolPolicy
 from core.tools.sandbox import run_in_workspace
 from core.tools.site import site_for
+from tests.helpers import sandbox_config_text
 
 pytestmark = pytest.mark.usefixtures("landlock_required")
 
@@ -33,25 +33,8 @@ SCRIPT = 'echo deploying "$1"\n'
 
 
 def config_text(ws: Path, state: Path, scope: str = "shared") -> str:
-    return textwrap.dedent(
-        f"""\
-        default_provider = "p"
-        [providers.p]
-        kind = "openai_chat"
-        model = "m"
-        base_url = "http://127.0.0.1:9"
-        [tools]
-        workspace = "{ws}"
-        workspace_scope = "{scope}"
-        artifacts_dir = "{state / "artifacts"}"
-        tools_file = ""
-        [store]
-        path = "{state / "parley.db"}"
-        events_log = "{state / "events.jsonl"}"
-        [channels.slack]
-        instructions = "slack.md"
-        """
-    )
+    tail = '[channels.slack]\ninstructions = "slack.md"\n'
+    return sandbox_config_text(ws, state, tools_file="", scope=scope, tail=tail)
 
 
 def lay_out(where: Path) -> None:
