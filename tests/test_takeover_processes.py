@@ -226,6 +226,22 @@ class FirstSlow:
         return Reply(text=f"pong: {text}")
 
 
+async def _quiet(telegram: FakeTelegram, chat: int, *, still: float = 1.0) -> None:
+    """Wait (at most 15 s) until no call for `chat` has reached the fake for `still`
+    seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15
+
+    def count() -> int:
+        return sum(1 for c in telegram.calls if str(c.params.get("chat_id")) == str(chat))
+
+    seen, since = count(), loop.time()
+    while loop.time() < deadline and loop.time() - since < still:
+        await asyncio.sleep(0.05)
+        if (now := count()) != seen:
+            seen, since = now, loop.time()
+
+
 async def test_a_worker_frozen_past_the_timeout_touches_nothing_of_its_turn_when_thawed(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
@@ -259,6 +275,9 @@ async def test_a_worker_frozen_past_the_timeout_touches_nothing_of_its_turn_when
                 await telegram.wait_until(
                     lambda: "pong: hello" in telegram.texts(alice.id), timeout=30, what="answer"
                 )
+                # The taker may still be ending its typing indicator in the chat: mark where
+                # the thawed worker's calls would start only once the chat has gone quiet.
+                await _quiet(telegram, alice.id)
                 thawed_at = len(telegram.calls)
             finally:
                 frozen.proc.send_signal(signal.SIGCONT)
