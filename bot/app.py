@@ -216,6 +216,11 @@ def build_registry(
     if config.memory.enabled:
         for tool in memory_tools():
             registry.add(tool)
+    if config.context.strategy == "focus":  # docs/context.md#the-focus-strategy
+        from core.context.focus_tools import focus_tools
+
+        for tool in focus_tools():
+            registry.add(tool)
     if config.web_fetch.enabled and config.tools.network is not False:
         from core.tools.webfetch import WebFetchTool
 

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from core.context.manager import ContextSettings
+from core.context.settings import ContextSettings
 from core.context.windows import context_window
 from core.errors import ConfigError
 from core.instructions.settings import InstructionsConfig, SkillsConfig

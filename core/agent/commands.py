@@ -92,6 +92,7 @@ class Commands:
         if lane.waiting:
             run += f", {lane.waiting} queued"
         subgoal = context.subgoal_status() if context is not None else None
+        focus = context.focus_status(conversation.messages) if context is not None else None
         if elsewhere := await self.agent.status_elsewhere(lane):
             run = f"{'busy' if lane.busy else 'idle here'}; {elsewhere}"
         return "\n".join(
@@ -101,6 +102,7 @@ class Commands:
                 f"Tokens used here: {lane.input_tokens:,} in, {lane.output_tokens:,} out",
                 f"Last compaction: {lane.last_compaction or 'none'}",
                 *([f"Subgoal: {subgoal}"] if subgoal is not None else []),
+                *([f"Focus: {focus}"] if focus is not None else []),
                 f"Goal: {goal_text}",
                 f"Run: {run}",
                 f"Sandbox: {sandbox}",
