@@ -212,6 +212,8 @@ class FailoverProvider:
                             self._served_by(provider, tried)
                             yield _tagged(event, provider.name)
                             return
+                        if isinstance(event, StreamRestarted):
+                            shown = False  # its own retry: the channel starts afresh
                         shown = shown or isinstance(event, OUTPUT)
                         yield event
             except ProviderError as exc:
