@@ -36,7 +36,6 @@ from core.context.eviction import jaccard, word_set
 from core.context.summarize import Summarizer
 from core.context.tokens import TokenCounter
 from core.context.transcript import clip
-from core.events import EventSink, Observed
 from core.messages import Message
 
 START = "start_focus"
@@ -188,6 +187,7 @@ class FocusTracker:
         self._last: Message | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: _Merge | None = None
+        self.saved = 0  # tokens the last `update` took out (the block's growth subtracted)
         self.score = similar_groups  # the pairwise scoring, run in a worker thread
 
     # ---- following the transcript ----------------------------------------------------------
@@ -209,7 +209,9 @@ class FocusTracker:
         self.turns += 1
 
     def update(self, messages: list[Message]) -> bool:
-        """Apply new focus calls (in place); True if the history changed."""
+        """Apply new focus calls (in place); True if the history changed (`saved`: the
+        tokens that took)."""
+        self.saved = 0
         changed = self._apply_merge(messages)
         i = self._scan_from(messages)
         while i < len(messages):
@@ -247,7 +249,7 @@ class FocusTracker:
                         f"error: a focus is already active ({self.active.scope}); call "
                         "complete_focus before starting another"
                     )
-                    messages[j] = Message.tool_result(call, text, is_error=True)
+                    self._replace(messages, j, Message.tool_result(call, text, is_error=True))
                     edited = True
                     continue
                 scope = _argument(call.arguments, "scope") or "(unnamed)"
@@ -266,7 +268,7 @@ class FocusTracker:
                 )
             else:
                 note = f"{NO_FOCUS}: your summary was added to the Knowledge block."
-            messages[j] = Message.tool_result(call, note)
+            self._replace(messages, j, Message.tool_result(call, note))
             edited = True
         return i, stop, edited
 
@@ -283,6 +285,8 @@ class FocusTracker:
                 if m.role == "user" and not m.content.startswith(REMINDER_PREFIX)
             ]
             removed = (at - start) - len(kept)
+            self.saved += sum(map(self.counter.message, messages[start:at]))
+            self.saved -= sum(map(self.counter.message, kept))
             messages[start:at] = kept
         summary = _argument(arguments, "summary") or "(no summary given)"
         summary = clip(summary, self.settings.max_knowledge_tokens)
@@ -307,29 +311,30 @@ class FocusTracker:
             segments = segments[1:]
         return segments
 
+    def _replace(self, messages: list[Message], at: int, new: Message) -> None:
+        self.saved += self.counter.message(messages[at]) - self.counter.message(new)
+        messages[at] = new
+
     def _store(self, messages: list[Message], segments: list[Segment]) -> None:
         k = knowledge_index(messages)
         block = Message.user(render_knowledge(segments))
         if k < len(messages) and is_knowledge(messages[k]):
-            messages[k] = block
+            self._replace(messages, k, block)
         else:
             messages.insert(k, block)
+            self.saved -= self.counter.message(block)
             if self.active is not None and self.active.index >= k:
                 self.active.index += 1
 
-    def step(self, messages: list[Message], sink: EventSink) -> bool:
+    def step(self, messages: list[Message]) -> int | None:
         """Before an LLM call: apply completed focuses, remind if due, start a consolidation
-        pass if one is due. True if messages were removed or replaced."""
-        before = len(messages)
+        pass if one is due. The tokens saved if messages were removed or replaced."""
         changed = self.update(messages)
-        if changed:
-            data = {"kind": "focus", "removed": before - len(messages)}
-            sink(Observed("agent.compaction.run", data))
         nudge = self.reminder()
         if nudge is not None and messages and messages[-1].content != nudge.content:
             messages.append(nudge)
         self.maybe_consolidate(messages)
-        return changed
+        return self.saved if changed else None
 
     # ---- the reminder --------------------------------------------------------------------
 

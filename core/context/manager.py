@@ -16,9 +16,8 @@ deterministic truncation summary.
 `strategy` "subgoal"/"subgoal_mig" (docs/context.md#context-strategies) keeps the active subgoal's
 messages (see
 `subgoals.py`; older outputs masked only if still over) and ranks the summary input
-(`eviction.py`). "focus" (docs/context.md#the-focus-strategy, `focus.py`) lets the model
-compress its own explorations into a pinned Knowledge block; compaction keeps that block
-and the active focus's messages.
+(`eviction.py`). "focus" (docs/context.md#the-focus-strategy, `focus.py`): the model compresses
+its own explorations into a pinned Knowledge block, which compaction keeps.
 """
 
 from __future__ import annotations
@@ -127,8 +126,7 @@ class ContextManager:
         return self.subgoals.active_text() or "none yet"
 
     def focus_status(self, messages: list[Message]) -> str | None:
-        """The active focus and the Knowledge block's size for `/status`; None unless the
-        strategy is focus."""
+        """The active focus and the Knowledge block's size for `/status` (focus only)."""
         return None if self.focus is None else self.focus.status(messages)
 
     async def aclose(self) -> None:
@@ -189,10 +187,13 @@ class ContextManager:
         # between steps, never awaited (docs/context.md#context-strategies)
         if self.subgoals is not None:
             self.subgoals.refresh(messages)
-        if self.focus is not None and self.focus.step(messages, sink):
-            self._counted.reset()  # whole blocks removed: still valid, counted again
-            self._bounded.reset()
+        if self.focus is not None and (saved := self.focus.step(messages)) is not None:
+            self._forget_counts()  # whole blocks removed: still valid, counted again
             self._validated.mark(messages)
+            after = self.tokens(messages)
+            self.last_compaction = CompactionReport("focus", after + saved, after)
+            data = {"kind": "focus", "before": after + saved, "after": after}
+            sink(Observed("agent.compaction.run", data))
         if self._upper_bound(messages) < self.soft_at:
             return "ok"  # the exact count is lower still: no need for the tokenizer
         used = self.tokens(messages)
@@ -351,10 +352,7 @@ class ContextManager:
         body = messages[p:]
         cut = tail_start(body, keep)
         registry = self.subgoals.registry if self.subgoals is not None else None
-        active = self._active_start(messages) if self.focus is not None else None
-        if registry is not None:
-            active = registry.active_start()
-        if active is not None:
+        if (active := self._active_start(messages)) is not None:
             cut = min(cut, block_start(body, max(0, active - p)))  # never into the span
         if cut == 0:
             return CompactionReport(kind, before, before)
@@ -494,6 +492,3 @@ class ContextManager:
 
         await asyncio.to_thread(write)  # a big output: keep the event loop free
         return path
-
-
-__all__ = ["SUMMARY_HEADER", "CompactionReport", "ContextManager", "ContextSettings"]
