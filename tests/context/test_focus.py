@@ -327,3 +327,38 @@ async def test_consolidation_never_blocks_the_step() -> None:
     await tracker(cm).settle()
     await cm.preflight(messages, Sink())
     assert [s.text for s in segments_of(messages)] == ["merged"]
+
+
+async def test_the_real_loop_runs_the_tools_and_the_next_request_has_the_knowledge() -> None:
+    """The tools through the executor and the loop: after complete_focus the next request
+    carries the Knowledge block and none of the exploration."""
+    from core.loop import Guards, run_loop
+    from core.providers.scripted import ScriptedProvider, ScriptedReply, tool_call
+    from core.tools.base import ToolContext, ToolRegistry
+    from core.tools.executor import ToolExecutor
+    from core.tools.policy import ToolPolicy
+    from core.tools.settings import SandboxSettings
+    from tests.helpers import EchoTool
+
+    cm = manager()
+    main = ScriptedProvider(
+        [
+            ScriptedReply(tool_calls=[tool_call("start_focus", {"scope": "echo twice"})]),
+            ScriptedReply(tool_calls=[tool_call("echo", {"text": "first secret"})]),
+            ScriptedReply(tool_calls=[tool_call("echo", {"text": "second secret"})]),
+            ScriptedReply(tool_calls=[tool_call("complete_focus", {"summary": "echo works"})]),
+            ScriptedReply("done"),
+        ]
+    )
+    registry = ToolRegistry([EchoTool(), *focus_tools()])
+    tools = ToolExecutor(registry, ToolPolicy(), ToolContext(SandboxSettings()))
+    messages = [Message.system("You are a test."), Message.user("echo, twice")]
+    outcome = await run_loop(messages, main, tools, guards=Guards(context=cm))
+    assert outcome.text == "done"
+    last = main.requests[-1].messages
+    assert is_knowledge(last[1])
+    assert "echo works" in last[1].content
+    assert not any("secret" in m.content for m in last)
+    assert is_valid(list(last))
+    assert cm.last_compaction is not None
+    assert cm.last_compaction.kind == "focus"
