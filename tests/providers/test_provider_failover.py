@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -285,3 +286,31 @@ def test_a_conversation_of_a_provider_with_fallbacks_fails_over() -> None:
     assert isinstance(conversation.provider, FailoverProvider)
     assert conversation.provider.breakers is app.breakers  # one per worker
     assert not isinstance(app.conversation("b").provider, FailoverProvider)
+
+
+async def test_the_agent_fails_over_and_says_so_in_the_footer_status_and_events(
+    fakes: list[FakeLLM], tmp_path: Path
+) -> None:
+    from tests.agentkit import RecordingResponder, inbound, running_agent
+
+    fake = fakes[0]
+    fake.script(Reply(fault=Fault(status=529, message="Overloaded")), Reply(text="from other"))
+    providers = {"fake": {"max_retries": 0, "fallbacks": ["other"]}}
+    async with running_agent(fake, tmp_path, providers=providers) as agent:
+        chat = RecordingResponder()
+        await agent.submit(inbound("hi"), chat)
+        await agent.wait_idle()
+        (final,) = chat.finals
+        assert final is not None
+        assert final.startswith("from other")
+        assert "_(answered by fallback other (fake (HTTP 529" in final
+        assert [r.json["model"] for r in fake.requests] == ["fake-model", "other-model"]
+        await agent.submit(inbound("/status"), chat)
+        status = await chat.wait_sent("Provider:")
+        assert "Provider: fake (fake-model)" in status  # the channel's choice is kept
+        assert "Last turn answered by fallback other (fake (HTTP 529" in status
+        assert "Providers kept out: fake: open" in status
+    lines = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    (hop,) = [e for e in lines if e.get("event") == "agent.provider.failover"]
+    assert hop["from"] == "fake"
+    assert hop["to"] == "other"
