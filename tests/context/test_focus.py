@@ -29,6 +29,7 @@ from core.errors import ConfigError
 from core.messages import Message, ToolCall
 from core.store.sqlite import SqliteStore
 from tests.context import Sink, WordCounter, system, tool_turn, user, words
+from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 
 WINDOW = 100_000
 
@@ -362,3 +363,32 @@ async def test_the_real_loop_runs_the_tools_and_the_next_request_has_the_knowled
     assert is_valid(list(last))
     assert cm.last_compaction is not None
     assert cm.last_compaction.kind == "focus"
+
+
+async def test_the_agent_s_status_shows_the_focus_across_a_restart_and_clear_resets_it(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    from tests.agentkit import RecordingResponder, inbound, running_agent
+
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("start_focus", {"scope": "the flaky test"})]),
+        Reply(text="looking"),
+    )
+    context = {"strategy": "focus"}
+    async with running_agent(fake_llm, tmp_path, context=context) as agent:
+        chat = RecordingResponder()
+        await agent.submit(inbound("why is it flaky?"), chat)
+        await agent.wait_idle()
+        assert "start_focus" in [t["function"]["name"] for t in fake_llm.requests[0].json["tools"]]
+    async with running_agent(fake_llm, tmp_path, context=context) as agent:  # a new process
+        chat = RecordingResponder()
+        await agent.submit(inbound("/status"), chat)
+        status = await chat.wait_sent("Focus:")
+        assert "Focus: 'the flaky test'; knowledge 0 segments" in status
+        await agent.submit(inbound("/clear"), chat)
+        await agent.submit(inbound("/status"), chat)
+        await chat.wait_sent("Cleared")
+        chat.sent.clear()
+        await agent.submit(inbound("/status"), chat)
+        status = await chat.wait_sent("Focus:")
+        assert "Focus: none; knowledge 0 segments" in status
