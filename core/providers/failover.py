@@ -218,10 +218,14 @@ class FailoverProvider:
                         yield event
             except ProviderError as exc:
                 if not exc.retryable:
+                    breaker.success()  # it answered: up, whatever it thought of the request
                     raise
                 breaker.failure()
                 tried.append(f"{provider.name} ({_short(exc)})")
                 yield self._failed(sink, provider.name, exc, shown, len(tried))
+            except BaseException:
+                breaker.probing = False  # a cancelled probe proves nothing: the next one tries
+                raise
         await self._none_left(tried, sink)
 
     def _served_by(self, provider: Provider, tried: list[str]) -> None:

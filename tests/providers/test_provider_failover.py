@@ -7,6 +7,7 @@ moves cleanly to an OpenAI-format provider; with nobody left the run waits and s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -257,6 +258,25 @@ async def test_a_non_retryable_error_is_the_answer_not_a_failover(fakes: list[Fa
     with pytest.raises(ProviderError, match="bad request"):
         await failover.complete([Message.user("hi")])
     assert b.requests == []
+    assert failover.breakers.of("claude").state() == "closed"  # it answered: it is up
+
+
+async def test_a_cancelled_probe_leaves_the_next_call_to_probe(fakes: list[FakeLLM]) -> None:
+    clock = FakeClock()
+    a, b, _, _ = fakes
+    claude = provider("claude", "anthropic", url_of(a, "anthropic"), clock, retries=0)
+    gpt = provider("gpt", "openai_chat", url_of(b, "chat"), clock)
+    breakers = Breakers(FailoverSettings(cooldown_secs=5), clock)
+    failover = FailoverProvider(claude, [gpt], breakers)
+    breakers.of("claude").failure()
+    clock.now += 5  # half-open: the next call is the probe
+    a.script(Reply(text="slow answer", chunk_size=2, chunk_delay=30))
+    task = asyncio.ensure_future(failover.complete([Message.user("hi")]))
+    await a.wait_for_requests(1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert breakers.of("claude").state() == "half_open"  # not stuck open on a lost probe
 
 
 def _raw(**providers: dict[str, object]) -> dict[str, object]:
