@@ -9,6 +9,10 @@ model answers a fixed summary, the subgoal extractor names the phase of the newe
 in its window, and each extraction is awaited before the next step (in real runs it only
 runs beside the loop).
 
+Under `focus` the scripted model brackets each phase itself: `start_focus` before its
+first tool call, `complete_focus` with a short summary after its last
+(docs/context.md#the-focus-strategy).
+
 After each compaction it records the fraction of the active subgoal's tool outputs still in
 the history verbatim, and the tokens after it. Usage (from the repo root)::
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import statistics
 import sys
@@ -29,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from core.context.focus import PENDING  # noqa: E402
 from core.context.manager import ContextManager, ContextSettings  # noqa: E402
 from core.context.subgoals import SUBGOAL_PROMPT  # noqa: E402
 from core.context.tokens import TokenCounter  # noqa: E402
@@ -36,7 +42,7 @@ from core.events import LoopEvent, Observed  # noqa: E402
 from core.messages import Message, ToolCall  # noqa: E402
 
 WINDOW = 16_000
-STRATEGIES = ("summary", "subgoal", "subgoal_mig")
+STRATEGIES = ("summary", "subgoal", "subgoal_mig", "focus")
 PHASES = (  # (subgoal, tool, steps)
     ("inspect the service logs", "read_log", 8),
     ("patch the config", "edit_config", 8),
@@ -119,14 +125,26 @@ async def session(strategy: str, lines: int) -> Result:
                 fraction = kept / len(mine) if mine else 1.0
                 kinds = "+".join(dict.fromkeys(str(d["kind"]) for d in ran))
                 result.rows.append((phase, fraction, int(str(ran[-1]["after"])), kinds))
+            if strategy == "focus" and step == 0:
+                messages += focus_call("start_focus", phase, {"scope": PHASES[phase][0]})
             call = ToolCall(id=f"{tool}_{step}", name=tool, arguments=f'{{"step": {step}}}')
             outputs[call.id], phase_of[call.id] = output(phase, step, lines), phase
             messages += [
                 Message.assistant(f"Step {step + 1} of {PHASES[phase][0]}.", (call,)),
                 Message.tool_result(call, outputs[call.id]),
             ]
+        if strategy == "focus":
+            done = f"{PHASES[phase][0]}: done; {steps} calls of {tool}, key ids noted."
+            messages += focus_call("complete_focus", phase, {"summary": done})
     await cm.aclose()
     return result
+
+
+def focus_call(name: str, phase: int, args: dict[str, str]) -> list[Message]:
+    """The scripted model's own focus call and the tool's answer."""
+    call = ToolCall(id=f"{name}_{phase}", name=name, arguments=json.dumps(args))
+    answer = PENDING if name == "complete_focus" else f"Focus started: {args.get('scope')}"
+    return [Message.assistant("", (call,)), Message.tool_result(call, answer)]
 
 
 async def run(quick: bool) -> None:

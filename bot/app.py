@@ -21,6 +21,7 @@ from core.agent.conversation import Conversation
 from core.agent.journal import JournalBox
 from core.agent.workers import SharedSettings
 from core.chat import ConversationKey, Responder
+from core.clock import Clock, SystemClock
 from core.config import StoreConfig
 from core.context.manager import ContextManager
 from core.context.summarize import provider_summarizer
@@ -34,6 +35,7 @@ from core.mcp.config import check_env, command_files
 from core.memory.service import Memory
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
+from core.providers.failover import Breakers, FailoverProvider
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
 from core.secrets import SECRETS
@@ -216,6 +218,11 @@ def build_registry(
     if config.memory.enabled:
         for tool in memory_tools():
             registry.add(tool)
+    if config.context.strategy == "focus":  # docs/context.md#the-focus-strategy
+        from core.context.focus_tools import focus_tools
+
+        for tool in focus_tools():
+            registry.add(tool)
     if config.web_fetch.enabled and config.tools.network is not False:
         from core.tools.webfetch import WebFetchTool
 
@@ -294,12 +301,16 @@ class App:
     _base: ToolRegistry = field(init=False)  # the registry without MCP tools
     _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
     _mcp_started: bool = False  # `start_mcp` ran: reloads reconfigure the servers
+    clock: Clock = field(default_factory=SystemClock)  # the failover breakers' time
+    # One per worker, shared by its conversations (docs/providers.md#failover).
+    breakers: Breakers = field(init=False)
 
     def __post_init__(self) -> None:
         # No tool (and no other process of this user) may read our memory or environment.
         make_undumpable()
         self.redactor = _redactor(self.config, self.environ, self.registry)
         self.jail = build_jail(self.config)
+        self.breakers = Breakers(self.config.failover, self.clock)
         self._stamps = self._signature(self.config)
         tool = self.registry.get("load_skill")
         if isinstance(tool, LoadSkillTool):  # the registry's skills are the conversations'
@@ -435,6 +446,9 @@ class App:
             redact=self.redactor,
         )
         provider = self.provider(provider_name)
+        if fallbacks := self.config.providers[provider_name].fallbacks:  # per turn, shared breakers
+            chain = [self.provider(name) for name in fallbacks]
+            provider = FailoverProvider(provider, chain, self.breakers)
         summary = self.provider(agent.summary_provider) if agent.summary_provider else provider
         context = ContextManager(
             window=provider.settings.context_window,
@@ -589,6 +603,7 @@ class App:
         check_mcp(config, self.environ)
         self._reload_mcp(config, jail)
         old, self.config, self._base = self.config, config, registry
+        self.breakers.settings = config.failover  # breakers made from now on
         self._compose()
         self.guidance, self._stamps = guidance, stamps
         if self.memory is not None:

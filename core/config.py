@@ -23,12 +23,13 @@ from pydantic import (
     model_validator,
 )
 
-from core.context.manager import ContextSettings
+from core.context.settings import ContextSettings
 from core.context.windows import context_window
 from core.errors import ConfigError
 from core.instructions.settings import InstructionsConfig, SkillsConfig
 from core.mcp.config import McpConfig
 from core.providers.base import ProviderSettings
+from core.providers.failover import FailoverSettings
 from core.store.backends import parse_target
 from core.tools.settings import SandboxSettings
 from core.tools.webfetch import WebFetchConfig
@@ -60,6 +61,11 @@ class ProviderConfig(_Section):
         ge=1,
         description="Concurrent streams to this endpoint (all kept alive); default: no cap, "
         "as every conversation may run its turn at once.",
+    )
+    fallbacks: list[str] = Field(
+        default_factory=list,
+        description="Providers a turn goes on with, in order, when this one fails past its "
+        "retries (docs/providers.md#failover).",
     )
 
     def settings(self, name: str, environ: Mapping[str, str]) -> ProviderSettings:
@@ -298,6 +304,7 @@ class CoreConfig(_Section):
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     jobs: list[JobConfig] = Field(default_factory=list)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    failover: FailoverSettings = Field(default_factory=FailoverSettings)
 
     source: Path | None = Field(None, exclude=True)
 
@@ -314,6 +321,13 @@ class CoreConfig(_Section):
                 raise ValueError(
                     f"{key} `{name}` is not a configured provider (configured: {known})"
                 )
+        for name, provider in self.providers.items():
+            for fallback in provider.fallbacks:
+                if fallback not in self.providers or fallback == name:
+                    raise ValueError(
+                        f"providers.{name}.fallbacks names `{fallback}`, which is not another "
+                        f"configured provider (configured: {known})"
+                    )
         return self
 
     def tools_path(self) -> Path | None:

@@ -128,6 +128,8 @@ EventName = Literal[
     "agent.llm.call",
     "agent.llm.usage",
     "agent.llm.retry",
+    "agent.provider.failover",
+    "agent.provider.unavailable",
     "agent.tool.call",
     "agent.tool.retry",
     "agent.loop.detected",

@@ -91,6 +91,10 @@ class ContextGuard(Protocol):
     def subgoal_status(self) -> str | None:
         """The subgoal in progress for `/status`; None when the strategy tracks none."""
 
+    def focus_status(self, messages: list[Message]) -> str | None:
+        """The active focus and the Knowledge block's size for `/status`; None unless the
+        strategy is focus."""
+
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:

@@ -49,6 +49,9 @@ class Message(BaseModel):
     name: str | None = None
     is_error: bool = False
     artifacts: tuple[str, ...] = ()  # tool results: files holding the full, uncut output
+    # assistant messages made under provider failover: the provider that made it, whose
+    # reasoning blocks only it may be sent back (docs/providers.md#failover); "" unknown
+    origin: str = ""
 
     # Caches of what is derived from the (frozen) fields: the token count, the JSON per
     # wire format (`core.providers.jsonbody`). `model_copy(update=…)` drops them.

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
     [
         ("loop_overhead.py", ["| 20 |", "per-iteration overhead ratio"]),
         ("context.py", ["| 5,000 |", "R1 compaction"]),
-        ("compaction.py", ["| summary |", "| subgoal |", "| subgoal_mig |"]),
+        ("compaction.py", ["| summary |", "| subgoal |", "| subgoal_mig |", "| focus |"]),
         ("concurrency.py", ["| ratio Parley/raw |", "throughput at 0 ms", "p99 at 200 ms"]),
         ("relay.py", ["| telegram |", "| slack |", "| discord |", "max edits in window"]),
         ("memory.py", ["| SQLite (FTS5) | 200 |", "recall@5", "results from other scopes"]),

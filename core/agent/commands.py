@@ -18,6 +18,7 @@ from core.command_table import COMMANDS, help_text, parse_command
 from core.events import discard
 from core.instructions.command import instructions_command
 from core.memory.command import memory_command
+from core.providers.failover import FailoverProvider
 from core.store import GoalRow
 from core.tools.sandbox import jail_of
 from core.tools.site import site_for
@@ -92,15 +93,18 @@ class Commands:
         if lane.waiting:
             run += f", {lane.waiting} queued"
         subgoal = context.subgoal_status() if context is not None else None
+        focus = context.focus_status(conversation.messages) if context is not None else None
         if elsewhere := await self.agent.status_elsewhere(lane):
             run = f"{'busy' if lane.busy else 'idle here'}; {elsewhere}"
         return "\n".join(
             [
                 f"Provider: {lane.provider_name} ({provider.model})",
+                *_failover_lines(provider),
                 f"Context: {used:,} / {window:,} tokens ({used * 100 // max(window, 1)}%)",
                 f"Tokens used here: {lane.input_tokens:,} in, {lane.output_tokens:,} out",
                 f"Last compaction: {lane.last_compaction or 'none'}",
                 *([f"Subgoal: {subgoal}"] if subgoal is not None else []),
+                *([f"Focus: {focus}"] if focus is not None else []),
                 f"Goal: {goal_text}",
                 f"Run: {run}",
                 f"Sandbox: {sandbox}",
@@ -253,6 +257,16 @@ class Commands:
 
     async def _instructions(self, lane: Lane, inbound: Inbound, args: str) -> str:
         return await instructions_command(self.agent, lane, inbound, args)
+
+
+def _failover_lines(provider: object) -> list[str]:
+    """The last turn's fallback and the breakers kept open (docs/providers.md#failover)."""
+    if not isinstance(provider, FailoverProvider):
+        return []
+    lines = [f"Last turn answered by fallback {provider.turn_note}"] if provider.turn_note else []
+    if out := provider.breakers.describe():
+        lines.append(f"Providers kept out: {', '.join(out)}")
+    return lines
 
 
 BUSY = "A run is in progress here; /stop it first or wait for it to finish."

@@ -17,6 +17,7 @@ from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
 from core.memory.recall import SYSTEM_NOTE as MEMORY_NOTE
 from core.messages import Message
 from core.providers.base import Provider
+from core.providers.failover import FailoverProvider
 from core.run_context import DETACHED, RunContext
 from core.tools.executor import ToolExecutor
 
@@ -89,6 +90,8 @@ class Conversation:
 
     async def run(self, ctx: RunContext = DETACHED) -> LoopOutcome:
         """Run the loop over the history for the run `ctx` describes."""
+        if isinstance(self.provider, FailoverProvider):  # each turn starts on its own
+            self.provider.begin_turn()
         return await run_loop(
             self.messages,
             self.provider,

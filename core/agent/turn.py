@@ -31,6 +31,7 @@ from core.fence import HELD, Fence, entered
 from core.loop import LoopOutcome, unanswered_calls
 from core.memory.recall import recalled_message
 from core.messages import Message
+from core.providers.failover import FailoverProvider
 from core.run_context import RunContext, RunKind
 from core.store import Store
 from core.tools.base import Approver
@@ -253,9 +254,11 @@ class Turn:
             return _Ending("failed", f"Sorry, {failure}.", "failed", failure)
         finally:
             self.looping = False
-        return _Ending(
-            _state_of(outcome), outcome.text, outcome.reason, iterations=outcome.iterations
-        )
+        text = outcome.text
+        provider = self.conversation.provider if self.conversation is not None else None
+        if isinstance(provider, FailoverProvider) and provider.turn_note and text:
+            text += f"\n\n_(answered by fallback {provider.turn_note})_"
+        return _Ending(_state_of(outcome), text, outcome.reason, iterations=outcome.iterations)
 
     async def _loop(self) -> LoopOutcome:
         lane = self.lane

@@ -16,7 +16,8 @@ deterministic truncation summary.
 `strategy` "subgoal"/"subgoal_mig" (docs/context.md#context-strategies) keeps the active subgoal's
 messages (see
 `subgoals.py`; older outputs masked only if still over) and ranks the summary input
-(`eviction.py`).
+(`eviction.py`). "focus" (docs/context.md#the-focus-strategy, `focus.py`): the model compresses
+its own explorations into a pinned Knowledge block, which compaction keeps.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from core.context.eviction import PROTECTED, ranked_render_async
+from core.context.focus import FocusTracker, is_knowledge
+from core.context.settings import ContextSettings
 from core.context.subgoals import TIER_SCORE, SubgoalTracker, block_start
 from core.context.summarize import (
     SUMMARY_PROMPT,
@@ -60,44 +61,12 @@ from core.events import EventSink, Observed
 from core.messages import Message
 
 Pressure = Literal["ok", "ask_human", "stop"]
-Strategy = Literal["summary", "subgoal", "subgoal_mig"]
 Stage = Literal["R1", "R2", "R3"]
 
 DEEP_MARKER = "(deep pruned)"
 TACO_HEADER = "[compressed tool output]"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 log = logging.getLogger(__name__)
-
-
-class ContextSettings(BaseModel):
-    """`[context]` in config.toml: thresholds are fractions of the model's context window."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    soft: float = Field(0.60, gt=0, le=1, description="Mask old tool outputs above this.")
-    compact: float = Field(0.70, gt=0, le=1, description="Run the recovery ladder above this.")
-    hard: float = Field(0.95, gt=0, le=1, description="Fail the turn above this.")
-    manual_target: float = Field(0.50, gt=0, le=1, description="Target of `/compact`.")
-    keep_tail: int = Field(10, ge=1, description="Messages kept verbatim by R1.")
-    deep_keep: int = Field(4, ge=1, description="Messages kept verbatim by R2.")
-    taco_threshold: int = Field(2000, ge=1, description="Tokens; bigger tool outputs shrink.")
-    taco_target: int = Field(500, ge=1, description="Tokens a compressed output aims for.")
-    max_recoveries: int = Field(4, ge=0, description="Recovery actions per user turn.")
-    escalate_after_iterations: int = Field(20, ge=0, description="R1→R2→R3 window.")
-    summary_max_input_tokens: int = Field(24000, ge=256, description="Summarizer input cap.")
-    strategy: Strategy = Field(
-        "summary", description="What compaction keeps: summary, subgoal or subgoal_mig."
-    )
-    mask_placeholder: str = Field(
-        "[old tool output removed to save context; call the tool again if you need it]",
-        min_length=1,
-    )
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ContextSettings:
-        if not self.soft <= self.compact <= self.hard:
-            raise ValueError("thresholds must satisfy soft <= compact <= hard")
-        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +111,13 @@ class ContextManager:
         self._total = self._bound_total = 0
         # Masked results' originals by call id, so R1 can still pin what masking removed.
         self._originals: dict[str, tuple[Message, Message]] = {}
-        tracking = self.settings.strategy != "summary"
+        strategy = self.settings.strategy
+        tracking = strategy in ("subgoal", "subgoal_mig")
         self.subgoals = SubgoalTracker(summarizer) if tracking else None
-        self.start_turn()
+        self.focus: FocusTracker | None = None
+        self.start_turn()  # the counters; a focus counts turns from the first real one
+        if strategy == "focus":
+            self.focus = FocusTracker(self.settings.focus, counter, summarizer)
 
     def subgoal_status(self) -> str | None:
         """The active subgoal for `/status`; None when the strategy tracks none."""
@@ -152,13 +125,21 @@ class ContextManager:
             return None
         return self.subgoals.active_text() or "none yet"
 
+    def focus_status(self, messages: list[Message]) -> str | None:
+        """The active focus and the Knowledge block's size for `/status` (focus only)."""
+        return None if self.focus is None else self.focus.status(messages)
+
     async def aclose(self) -> None:
-        """Cancel a subgoal extraction still in flight."""
+        """Cancel a subgoal extraction or a focus consolidation still in flight."""
         if self.subgoals is not None:
             await self.subgoals.aclose()
+        if self.focus is not None:
+            await self.focus.aclose()
 
     def start_turn(self) -> None:
         """Reset the per-turn recovery counters (call at each new user turn)."""
+        if self.focus is not None:
+            self.focus.start_turn()
         self.recoveries = 0
         self.iteration = 0
         self._last_stage: tuple[Stage, int] | None = None
@@ -192,6 +173,8 @@ class ContextManager:
         """After an in-place edit the watermarks cannot tell what changed: recount."""
         self._counted.reset()
         self._bounded.reset()
+        if self.focus is not None:
+            self.focus.reset()
 
     async def preflight(self, messages: list[Message], sink: EventSink) -> Pressure:
         """Check and, if needed, shrink `messages` (in place) before an LLM call.
@@ -204,6 +187,13 @@ class ContextManager:
         # between steps, never awaited (docs/context.md#context-strategies)
         if self.subgoals is not None:
             self.subgoals.refresh(messages)
+        if self.focus is not None and (saved := self.focus.step(messages)) is not None:
+            self._forget_counts()  # whole blocks removed: still valid, counted again
+            self._validated.mark(messages)
+            after = self.tokens(messages)
+            self.last_compaction = CompactionReport("focus", after + saved, after)
+            data = {"kind": "focus", "before": after + saved, "after": after}
+            sink(Observed("agent.compaction.run", data))
         if self._upper_bound(messages) < self.soft_at:
             return "ok"  # the exact count is lower still: no need for the tokenizer
         used = self.tokens(messages)
@@ -224,6 +214,9 @@ class ContextManager:
         self._repair(messages, sink)
         before = self.tokens(messages)
         self._mask(messages, sink, before)
+        if self.focus is not None:
+            self.focus.update(messages)
+            self._forget_counts()
         report = await self._summarise(messages, self.settings.keep_tail, "manual", sink)
         if report.after > goal:
             keep = self.settings.deep_keep
@@ -314,13 +307,14 @@ class ContextManager:
         """Replace-and-tail: system, one summary, the latest user request, the last `keep`
         (and, with a subgoal strategy, every message of the active subgoal)."""
         track = self.subgoals
-        if track is None:
+        if track is None and self.focus is None:
             return await self._replace_head(messages, keep, kind, sink, deep)
-        track.registry.sync(messages)
-        track.hold()  # an extraction reply arriving meanwhile must not move the spans
+        if track is not None:
+            track.registry.sync(messages)
+            track.hold()  # an extraction reply arriving meanwhile must not move the spans
         try:
             report = await self._replace_head(messages, keep, kind, sink, deep)
-            active = track.registry.active_start()
+            active = self._active_start(messages)
             # Still over (or R2): the budget forces the active span's older outputs to
             # shrink; its messages and pairs stay.
             if active is not None and (deep or report.after >= self.compact_at):
@@ -335,18 +329,30 @@ class ContextManager:
                     self.last_compaction = report
             return report
         finally:
-            track.release()
+            if track is not None:
+                track.release()
+
+    def _active_start(self, messages: list[Message]) -> int | None:
+        """Where the active subgoal or focus starts: compaction never cuts into it."""
+        if self.subgoals is not None:
+            return self.subgoals.registry.active_start()
+        if self.focus is not None:
+            self.focus.update(messages)  # after a rewrite: read again (nothing to apply)
+            return self.focus.active_start()
+        return None
 
     async def _replace_head(
         self, messages: list[Message], keep: int, kind: str, sink: EventSink, deep: bool
     ) -> CompactionReport:
         before = self.tokens(messages)
         system = messages[:1] if messages and messages[0].role == "system" else []
+        if self.focus is not None and len(messages) > len(system):  # Knowledge: pinned
+            system = messages[: len(system) + is_knowledge(messages[len(system)])]
         p = len(system)
         body = messages[p:]
         cut = tail_start(body, keep)
         registry = self.subgoals.registry if self.subgoals is not None else None
-        if registry is not None and (active := registry.active_start()) is not None:
+        if (active := self._active_start(messages)) is not None:
             cut = min(cut, block_start(body, max(0, active - p)))  # never into the span
         if cut == 0:
             return CompactionReport(kind, before, before)

@@ -199,7 +199,7 @@ def test_one_strategy_at_a_time_a_bad_value_is_a_config_error(value: object) -> 
     with pytest.raises(ConfigError) as caught:
         parse_config(raw)
     assert caught.value.key == "context.strategy"
-    assert "'summary', 'subgoal' or 'subgoal_mig'" in str(caught.value)
+    assert "'summary', 'subgoal', 'subgoal_mig' or 'focus'" in str(caught.value)
 
 
 def test_active_blocks_are_never_evicted_by_scoring() -> None:
