@@ -15,6 +15,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from core.store.audit_tables import SqliteAuditTables
 from core.store.conversation_tables import SQLITE_CONVERSATIONS, ConversationTables
 from core.store.grant_tables import SQLITE_GRANTS, GrantTables
 from core.store.migrations import migrate
@@ -23,7 +24,9 @@ from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
 
 
-class SqliteStore(SqliteWorkerTables, SqliteMemoryTables, GrantTables, ConversationTables):
+class SqliteStore(
+    SqliteWorkerTables, SqliteMemoryTables, SqliteAuditTables, GrantTables, ConversationTables
+):
     """One SQLite database; open with `await SqliteStore.open(path)` (or
     `core.store.open_store`), close with `aclose()`."""
 
