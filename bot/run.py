@@ -33,7 +33,7 @@ def build_channels(app: App) -> dict[str, Channel]:
     for name, platform in PLATFORMS.items():
         settings = app.config.channel(name)
         if settings.enabled:
-            built[name] = platform.build(settings, app.environ)
+            built[name] = platform.build(settings, app.environ, app.roles)
     return built
 
 
@@ -65,14 +65,23 @@ def _reload(app: App, out: TextIO) -> None:
 
 def _agent_follows_reloads(app: App, agent: Agent) -> None:
     """After every reload (SIGHUP, or a configuration file edited between turns) the
-    agent's own settings follow, and the events log says so."""
+    agent's own settings follow, and the events log and the audit log say so (also when
+    the tool set changes: an MCP server's tools)."""
 
     def reloaded(old: ParleyConfig, new: ParleyConfig) -> None:
         agent.approval_timeout = new.agent.approval_timeout_seconds
         agent.goal_settings = new.goals
         agent.events.emit("config.reloaded", {"generation": app.generation})
+        changed = [key for key in type(new).model_fields if getattr(old, key) != getattr(new, key)]
+        detail = {"generation": app.generation, "changed": changed}
+        agent.audit.record("config.reloaded", "parley", detail)
+
+    def tools_changed(added: list[str], removed: list[str]) -> None:
+        detail = {"generation": app.generation, "added": added, "removed": removed}
+        agent.audit.record("tools.reloaded", "parley", detail)
 
     app.reload_hooks.append(reloaded)
+    app.tool_hooks.append(tools_changed)
 
 
 async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:

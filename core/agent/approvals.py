@@ -31,6 +31,7 @@ from typing import Any
 
 from core.agent.grants import grant_keys, new_grant
 from core.agent.lane import Lane
+from core.audit import AuditLog
 from core.chat import ApprovalRequest, GrantScope, PromptRef, Responder
 from core.errors import StoreError
 from core.eventlog import EventLog
@@ -53,6 +54,7 @@ class _Record:
     conv: str
     run_id: str | None
     tool: str
+    audit: AuditLog | None = None
     elsewhere: bool = False  # answered through another worker, which settles the prompt
 
     def posted(self, prompt: PromptRef) -> None:
@@ -63,9 +65,24 @@ class _Record:
         self.store.add_grant(grant)
         data = {"tool": self.tool, "scope": scope, "key": grant.key, "by": by}
         self.events.emit("agent.grant.added", data, run_id=self.run_id, conv=self.conv)
+        if self.audit is not None:
+            self.audit.record("grant.added", by, {**data, "grant": grant.id}, conv=self.conv)
+
+    def answered(self, allowed: bool, by: str) -> None:
+        if self.audit is not None:
+            kind = "approval.granted" if allowed else "approval.denied"
+            detail = {"request": self.approval_id, "tool": self.tool, "run": self.run_id}
+            if not by:
+                detail["why"] = "timed out"
+            self.audit.record(kind, by or "timeout", detail, conv=self.conv)
 
     def outlives_cancellation(self) -> bool:
         return self.closing() or self.elsewhere or _lost()
+
+
+def _asker_of(run_id: str | None) -> str:
+    """Who asks for an approval: the run (its sender is in its events)."""
+    return f"run:{run_id}" if run_id else "parley"
 
 
 def _lost() -> bool:
@@ -78,8 +95,14 @@ def _lost() -> bool:
 class ApprovalDesk:
     """The agent's approval requests: asked, taken up again after a restart, answered."""
 
-    def __init__(self, store: Store, events: EventLog, closing: Callable[[], bool]) -> None:
-        self.store, self.events = store, events
+    def __init__(
+        self,
+        store: Store,
+        events: EventLog,
+        closing: Callable[[], bool],
+        audit: AuditLog | None = None,
+    ) -> None:
+        self.store, self.events, self.audit = store, events, audit
         self._closing = closing
         # Held while a request is looked up and claimed, so that an answer arriving through
         # the store and a run taking the request up again never miss each other.
@@ -115,6 +138,9 @@ class ApprovalDesk:
                 "by": grant.granted_by,
             }
             self.events.emit("agent.approval.granted", data, run_id=run_id, conv=conv)
+            if self.audit is not None:
+                detail = {**data, "call": call.arguments, "run": run_id}
+                self.audit.record("approval.granted", grant.granted_by, detail, conv=conv)
             return True
         try:
             row = await self._take_up(conv, run_id, call, summary, reason, answer_within)
@@ -129,7 +155,9 @@ class ApprovalDesk:
             self._waiting.discard(row.id)
             self.store.approval_resolved(row.id, "denied")
             return False
-        record = _Record(self.store, row.id, self._closing, self.events, conv, run_id, call.name)
+        record = _Record(
+            self.store, row.id, self._closing, self.events, conv, run_id, call.name, self.audit
+        )
         request = ApprovalRequest(
             row.id,
             call.name,
@@ -247,6 +275,15 @@ class ApprovalDesk:
                     None,
                 )
                 await self.store.request_approval(row)  # before anyone can click on it
+                if self.audit is not None:
+                    detail = {
+                        "request": row.id,
+                        "tool": call.name,
+                        "call": summary,
+                        "reason": reason,
+                        "run": run_id,
+                    }
+                    self.audit.record("approval.asked", _asker_of(run_id), detail, conv=conv)
             else:
                 left = round((row.deadline or 0.0) - time.time(), 1)
                 data = {"tool": row.tool, "left": left, "answered": row.answer is not None}
@@ -270,11 +307,18 @@ class ApprovalDesk:
                 return None  # not one a run takes up again, or too late
             answer = "approved" if allow else "denied"
             await self.store.answer_approval(row.id, answer, user_name)
+            if self.audit is not None:
+                kind = "approval.granted" if allow else "approval.denied"
+                detail = {"request": row.id, "tool": row.tool, "run": row.run_id}
+                self.audit.record(kind, user_name, detail, conv=row.conv)
             if allow and scope is not None:
                 grant = new_grant(row.conv, row.tool, scope, user_name)
                 self.store.add_grant(grant)
                 data = {"tool": row.tool, "scope": scope, "key": grant.key, "by": user_name}
                 self.events.emit("agent.grant.added", data, run_id=row.run_id, conv=row.conv)
+                if self.audit is not None:
+                    detail = {**data, "grant": grant.id}
+                    self.audit.record("grant.added", user_name, detail, conv=row.conv)
             if self.notices is not None:  # the run may wait on another worker
                 await self.notices.publish("approval", row.id)
         self.events.emit(

@@ -306,7 +306,13 @@ class Workers:
                     self.run_ended(lane, run_id)
                 else:
                     report = await host.run_in_lane(
-                        lane, responder, user_text=text, trigger=row.trigger, run_id=run_id
+                        lane,
+                        responder,
+                        user_text=text,
+                        trigger=row.trigger,
+                        run_id=run_id,
+                        # its sender, when taken in here (their roles: docs/governance.md)
+                        inbound=queued.inbound if queued is not None else None,
                     )
         finally:
             self._starting.pop(conv, None)
