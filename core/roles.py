@@ -10,8 +10,8 @@ a person in none has the `default` role; whoever runs Parley in the terminal has
 - `member`: every tool (admin tools still ask an approver) and every command but
   choosing the chat's instructions (`/instructions set`, `/instructions clear`).
 
-A `[roles.admin]` or `[roles.member]` table replaces the built-in one (keys left out take
-the defaults of the schema below). A role is a permission on top of the run's own policy
+A `[roles.admin]` or `[roles.member]` table changes the built-in role: the keys it sets
+replace the built-in's, the others stay (`[roles.admin] members = […]` only adds members). A role is a permission on top of the run's own policy
 (`core.tools.policy`): a tool runs only if both allow it.
 
 A command rule is a command name, optionally followed by words that must all appear in
@@ -132,7 +132,12 @@ class RolesConfig(BaseModel):
 
     def roles(self) -> dict[str, RoleConfig]:
         """Every role: the built-in ones, replaced or joined by the configured ones."""
-        return {**BUILT_IN, **(self.__pydantic_extra__ or {})}
+        roles = dict(BUILT_IN)
+        for name, role in (self.__pydantic_extra__ or {}).items():
+            base = BUILT_IN.get(name)
+            given = {key: getattr(role, key) for key in role.model_fields_set}
+            roles[name] = base.model_copy(update=given) if base is not None else role
+        return roles
 
     @model_validator(mode="after")
     def _names(self) -> RolesConfig:

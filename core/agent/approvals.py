@@ -56,6 +56,7 @@ class _Record:
     tool: str
     audit: AuditLog | None = None
     elsewhere: bool = False  # answered through another worker, which settles the prompt
+    answered_by: str = ""  # who answered, as the channel names them ("timeout": nobody)
 
     def posted(self, prompt: PromptRef) -> None:
         self.store.approval_posted(self.approval_id, prompt)
@@ -69,12 +70,7 @@ class _Record:
             self.audit.record("grant.added", by, {**data, "grant": grant.id}, conv=self.conv)
 
     def answered(self, allowed: bool, by: str) -> None:
-        if self.audit is not None:
-            kind = "approval.granted" if allowed else "approval.denied"
-            detail = {"request": self.approval_id, "tool": self.tool, "run": self.run_id}
-            if not by:
-                detail["why"] = "timed out"
-            self.audit.record(kind, by or "timeout", detail, conv=self.conv)
+        self.answered_by = by or "timeout"  # the desk records the outcome with it
 
     def outlives_cancellation(self) -> bool:
         return self.closing() or self.elsewhere or _lost()
@@ -189,6 +185,10 @@ class ApprovalDesk:
         if _lost():  # the request is the worker's that took the run over
             return False
         self.store.approval_resolved(row.id, "approved" if allowed else "denied")
+        if self.audit is not None and not record.elsewhere:  # else: where it was answered
+            kind = "approval.granted" if allowed else "approval.denied"
+            detail = {"request": row.id, "tool": call.name, "call": summary, "run": run_id}
+            self.audit.record(kind, record.answered_by or "unknown", detail, conv=conv)
         return allowed
 
     async def _grant(self, conv: str, tool: str) -> GrantRow | None:
