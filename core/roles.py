@@ -11,8 +11,9 @@ a person in none has the `default` role; whoever runs Parley in the terminal has
   choosing the chat's instructions (`/instructions set`, `/instructions clear`).
 
 A `[roles.admin]` or `[roles.member]` table changes the built-in role: the keys it sets
-replace the built-in's, the others stay (`[roles.admin] members = […]` only adds members). A role is a permission on top of the run's own policy
-(`core.tools.policy`): a tool runs only if both allow it.
+replace the built-in's, the others stay (`[roles.admin] members = […]` only adds members).
+A role is a permission on top of the run's own policy (`core.tools.policy`): a tool runs
+only if both allow it.
 
 A command rule is a command name, optionally followed by words that must all appear in
 the invocation, in order: `provider`, `goal --auto`, `memory forget all`, `grants revoke`.
