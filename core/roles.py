@@ -25,7 +25,7 @@ import fnmatch
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -128,8 +128,6 @@ class RolesConfig(BaseModel):
 
     default: str = Field("member", description="The role of everyone no role lists.")
     terminal: str = Field("admin", description="The role of whoever runs Parley's console.")
-
-    KEYS: ClassVar[frozenset[str]] = frozenset({"default", "terminal"})
 
     def roles(self) -> dict[str, RoleConfig]:
         """Every role: the built-in ones, replaced or joined by the configured ones."""
@@ -311,11 +309,6 @@ class Roles:
 
     def wants_groups(self, channel: str) -> bool:
         return channel in self.group_platforms
-
-
-def describe(config: RolesConfig) -> dict[str, Any]:
-    """The roles as start-up shows them: name → what it may do."""
-    return {name: role.model_dump() for name, role in config.roles().items()}
 
 
 __all__ = ["BUILT_IN", "Person", "Role", "RoleConfig", "Roles", "RolesConfig"]

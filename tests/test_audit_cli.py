@@ -13,6 +13,7 @@ from pathlib import Path
 from core.audit import AuditLog
 from core.store import open_store
 from tests.process import REPO, child_env, parley, write_config
+from tests.store.conftest import postgres_schema
 
 _APPENDER = textwrap.dedent(
     """
@@ -34,7 +35,7 @@ _APPENDER = textwrap.dedent(
 )
 
 
-async def _appender(db: Path, name: str) -> asyncio.subprocess.Process:
+async def _appender(db: Path | str, name: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -62,7 +63,23 @@ async def test_appenders_killed_mid_append_leave_a_whole_chain(tmp_path: Path) -
     config = write_config(tmp_path)
     db = tmp_path / "parley.db"
     await (await open_store(db)).aclose()  # created and migrated before the appenders start
-    first, second = await _appender(db, "a"), await _appender(db, "b")
+    await _kill_appenders(config, db)
+
+
+async def test_appenders_killed_mid_append_on_postgresql(tmp_path: Path) -> None:
+    """Two workers' appends on one PostgreSQL, both SIGKILLed: the chain is whole."""
+    async with postgres_schema() as url:
+        config = write_config(tmp_path)
+        text = config.read_text().replace(f'path = "{tmp_path / "parley.db"}"', f'url = "{url}"')
+        config.write_text(text)
+        await (await open_store(url)).aclose()
+        await _kill_appenders(config, url)
+
+
+async def _kill_appenders(config: Path, target: Path | str) -> None:
+    """Two processes append in a loop; each is SIGKILLed mid-stream; then `parley audit
+    --verify` finds every row whole and chained."""
+    first, second = await _appender(target, "a"), await _appender(target, "b")
     try:
         await _read_until(first, 30)
         first.send_signal(signal.SIGKILL)  # while both are appending
