@@ -296,9 +296,10 @@ class Agent:
         conversations (any worker answers them)."""
         return self.workers is not None and self.workers.shares(key)
 
-    def approver(self, lane: Lane) -> Approver:
-        """Asks through the lane's current responder, keyed by its run and the call."""
-        return LaneApprover(self.approvals, lane, lambda: self.approval_timeout)
+    def approver(self, lane: Lane, asker: str = "") -> Approver:
+        """Asks through the lane's current responder, keyed by its run and the call, for
+        `asker` (who the run answers, as the audit log names them)."""
+        return LaneApprover(self.approvals, lane, lambda: self.approval_timeout, asker)
 
     def delegator(self, turn: Turn) -> Delegator | None:
         """The child runs `turn` may start with `delegate` (see `core.agent.children`)."""

@@ -121,11 +121,12 @@ class ApprovalDesk:
         answer_within: float,
         *,
         grantable: bool = False,
+        asker: str = "",
     ) -> bool:
         """Ask the approvers about `call`, who have `answer_within` seconds (or take up the
         request a restart left pending for it); True only if one of them allowed it in time.
         `grantable`: a durable grant of the tool here answers at once, and the approvers
-        may give one."""
+        may give one. `asker`: who the run answers (for the audit log)."""
         if grantable and (grant := await self._grant(conv, call.name)) is not None:
             data = {
                 "tool": call.name,
@@ -139,7 +140,7 @@ class ApprovalDesk:
                 self.audit.record("approval.granted", grant.granted_by, detail, conv=conv)
             return True
         try:
-            row = await self._take_up(conv, run_id, call, summary, reason, answer_within)
+            row = await self._take_up(conv, run_id, call, summary, reason, answer_within, asker)
         except StoreError:
             log.warning("approval for %s not stored; denied", call.name, exc_info=True)
             return False
@@ -248,6 +249,7 @@ class ApprovalDesk:
         summary: str,
         reason: str,
         answer_within: float,
+        asker: str = "",
     ) -> ApprovalRow:
         """The pending request of this call (a resumed run), else a new one, committed."""
         async with self._lock:
@@ -283,7 +285,8 @@ class ApprovalDesk:
                         "reason": reason,
                         "run": run_id,
                     }
-                    self.audit.record("approval.asked", _asker_of(run_id), detail, conv=conv)
+                    actor = asker or _asker_of(run_id)
+                    self.audit.record("approval.asked", actor, detail, conv=conv)
             else:
                 left = round((row.deadline or 0.0) - time.time(), 1)
                 data = {"tool": row.tool, "left": left, "answered": row.answer is not None}
@@ -331,10 +334,12 @@ class LaneApprover:
     """A lane's approver (`core.tools.base.CallApprover`): asks through the lane's current
     responder, keyed by the lane's running run and the tool call."""
 
-    __slots__ = ("desk", "lane", "timeout")
+    __slots__ = ("asker", "desk", "lane", "timeout")
 
-    def __init__(self, desk: ApprovalDesk, lane: Lane, timeout: Callable[[], float]) -> None:
-        self.desk, self.lane, self.timeout = desk, lane, timeout
+    def __init__(
+        self, desk: ApprovalDesk, lane: Lane, timeout: Callable[[], float], asker: str = ""
+    ) -> None:
+        self.desk, self.lane, self.timeout, self.asker = desk, lane, timeout, asker
 
     async def __call__(self, tool: str, summary: str, reason: str) -> bool:
         """A call without an id (outside the loop): asked, but not taken up after a restart."""
@@ -355,6 +360,7 @@ class LaneApprover:
             reason,
             self.timeout(),
             grantable=grantable,
+            asker=self.asker,
         )
 
 

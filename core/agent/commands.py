@@ -41,12 +41,12 @@ class Commands:
             "provider": self._provider,
             "goal": self._goal,
             "journal": self._journal,
-            "grants": self._grants,
         }
         # Commands that act for the person asking get the whole message.
         self._with_inbound: dict[str, Callable[[Lane, Inbound, str], Awaitable[str]]] = {
             "memory": self._memory,
             "instructions": self._instructions,
+            "grants": self._grants,
         }
         handled = set(self._handlers) | set(self._with_inbound)
         if missing := set(COMMANDS) - handled:  # the table and handlers agree
@@ -262,9 +262,11 @@ class Commands:
     async def _journal(self, lane: Lane, args: str, responder: Responder) -> str:
         return lane.journal.journal.render()
 
-    async def _grants(self, lane: Lane, args: str, responder: Responder) -> str:
-        agent = self.agent
-        return await grants_command(agent.store, agent.events, lane.conv_id, args, agent.audit)
+    async def _grants(self, lane: Lane, inbound: Inbound, args: str) -> str:
+        agent, actor = self.agent, f"{inbound.channel}:{inbound.user_id}"
+        return await grants_command(
+            agent.store, agent.events, lane.conv_id, args, agent.audit, actor
+        )
 
     async def _memory(self, lane: Lane, inbound: Inbound, args: str) -> str:
         return await memory_command(self.agent.store, inbound.asker(lane.conv_id), args)

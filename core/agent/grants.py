@@ -43,9 +43,15 @@ def _line(grant: GrantRow) -> str:
 
 
 async def grants_command(
-    store: Store, events: EventLog, conv: str, args: str, audit: Auditor | None = None
+    store: Store,
+    events: EventLog,
+    conv: str,
+    args: str,
+    audit: Auditor | None = None,
+    actor: str = "",
 ) -> str:
-    """`/grants [revoke ID]` in conversation `conv` (a revocation goes to `audit`)."""
+    """`/grants [revoke ID]` in conversation `conv`; a revocation by `actor` goes to
+    `audit`."""
     keys = grant_keys(conv)
     words = args.split()
     if words and (words[0] != "revoke" or len(words) != 2):
@@ -57,7 +63,7 @@ async def grants_command(
         data = {"tool": revoked.tool, "scope": revoked.scope, "key": revoked.key}
         events.emit("agent.grant.revoked", data, conv=conv)
         if audit is not None:
-            audit.record("grant.revoked", "", {**data, "grant": revoked.id}, conv=conv)
+            audit.record("grant.revoked", actor, {**data, "grant": revoked.id}, conv=conv)
         return f"Revoked: {revoked.tool} asks an approver again here."
     grants = await store.grants(keys)
     if not grants:

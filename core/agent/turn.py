@@ -97,7 +97,7 @@ class TurnHost(Protocol):
 
     def extra_system(self, lane: Lane) -> str: ...
 
-    def approver(self, lane: Lane) -> Approver: ...
+    def approver(self, lane: Lane, asker: str = "") -> Approver: ...
 
     def delegator(self, turn: Turn) -> Delegator | None:
         """Starts `turn`'s child runs (`delegate`), or None if it may not delegate."""
@@ -290,7 +290,7 @@ class Turn:
             sink=self.sink,
             recorder=recorder,
             envelope=recorder,
-            approver=self.host.approver(lane),
+            approver=self.host.approver(lane, self._actor()),
             scratch=site.scratch,
             site=site,
             deadline=self.parent.deadline if self.parent is not None else None,
@@ -329,6 +329,13 @@ class Turn:
         if isinstance(context, ContextManager):  # the conversation's tools may read them
             context.artifacts_dir = site.artifacts
         return site
+
+    def _actor(self) -> str:
+        """Who the run answers, as the audit log names them: `<platform>:<user id>`, else
+        what started it (`goal`, `resume`, …)."""
+        if self.inbound is not None and self.inbound.user_id:
+            return f"{self.inbound.channel}:{self.inbound.user_id}"
+        return self.trigger
 
     def _asker(self) -> Asker:
         """Who the run answers: the sender of its message, else nobody in the lane's

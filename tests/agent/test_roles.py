@@ -151,7 +151,7 @@ async def test_approvals_are_audited_with_who_and_the_exact_call(
         await agent.run(inbound("clean up", key=SLACK, user_id="U5"), chat)
         [asked] = await _audit(agent, "approval.asked")
         [denied] = await _audit(agent, "approval.denied")
-    assert asked.detail["tool"] == "bash"
+    assert (asked.actor, asked.detail["tool"]) == ("slack:U5", "bash")
     assert denied.detail["request"] == asked.detail["request"]
     assert json.loads(asked.detail["call"].removeprefix("bash ")) == {"command": "rm -rf ./junk"}
 
