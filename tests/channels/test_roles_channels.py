@@ -1,6 +1,7 @@
 """Roles through the real adapters and their fakes (docs/governance.md#roles): a Discord
-member's role ids and a Slack user's user groups (usergroups.list) give roles; only a
-role that approves answers a prompt, and anyone else is told which role is needed."""
+member's role ids, a Slack user's user groups (usergroups.list) and Telegram user ids give
+roles; only a role that approves answers a prompt, and anyone else is told which role is
+needed."""
 
 from __future__ import annotations
 
@@ -12,11 +13,17 @@ import pytest
 from channels import discord_api
 from channels.discord import DiscordChannel
 from channels.slack_blocks import APPROVE_ACTION
+from channels.telegram import TelegramChannel
 from core.audit import read_rows
 from tests.agentkit import running_agent
 from tests.channels.test_discord import approval_prompt, button, discord_config
 from tests.channels.test_slack import config as slack_config
 from tests.channels.test_slack import environ, final_text, slack_channel
+from tests.channels.test_telegram import ALICE, BOB
+from tests.channels.test_telegram import ENV as TG_ENV
+from tests.channels.test_telegram import button as tg_button
+from tests.channels.test_telegram import config as tg_config
+from tests.channels.test_telegram import prompt_in as tg_prompt_in
 from tests.fakes.discord import (
     CHANNEL_ID,
     ONCALL_ROLE_ID,
@@ -28,6 +35,7 @@ from tests.fakes.discord import (
 )
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.fakes.slack import FakeSlack
+from tests.fakes.telegram import FakeTelegram
 
 OLGA = User("940000000000000005", "olga", roles=(ONCALL_ROLE_ID,))  # has the oncall role
 DISCORD_ROLES: dict[str, Any] = {
@@ -139,4 +147,49 @@ async def test_slack_a_user_group_approves(fake_llm: FakeLLM, tmp_path: Path) ->
             assert note.params["text"] == "Only approvers (role admin) can answer this request."
             await fake.click("D1", prompt.ts, APPROVE_ACTION, user="U3")
             await final_text(fake, "D1", None, "Removed it.")
+    assert not junk.exists()
+
+
+async def test_telegram_user_ids_give_roles_to_commands_and_clicks(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """Telegram: Bob's role may not switch providers nor approve; Alice's (named by user
+    id, not in `approvers`) does approve."""
+    roles = {
+        "admin": {"members": [f"telegram:{ALICE.id}"]},
+        "guest": {"commands": ["help", "status"], "members": [f"telegram:{BOB.id}"]},
+    }
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("bash", {"command": "rm -rf ./junk"})]),
+        Reply(text="Removed the junk."),
+    )
+    junk = tmp_path / "workspace" / "junk"
+    junk.mkdir(parents=True)
+    async with (
+        FakeTelegram(token=TG_ENV["TELEGRAM_BOT_TOKEN"]) as fake,
+        running_agent(fake_llm, tmp_path, roles=roles) as agent,
+    ):
+        channel = TelegramChannel(tg_config(fake, approvers=[]), TG_ENV, deciders=agent.roles)
+        await channel.start(agent)
+        try:
+            fake.dm(BOB, "/provider other")
+            await fake.wait_until(
+                lambda: any("/provider other" in t for t in fake.texts(BOB.id)), what="refusal"
+            )
+            [refusal] = [t for t in fake.texts(BOB.id) if "/provider other" in t]
+            assert "not allowed for your role (guest)" in refusal
+            assert "it needs the role admin or member" in refusal
+            fake.dm(BOB, "please clean up")
+            await fake.wait_until(
+                lambda: any("reply_markup" in m for m in fake.bot_messages(BOB.id)), what="prompt"
+            )
+            prompt = tg_prompt_in(fake, BOB.id)
+            fake.click(BOB, BOB.id, prompt["message_id"], tg_button(prompt, "Approve"))
+            [answer] = await fake.wait_for("answerCallbackQuery")
+            assert answer.params["text"] == "Only approvers (role admin) can answer this request."
+            fake.click(ALICE, BOB.id, prompt["message_id"], tg_button(prompt, "Approve"))
+            await fake.wait_until(lambda: "Removed the junk." in fake.texts(BOB.id), what="done")
+            await agent.wait_idle()
+        finally:
+            await channel.stop()
     assert not junk.exists()
