@@ -191,6 +191,10 @@ _MIGRATIONS: dict[int, str] = {
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
     CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+    CREATE TABLE run_senders (
+        run_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, user_name TEXT NOT NULL,
+        groups TEXT NOT NULL
+    );
     """,
 }
 

@@ -28,12 +28,14 @@ from core.store.postgres_db import connection_kwargs, open_pool, where
 from core.store.postgres_memory import PostgresMemoryTables
 from core.store.postgres_schema import migrate
 from core.store.postgres_workers import PostgresWorkerTables
+from core.store.sender_tables import POSTGRES_SENDERS, SenderTables
 
 
 class PostgresStore(
     PostgresWorkerTables,
     PostgresMemoryTables,
     PostgresAuditTables,
+    SenderTables,
     GrantTables,
     ConversationTables,
 ):
@@ -41,6 +43,7 @@ class PostgresStore(
     `core.store.open_store`), close with `aclose()`."""
 
     _grant_sql = POSTGRES_GRANTS
+    _sender_sql = POSTGRES_SENDERS
     _conv_sql = POSTGRES_CONVERSATIONS
 
     @classmethod

@@ -190,6 +190,10 @@ _MIGRATIONS: dict[int, str] = {
     BEGIN RAISE EXCEPTION 'the audit log is append-only'; END $$;
     CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
     FOR EACH ROW EXECUTE FUNCTION audit_log_append_only();
+    CREATE TABLE run_senders (
+        run_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, user_name TEXT NOT NULL,
+        groups TEXT NOT NULL
+    );
     """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"

@@ -373,6 +373,19 @@ class AuditStore(Protocol):
         ...
 
 
+class RunSenderStore(Protocol):
+    """Who sent a queued run's message (docs/governance.md#roles): the worker that claims
+    the run decides its role from it."""
+
+    def add_sender(self, run_id: str, user_id: str, user_name: str, groups: Sequence[str]) -> None:
+        """Queued (so committed before a run created after it): run `run_id`'s sender."""
+        ...
+
+    async def sender(self, run_id: str) -> tuple[str, str, tuple[str, ...]] | None:
+        """The sender's user id, name and platform groups, or None if none was stored."""
+        ...
+
+
 class EventStore(Protocol):
     """Structured events (docs/operations.md)."""
 
@@ -575,6 +588,7 @@ class Store(
     ApprovalStore,
     GrantStore,
     AuditStore,
+    RunSenderStore,
     EventStore,
     JobStore,
     WorkerStore,
