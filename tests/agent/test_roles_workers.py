@@ -10,7 +10,6 @@ from typing import Any
 
 from bot.app import App, build_registry
 from core.agent import Agent
-from core.store import open_store
 from tests.agent.test_workers import FAST, Platform, until
 from tests.agentkit import agent_config, inbound
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
@@ -64,11 +63,3 @@ async def test_a_run_claimed_by_another_worker_has_its_senders_role(
         assert run.worker == runner.workers.id
     assert platform(SLACK).finals == ["Written."]
     assert (tmp_path / "workspace" / "a.txt").read_text() == "admin"
-    store = await open_store(tmp_path / "unused.db")  # the sender is kept for either store
-    try:
-        store.add_sender("r1", "U1", "alice", ["S1"])
-        await store.flush()
-        assert await store.sender("r1") == ("U1", "alice", ("S1",))
-        assert await store.sender("r2") is None
-    finally:
-        await store.aclose()

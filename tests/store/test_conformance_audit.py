@@ -1,5 +1,6 @@
 """The audit log on every backend (core/store/audit_rows.py): appended in order with a
-hash chain, read back whole, and `verify` names the first row changed or removed.
+hash chain, read back whole, and `verify` names the first row changed or removed; and a
+queued run's sender (core/store/sender_tables.py), which roles are decided from.
 
 Tampering is done with SQL through the store's raw `write` (the triggers that keep the
 table append-only are dropped first, as someone with the database's owner rights can)."""
@@ -139,3 +140,12 @@ async def test_record_appends_in_the_background(store: Store) -> None:
     await audit.flush()
     rows = await read_rows(store)
     assert [(r.kind, r.detail) for r in rows] == [("config.reloaded", {"changed": ["tools.yaml"]})]
+
+
+async def test_a_runs_sender_is_kept_for_the_worker_that_claims_it(store: Store) -> None:
+    store.add_sender("r1", "U1", "alice", ["S1", "S2"])
+    store.add_sender("r2", "U2", "bob", [])
+    await store.flush()
+    assert await store.sender("r1") == ("U1", "alice", ("S1", "S2"))
+    assert await store.sender("r2") == ("U2", "bob", ())
+    assert await store.sender("r3") is None
