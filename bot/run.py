@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TextIO
 
+from pydantic import BaseModel
+
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels import PLATFORMS
 from core.chat import ConversationKey, Responder
@@ -63,6 +65,12 @@ def _reload(app: App, out: TextIO) -> None:
     out.flush()
 
 
+def _dumped(config: ParleyConfig, key: str) -> object:
+    """A section's settings alone (a section's caches of resolved paths do not count)."""
+    value = getattr(config, key)
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
 def _agent_follows_reloads(app: App, agent: Agent) -> None:
     """After every reload (SIGHUP, or a configuration file edited between turns) the
     agent's own settings follow, and the events log and the audit log say so (also when
@@ -72,7 +80,7 @@ def _agent_follows_reloads(app: App, agent: Agent) -> None:
         agent.approval_timeout = new.agent.approval_timeout_seconds
         agent.goal_settings = new.goals
         agent.events.emit("config.reloaded", {"generation": app.generation})
-        changed = [key for key in type(new).model_fields if getattr(old, key) != getattr(new, key)]
+        changed = [k for k in type(new).model_fields if _dumped(old, k) != _dumped(new, k)]
         detail = {"generation": app.generation, "changed": changed}
         agent.audit.record("config.reloaded", "parley", detail)
 

@@ -195,3 +195,34 @@ def test_bad_roles_are_config_errors_naming_the_key(
 def _base(tmp_path: Path) -> dict[str, Any]:
     provider = {"kind": "openai_chat", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
     return {"default_provider": "p", "providers": {"p": provider}}
+
+
+async def test_a_reload_is_audited_and_new_roles_apply_to_the_next_command(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    from bot.app import App, build_registry
+    from bot.config import load_config
+    from bot.run import _agent_follows_reloads
+    from tests.process import fake_llm_config
+
+    path = tmp_path / "config.toml"
+    path.write_text(fake_llm_config(fake_llm.base_url, tmp_path))
+    config = load_config(path)
+    app = App(config, {}, build_registry(config, {}))
+    agent = await app.open_agent()
+    try:
+        _agent_follows_reloads(app, agent)
+        chat = RecordingResponder()
+        await agent.submit(inbound("/goal create x", key=SLACK, user_id="U9"), chat)
+        extra = '[roles]\ndefault = "guest"\n[roles.guest]\ncommands = ["help"]\n'
+        path.write_text(fake_llm_config(fake_llm.base_url, tmp_path, extra))
+        app.reload()
+        await agent.submit(inbound("/goal create y", key=SLACK, user_id="U9"), chat)
+        assert chat.sent[0] == "Goal set: x"
+        assert "not allowed for your role (guest)" in chat.sent[1]
+        [row] = await _audit(agent, "config.reloaded")
+        assert row.actor == "parley"
+        assert row.detail["changed"] == ["roles"]
+    finally:
+        await app.close_agent(agent)
+        await app.aclose()
