@@ -38,6 +38,7 @@ from core.providers.base import ProviderSettings
 from core.providers.failover import Breakers, FailoverProvider
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
+from core.roles import Roles
 from core.secrets import SECRETS
 from core.store import Store, open_store
 from core.tools.base import ToolContext, ToolRegistry
@@ -304,6 +305,9 @@ class App:
     clock: Clock = field(default_factory=SystemClock)  # the failover breakers' time
     # One per worker, shared by its conversations (docs/providers.md#failover).
     breakers: Breakers = field(init=False)
+    roles: Roles = field(init=False)  # who may do what (docs/governance.md), follows reloads
+    # Told the tools added and removed whenever the registry changes (the audit log).
+    tool_hooks: list[Callable[[list[str], list[str]], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # No tool (and no other process of this user) may read our memory or environment.
@@ -320,6 +324,7 @@ class App:
             if self.guidance.skills:
                 self.registry.add(LoadSkillTool(self.guidance))
         self._base = self.registry
+        self.roles = Roles(self.config.roles, self.approvers)
         check_mcp(self.config, self.environ)  # the hub itself waits for `start_mcp`
 
     def _compose(self) -> None:
@@ -327,7 +332,12 @@ class App:
         extra = self.mcp.tools() if self.mcp is not None else []
         refused = self.mcp.refused if self.mcp is not None else None
         threshold = self.config.tools.search_threshold
+        before = set(self.registry.names())
         self.registry = with_search([*self._base.tools(), *extra], refused, threshold)
+        after = set(self.registry.names())
+        if before != after:
+            for hook in self.tool_hooks:
+                hook(sorted(after - before), sorted(before - after))
 
     def _tools_changed(self) -> None:
         """An MCP server's tools changed: conversations take the new registry before
@@ -501,6 +511,7 @@ class App:
             goal_settings=self.config.goals,
             max_queued=self.config.agent.max_queued,
             shared=shared_settings(self.config.store, shared_channels),
+            roles=self.roles,
         )
         self.memory = Memory(store, agent.events, self.config.memory)
         return agent
@@ -604,6 +615,7 @@ class App:
         self._reload_mcp(config, jail)
         old, self.config, self._base = self.config, config, registry
         self.breakers.settings = config.failover  # breakers made from now on
+        self.roles.reconfigure(config.roles)
         self._compose()
         self.guidance, self._stamps = guidance, stamps
         if self.memory is not None:

@@ -61,6 +61,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     jobs.add_argument("action", choices=["list", "runs", "run"])
     jobs.add_argument("name", nargs="?", help="the job to list the fires of, or to fire now")
+    audit = sub.add_parser(
+        "audit", help="the audit log: approvals, refusals, admin commands, grants, reloads"
+    )
+    audit.add_argument(
+        "--since", help="only entries since: an age (30m, 24h, 7d) or an ISO date/time (UTC)"
+    )
+    audit.add_argument(
+        "--verify",
+        action="store_true",
+        help="recompute the hash chain; exit 1 naming the first row changed or removed",
+    )
     run = sub.add_parser("run", help="start every enabled channel (the console if none)")
     run.add_argument("--provider", help="provider name from config.toml")
     run.add_argument("--console", action="store_true", help="also talk in this terminal")
@@ -283,6 +294,10 @@ def _command(args: argparse.Namespace) -> int:
         )
     if args.command == "jobs":
         return asyncio.run(_jobs(app, args.action, args.name))
+    if args.command == "audit":
+        from bot.audit_cli import audit_command
+
+        return asyncio.run(audit_command(app.config, args.since, args.verify, app.environ))
     wanted = args.provider
     if wanted and wanted not in app.config.providers:
         known = ", ".join(app.config.providers)

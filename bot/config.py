@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, Field, create_model
+from pydantic import ConfigDict, Field, create_model, field_validator
 
 from channels import PLATFORMS
 from channels.gate import AccessConfig
 from core import config as core_config
-from core.config import CoreConfig
+from core.config import CoreConfig, FixableError
+from core.roles import RolesConfig
 
 _SECTIONS: dict[str, Any] = {
     name: (platform.settings, Field(default_factory=platform.settings))
@@ -34,6 +35,19 @@ class ParleyConfig(CoreConfig):
 
     # Built from the registry, so the type checker cannot see its fields: use `channel()`.
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+
+    @field_validator("roles")
+    @classmethod
+    def _members_on_known_platforms(cls, roles: RolesConfig) -> RolesConfig:
+        for name, role in roles.roles().items():
+            for member in role.members:
+                platform = member.split(":", 1)[0]
+                if platform not in PLATFORMS:
+                    raise FixableError(
+                        f"`{member}` in roles.{name}.members names no platform Parley talks on",
+                        f"start it with one of: {', '.join(f'{p}:' for p in PLATFORMS)}",
+                    )
+        return roles
 
     def channel(self, name: str) -> AccessConfig:
         """The settings of platform `name` (its `[channels.<name>]` section)."""

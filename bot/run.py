@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TextIO
 
+from pydantic import BaseModel
+
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels import PLATFORMS
 from core.chat import ConversationKey, Responder
@@ -33,7 +35,7 @@ def build_channels(app: App) -> dict[str, Channel]:
     for name, platform in PLATFORMS.items():
         settings = app.config.channel(name)
         if settings.enabled:
-            built[name] = platform.build(settings, app.environ)
+            built[name] = platform.build(settings, app.environ, app.roles)
     return built
 
 
@@ -63,16 +65,31 @@ def _reload(app: App, out: TextIO) -> None:
     out.flush()
 
 
+def _dumped(config: ParleyConfig, key: str) -> object:
+    """A section's settings alone (a section's caches of resolved paths do not count)."""
+    value = getattr(config, key)
+    return value.model_dump() if isinstance(value, BaseModel) else value
+
+
 def _agent_follows_reloads(app: App, agent: Agent) -> None:
     """After every reload (SIGHUP, or a configuration file edited between turns) the
-    agent's own settings follow, and the events log says so."""
+    agent's own settings follow, and the events log and the audit log say so (also when
+    the tool set changes: an MCP server's tools)."""
 
     def reloaded(old: ParleyConfig, new: ParleyConfig) -> None:
         agent.approval_timeout = new.agent.approval_timeout_seconds
         agent.goal_settings = new.goals
         agent.events.emit("config.reloaded", {"generation": app.generation})
+        changed = [k for k in type(new).model_fields if _dumped(old, k) != _dumped(new, k)]
+        detail = {"generation": app.generation, "changed": changed}
+        agent.audit.record("config.reloaded", "parley", detail)
+
+    def tools_changed(added: list[str], removed: list[str]) -> None:
+        detail = {"generation": app.generation, "added": added, "removed": removed}
+        agent.audit.record("tools.reloaded", "parley", detail)
 
     app.reload_hooks.append(reloaded)
+    app.tool_hooks.append(tools_changed)
 
 
 async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:

@@ -18,6 +18,7 @@ from channels.discord_config import DiscordConfig
 from channels.gate import AccessConfig
 from channels.slack_config import SlackConfig
 from channels.telegram_config import TelegramConfig
+from core.chat import Deciders
 
 __all__ = ["PLATFORMS", "Platform", "target_examples"]
 
@@ -32,31 +33,37 @@ class Platform(Generic[S]):
     """The channel type in conversation keys, job targets and `[channels.<name>]`."""
     settings: type[S]
     """The model of its `[channels.<name>]` section."""
-    build: Callable[[S, Mapping[str, str]], Channel]
-    """Makes the adapter from its settings and the environment (which holds its tokens);
-    imports the SDK."""
+    build: Callable[[S, Mapping[str, str], Deciders | None], Channel]
+    """Makes the adapter from its settings, the environment (which holds its tokens) and
+    who decides approvals (the roles, docs/governance.md#roles); imports the SDK."""
     target: str
     """What follows `<name>:` in a job's delivery target, e.g. `CHANNEL_ID`."""
     loggers: tuple[str, ...]
     """The SDK's loggers, kept at warning unless the log level is debug."""
 
 
-def _slack(settings: SlackConfig, environ: Mapping[str, str]) -> Channel:
+def _slack(
+    settings: SlackConfig, environ: Mapping[str, str], deciders: Deciders | None = None
+) -> Channel:
     from channels.slack import SlackChannel  # slack_bolt, slack_sdk
 
-    return SlackChannel(settings, environ)
+    return SlackChannel(settings, environ, deciders=deciders)
 
 
-def _telegram(settings: TelegramConfig, environ: Mapping[str, str]) -> Channel:
+def _telegram(
+    settings: TelegramConfig, environ: Mapping[str, str], deciders: Deciders | None = None
+) -> Channel:
     from channels.telegram import TelegramChannel  # python-telegram-bot
 
-    return TelegramChannel(settings, environ)
+    return TelegramChannel(settings, environ, deciders=deciders)
 
 
-def _discord(settings: DiscordConfig, environ: Mapping[str, str]) -> Channel:
+def _discord(
+    settings: DiscordConfig, environ: Mapping[str, str], deciders: Deciders | None = None
+) -> Channel:
     from channels.discord import DiscordChannel  # discord.py
 
-    return DiscordChannel(settings, environ)
+    return DiscordChannel(settings, environ, deciders=deciders)
 
 
 PLATFORMS: dict[str, Platform[Any]] = {

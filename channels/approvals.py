@@ -3,7 +3,8 @@
 The adapter shows the prompt with buttons whose data comes from `approval_button_id`:
 Approve and Deny, and, when the request is `grantable`, "Always here" and "Always in this
 channel" (an approve that also stores a durable grant: core/agent/approvals.py); a click
-goes to `Approvals.resolve_click`. Only approvers decide;
+goes to `Approvals.resolve_click`. Only approvers decide (the members of a role that
+approves, docs/governance.md#roles; without roles, the platform's `approvers`);
 anyone else is told privately that they cannot. A timeout denies, and the prompt is
 settled: edited to show the outcome with its buttons removed.
 
@@ -20,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any, Literal, NamedTuple
 
-from core.chat import AgentPort, ApprovalRequest, GrantScope, PromptRef
+from core.chat import AgentPort, ApprovalRequest, Deciders, GrantScope, PromptRef
 from core.clock import Clock, SystemClock
 from core.secrets import scrub
 
@@ -101,13 +102,36 @@ class Approvals:
     button_id = staticmethod(approval_button_id)
     parse_button = staticmethod(parse_approval_button)
 
-    def __init__(self, approvers: Collection[str], clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        approvers: Collection[str],
+        clock: Clock | None = None,
+        *,
+        deciders: Deciders | None = None,
+        platform: str = "",
+    ) -> None:
+        """`approvers`: the platform's `approvers` setting, who decide when there are no
+        `deciders` (the roles: docs/governance.md#roles) for `platform`."""
         self._approvers = frozenset(approvers)
         self._clock = clock or SystemClock()
         self._pending: dict[str, asyncio.Future[tuple[bool, str, GrantScope | None]]] = {}
+        self.deciders, self.platform = deciders, platform
 
-    def is_approver(self, user_id: str) -> bool:
+    def is_approver(self, user_id: str, groups: Sequence[str] = ()) -> bool:
+        if self.deciders is not None:
+            return self.deciders.approves(self.platform, user_id, groups)
         return user_id in self._approvers
+
+    def wants_groups(self) -> bool:
+        """Whether a click's groups must be looked up to decide who may answer it."""
+        return self.deciders is not None and self.deciders.wants_groups(self.platform)
+
+    def refusal(self) -> str:
+        """What a person who may not answer a prompt is told (privately)."""
+        roles = self.deciders.approver_roles() if self.deciders is not None else []
+        if not roles:
+            return "Only the configured approvers can answer this request."
+        return f"Only approvers (role {' or '.join(roles)}) can answer this request."
 
     def is_pending(self, request_id: str) -> bool:
         return request_id in self._pending
@@ -140,7 +164,7 @@ class Approvals:
             self._pending.pop(request.id, None)
             decision.cancel()
         if outcome is None:
-            allowed, text = False, TIMED_OUT
+            allowed, text, name, scope = False, TIMED_OUT, "", None
         else:
             allowed, name, scope = outcome
             if not request.grantable:
@@ -148,6 +172,8 @@ class Approvals:
             if allowed and scope is not None and request.record is not None:
                 request.record.granted(scope, name)
             text = approved_text(name, scope) if allowed else denied_text(name)
+        if request.record is not None:
+            request.record.answered(allowed, name)
         log.info("approval %s for %s: %s", request.id, request.tool, text)
         await self._settle_quietly(settle, request, text)  # the decision stands regardless
         return allowed
@@ -178,15 +204,16 @@ class Approvals:
         user_name: str,
         allow: bool,
         scope: GrantScope | None = None,
+        groups: Sequence[str] = (),
     ) -> Resolution:
         """A click on a prompt button: "ok" if it decided the request, "not_approver" if
         the user may not decide (tell them privately), "unknown" if the request is not
         pending (already decided, timed out, or never existed). `scope`: an "always"
-        button's."""
+        button's; `groups`: the user's platform groups (for roles that name groups)."""
         decision = self._pending.get(request_id)
         if decision is None or decision.done():
             return "unknown"
-        if user_id not in self._approvers:
+        if not self.is_approver(user_id, groups):
             log.info("approval %s: %s is not an approver", request_id, user_id)
             return "not_approver"
         decision.set_result((allow, user_name, scope if allow else None))
@@ -203,14 +230,15 @@ class Approvals:
         agent: AgentPort | None,
         settle: Settle,
         scope: GrantScope | None = None,
+        groups: Sequence[str] = (),
     ) -> Resolution:
         """A click on a prompt button, also on a prompt posted before a restart: `resolve`
         for a request this process waits on, else (an approver only) the agent's
         `answer_approval` for one it stores, whose prompt is then settled here."""
-        verdict = self.resolve(request_id, user_id, user_name, allow, scope)
+        verdict = self.resolve(request_id, user_id, user_name, allow, scope, groups)
         if verdict != "unknown" or agent is None:
             return verdict
-        if user_id not in self._approvers:
+        if not self.is_approver(user_id, groups):
             return "not_approver"
         try:
             if scope is not None and allow:
@@ -221,7 +249,7 @@ class Approvals:
             log.warning("approval %s: the answer was not stored", request_id, exc_info=True)
             return "unknown"
         if stored is None:  # a run may have taken it up meanwhile
-            return self.resolve(request_id, user_id, user_name, allow, scope)
+            return self.resolve(request_id, user_id, user_name, allow, scope, groups)
         text = approved_text(user_name, scope) if allow else denied_text(user_name)
         log.info("approval %s for %s: %s (answered after a restart)", request_id, stored.tool, text)
         await self._settle_quietly(settle, stored, text)

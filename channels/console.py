@@ -293,7 +293,10 @@ class ConsoleResponder:
         if isinstance(answer, str):  # "always": the terminal's user is the approver
             if request.record is not None:
                 request.record.granted(answer, "console")
+                request.record.answered(True, "console")
             return True
+        if request.record is not None:
+            request.record.answered(answer, "console")
         return answer
 
     @contextlib.asynccontextmanager

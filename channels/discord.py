@@ -43,7 +43,7 @@ from channels.gate import Gate
 from channels.inbound import discord_markdown
 from channels.retry import call_with_retry
 from channels.stream import EditBudget
-from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound, PromptRef
+from core.chat import AgentPort, ApprovalRequest, ConversationKey, Deciders, Inbound, PromptRef
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE
 from core.errors import ChannelError, ConfigError
@@ -128,6 +128,7 @@ class DiscordChannel:
         environ: Mapping[str, str],
         *,
         clock: Clock | None = None,
+        deciders: Deciders | None = None,
     ) -> None:
         token = environ.get(config.token_env, "").strip()
         if not token:
@@ -140,7 +141,9 @@ class DiscordChannel:
         self.clock: Clock = clock or SystemClock()
         self._token = token
         self._gate = Gate(config, self.clock)
-        self._approvals = Approvals(config.approvers, self.clock)
+        self._approvals = Approvals(
+            config.approvers, self.clock, deciders=deciders, platform=self.name
+        )
         self._budgets: dict[int, EditBudget] = {}
         self._threads: set[int] = set()  # threads the bot answered in
         self._client: _Client | None = None
@@ -291,6 +294,7 @@ class DiscordChannel:
             mentions_bot=mentioned,
             event_id=str(message.id),  # stable across a gateway RESUME's redelivery
             message_id=str(message.id),
+            groups=_role_ids(message.author),
         )
         in_bot_thread = thread is not None and (
             thread.me is not None or thread.owner_id == me.id or thread.id in self._threads
@@ -341,6 +345,7 @@ class DiscordChannel:
             is_dm=interaction.guild_id is None,
             mentions_bot=True,  # a slash command is addressed to the bot
             event_id=f"interaction:{interaction.id}",
+            groups=_role_ids(interaction.user),
         )
         admitted = self._gate.admit(
             inbound, from_bot=interaction.user.bot, from_self=False, in_bot_thread=True
@@ -369,11 +374,12 @@ class DiscordChannel:
             agent=self._agent,
             settle=self._settle_prompt,
             scope=parsed.scope,
+            groups=_role_ids(user),
         )
         if outcome == "ok":
             await discord_call(interaction.response.defer())  # the prompt is edited by settle
         elif outcome == "not_approver":
-            refusal = "Only the configured approvers can answer this request."
+            refusal = self._approvals.refusal()
             await discord_call(interaction.response.send_message(refusal, ephemeral=True))
         else:
             gone = "This request is no longer waiting for an answer."
@@ -445,3 +451,11 @@ def _approval_view(request: ApprovalRequest) -> discord.ui.View:
     # is only rendered, never stored in discord.py's view store.
     view.stop()
     return view
+
+
+def _role_ids(author: discord.User | discord.Member) -> tuple[str, ...]:
+    """A guild member's role ids (not the guild's @everyone), what roles may name as
+    `discord:group:<id>`; none for a user outside a guild (a DM)."""
+    if not isinstance(author, discord.Member):
+        return ()
+    return tuple(str(role.id) for role in author.roles if not role.is_default())

@@ -53,8 +53,9 @@ from channels.slack_api import escape, failure_detail, slack_call
 from channels.slack_blocks import ACTIONS, approval_blocks
 from channels.slack_config import SlackConfig
 from channels.slack_events import HANDLED_SUBTYPES, Recent, Taken, UserNames, command_text
+from channels.slack_groups import UserGroups
 from channels.slack_reply import SlackResponder
-from core.chat import AgentPort, ApprovalRequest, ConversationKey, Inbound
+from core.chat import AgentPort, ApprovalRequest, ConversationKey, Deciders, Inbound
 from core.clock import Clock, SystemClock
 from core.command_table import CHANNEL_WIDE
 from core.errors import ChannelError, ConfigError
@@ -80,6 +81,7 @@ class SlackChannel:
         environ: Mapping[str, str],
         *,
         clock: Clock | None = None,
+        deciders: Deciders | None = None,
     ) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
@@ -92,7 +94,10 @@ class SlackChannel:
                 environ, config.signing_secret_env, "signing_secret_env", "the signing secret"
             )
         self.client = AsyncWebClient(token=self._bot_token, base_url=config.base_url)
-        self.approvals = Approvals(config.approvers, clock=self.clock)
+        self.approvals = Approvals(
+            config.approvers, clock=self.clock, deciders=deciders, platform=self.name
+        )
+        self._groups = UserGroups(self.client, self.clock)
         self._gate = Gate(config, clock=self.clock)
         self._agent: AgentPort | None = None
         self._socket: AsyncSocketModeHandler | None = None
@@ -401,6 +406,8 @@ class SlackChannel:
 
     async def _submit(self, inbound: Inbound, responder: SlackResponder) -> bool:
         assert self._agent is not None, "start() first"
+        if self.approvals.wants_groups():  # roles name Slack user groups
+            inbound = replace(inbound, groups=await self._groups.of(inbound.user_id))
         return await self._agent.submit(inbound, responder)
 
     async def _handle_click(self, body: dict[str, Any], action: dict[str, Any]) -> None:
@@ -412,6 +419,7 @@ class SlackChannel:
         if parsed is None or not user_id or not channel_id:
             return
         name = str(user.get("name") or user.get("username") or user_id)
+        groups = await self._groups.of(user_id) if self.approvals.wants_groups() else ()
         outcome = await self.approvals.resolve_click(
             parsed.request_id,
             user_id,
@@ -420,11 +428,12 @@ class SlackChannel:
             agent=self._agent,
             settle=self.settle_prompt,
             scope=parsed.scope,
+            groups=groups,
         )
         if outcome == "ok":
             return
         note = (
-            "Only the configured approvers can answer this request."
+            self.approvals.refusal()
             if outcome == "not_approver"
             else "This request is no longer waiting for an answer."
         )

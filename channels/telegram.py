@@ -53,7 +53,15 @@ from channels.telegram_api import bot_id_of, telegram_call
 from channels.telegram_config import TelegramConfig
 from channels.telegram_reply import Place, TelegramResponder, approval_prompt
 from channels.telegram_updates import Handover, MessageReader
-from core.chat import AgentPort, ApprovalRequest, ConversationKey, PromptRef, Responder, valid_text
+from core.chat import (
+    AgentPort,
+    ApprovalRequest,
+    ConversationKey,
+    Deciders,
+    PromptRef,
+    Responder,
+    valid_text,
+)
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE
 from core.errors import ChannelError, ChannelRefused, ChannelUnavailable, ConfigError
@@ -79,6 +87,7 @@ class TelegramChannel:
         environ: Mapping[str, str],
         *,
         clock: Clock | None = None,
+        deciders: Deciders | None = None,
     ) -> None:
         token = environ.get(config.token_env, "")
         if not token:
@@ -93,7 +102,9 @@ class TelegramChannel:
         self.config = config
         self.clock: Clock = clock or SystemClock()
         self._gate = Gate(config, self.clock)
-        self._approvals = Approvals(config.approvers, self.clock)
+        self._approvals = Approvals(
+            config.approvers, self.clock, deciders=deciders, platform=self.name
+        )
         base = config.base_url.rstrip("/")
         self.app = (
             ApplicationBuilder()
@@ -467,7 +478,7 @@ class TelegramChannel:
             )
             answer = {
                 "ok": ("Approved" if parsed.allow else "Denied", False),
-                "not_approver": ("Only the configured approvers can answer this request.", True),
+                "not_approver": (self._approvals.refusal(), True),
                 "unknown": ("This request is no longer pending.", True),
             }[verdict]
         text, alert = answer

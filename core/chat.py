@@ -7,7 +7,7 @@ reply per run, plain posts (command replies, notices, cron reports) and approval
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, fields
 from typing import Literal, Protocol, TypeGuard, runtime_checkable
@@ -60,6 +60,9 @@ class Inbound:
     mentions_bot: bool = False
     event_id: str = ""
     message_id: str = ""
+    groups: tuple[str, ...] = ()
+    """The sender's platform groups (Slack user group ids, Discord role ids): what roles
+    may be given to (docs/governance.md#roles)."""
     command: tuple[str, str] | None = field(init=False, default=None, compare=False)
     """(name, arguments) if `text` is one of our commands (`core.command_table`), else None."""
 
@@ -104,6 +107,24 @@ class Asker:
 _TEXT_FIELDS = tuple(f.name for f in fields(Inbound) if f.type in ("str", str))
 
 
+class Deciders(Protocol):
+    """Who may answer approval prompts on a platform (docs/governance.md#roles): the
+    members of a role that approves. Adapters ask it on each click."""
+
+    def approves(self, channel: str, user_id: str, groups: Sequence[str] = ()) -> bool:
+        """Whether user `user_id` of platform `channel`, in `groups`, approves."""
+        ...
+
+    def approver_roles(self) -> list[str]:
+        """The roles whose members approve, for a refusal to name."""
+        ...
+
+    def wants_groups(self, channel: str) -> bool:
+        """Whether any role names groups of platform `channel` (else an adapter need not
+        look a user's groups up)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class PromptRef:
     """Where an approval prompt was posted: enough for another process to edit it."""
@@ -127,6 +148,9 @@ class ApprovalRecord(Protocol):
 
     def posted(self, prompt: PromptRef) -> None:
         """The prompt is up at `prompt`; remembered so a restarted process can settle it."""
+
+    def answered(self, allowed: bool, by: str) -> None:
+        """Approver `by` allowed the call, or denied it ("" for nobody: it timed out)."""
 
     def outlives_cancellation(self) -> bool:
         """True if a cancellation now is Parley restarting: the request stays pending, its

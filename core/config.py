@@ -30,6 +30,7 @@ from core.instructions.settings import InstructionsConfig, SkillsConfig
 from core.mcp.config import McpConfig
 from core.providers.base import ProviderSettings
 from core.providers.failover import FailoverSettings
+from core.roles import RolesConfig
 from core.store.backends import parse_target
 from core.tools.settings import SandboxSettings
 from core.tools.webfetch import WebFetchConfig
@@ -305,6 +306,7 @@ class CoreConfig(_Section):
     jobs: list[JobConfig] = Field(default_factory=list)
     mcp: McpConfig = Field(default_factory=McpConfig)
     failover: FailoverSettings = Field(default_factory=FailoverSettings)
+    roles: RolesConfig = Field(default_factory=RolesConfig)
 
     source: Path | None = Field(None, exclude=True)
 
@@ -404,8 +406,8 @@ def _config_error(exc: ValidationError, source: str) -> ConfigError:
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     kind = err["type"]
     cause = err.get("ctx", {}).get("error")
-    if isinstance(cause, FixableError):
-        return ConfigError(key, str(cause), cause.fix, source=source)
+    if isinstance(cause, ValueError) and isinstance(fix := getattr(cause, "fix", None), str):
+        return ConfigError(key, str(cause), fix, source=source)
     if kind == "missing":
         fix = f"add `{err['loc'][-1]} = …` (see the commented example config.toml)"
     elif kind == "extra_forbidden":

@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from core.chat import Asker
 from core.events import EventSink, discard
 from core.messages import Message, ToolCall
-from core.tools.base import Approver, ToolFinder
+from core.tools.base import Approver, RoleGate, ToolFinder
 from core.tools.delegation import Delegator
 from core.tools.site import ToolSite
 
@@ -51,6 +51,14 @@ class Envelope(Protocol):
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 
 
+class Auditor(Protocol):
+    """The audit log (`core.audit.AuditLog`): `record` appends in the background."""
+
+    def record(
+        self, kind: str, actor: str, detail: dict[str, Any] | None = None, *, conv: str = ""
+    ) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RunContext:
     """One run's own things, frozen.
@@ -76,6 +84,10 @@ class RunContext:
             and conversation's artifacts (None: derived from `conv` and `scratch`).
         search: the run's tool search, when it has more tools than it offers at once
             (set by the loop; core/tools/search.py).
+        role: what the person the run answers may use (docs/governance.md#roles); None:
+            no role limits the run (a cron job: its `allow_tools` do).
+        audit: where refusals are recorded (docs/governance.md#the-audit-log); None:
+            nowhere.
     """
 
     run_id: str = ""
@@ -94,9 +106,11 @@ class RunContext:
     asker: Asker | None = None
     site: ToolSite | None = None
     search: ToolFinder | None = None
+    role: RoleGate | None = None
+    audit: Auditor | None = None
 
 
 DETACHED = RunContext()
 """A run with no store, no approver and no events: one-off calls (benchmarks, tests)."""
 
-__all__ = ["DETACHED", "Envelope", "Recorder", "RunContext", "RunKind"]
+__all__ = ["DETACHED", "Auditor", "Envelope", "Recorder", "RunContext", "RunKind"]

@@ -29,12 +29,14 @@ from core.agent.runs import resume_blocker
 from core.agent.tasks import spawn as _spawn
 from core.agent.turn import STOPPED_TEXT, Turn, new_run_id
 from core.agent.workers import CronTakeover, SharedSettings, Workers
+from core.audit import AuditLog
 from core.chat import ApprovalRequest, ConversationKey, GrantScope, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.config import GoalsConfig
 from core.eventlog import EventLog
 from core.fence import HELD, Fence
 from core.messages import Message
+from core.roles import Roles
 from core.store import RunRow, Store
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
@@ -64,8 +66,13 @@ class Agent:
         max_queued: int = 20,
         shared: SharedSettings | None = None,
         worker_id: str | None = None,
+        roles: Roles | None = None,
     ) -> None:
         self.store = store
+        # Who may do what (docs/governance.md): without `[roles]`, the platforms'
+        # approvers are admins and everyone else a member, as before roles existed.
+        self.roles = roles or Roles(None, factory.approvers)
+        self.audit = AuditLog(store)
         self.max_queued = max_queued  # messages waiting per conversation; more are turned away
         self.factory = factory
         self.prefs = ProviderPrefs(store, factory)  # each channel's provider, kept
@@ -81,7 +88,7 @@ class Agent:
         self.started_at = time.time()
         self.max_lanes = MAX_LANES
         self.commands = Commands(self)
-        self.approvals = ApprovalDesk(store, self.events, lambda: self._closing)
+        self.approvals = ApprovalDesk(store, self.events, lambda: self._closing, self.audit)
         # Several workers on one store (`core.agent.workers`); None: one process.
         self.workers = Workers(self, shared, worker_id) if shared is not None else None
         self.cron: CronTakeover | None = None  # the scheduler, once the application has one
@@ -289,9 +296,10 @@ class Agent:
         conversations (any worker answers them)."""
         return self.workers is not None and self.workers.shares(key)
 
-    def approver(self, lane: Lane) -> Approver:
-        """Asks through the lane's current responder, keyed by its run and the call."""
-        return LaneApprover(self.approvals, lane, lambda: self.approval_timeout)
+    def approver(self, lane: Lane, asker: str = "") -> Approver:
+        """Asks through the lane's current responder, keyed by its run and the call, for
+        `asker` (who the run answers, as the audit log names them)."""
+        return LaneApprover(self.approvals, lane, lambda: self.approval_timeout, asker)
 
     def delegator(self, turn: Turn) -> Delegator | None:
         """The child runs `turn` may start with `delegate` (see `core.agent.children`)."""
@@ -507,6 +515,7 @@ class Agent:
                 await asyncio.wait({lane.worker})
             for queued in lane.drop_queue():  # stored: they run after the restart, not here
                 queued.settle(_not_run(queued.run_id, "closing"))
+        await self.audit.flush()
         await self.store.flush()
         if self.workers is not None:
             await self.workers.close()

@@ -31,6 +31,7 @@ from typing import Any
 
 from core.agent.grants import grant_keys, new_grant
 from core.agent.lane import Lane
+from core.audit import AuditLog
 from core.chat import ApprovalRequest, GrantScope, PromptRef, Responder
 from core.errors import StoreError
 from core.eventlog import EventLog
@@ -53,7 +54,9 @@ class _Record:
     conv: str
     run_id: str | None
     tool: str
+    audit: AuditLog | None = None
     elsewhere: bool = False  # answered through another worker, which settles the prompt
+    answered_by: str = ""  # who answered, as the channel names them ("timeout": nobody)
 
     def posted(self, prompt: PromptRef) -> None:
         self.store.approval_posted(self.approval_id, prompt)
@@ -63,9 +66,19 @@ class _Record:
         self.store.add_grant(grant)
         data = {"tool": self.tool, "scope": scope, "key": grant.key, "by": by}
         self.events.emit("agent.grant.added", data, run_id=self.run_id, conv=self.conv)
+        if self.audit is not None:
+            self.audit.record("grant.added", by, {**data, "grant": grant.id}, conv=self.conv)
+
+    def answered(self, allowed: bool, by: str) -> None:
+        self.answered_by = by or "timeout"  # the desk records the outcome with it
 
     def outlives_cancellation(self) -> bool:
         return self.closing() or self.elsewhere or _lost()
+
+
+def _asker_of(run_id: str | None) -> str:
+    """Who asks for an approval: the run (its sender is in its events)."""
+    return f"run:{run_id}" if run_id else "parley"
 
 
 def _lost() -> bool:
@@ -78,8 +91,14 @@ def _lost() -> bool:
 class ApprovalDesk:
     """The agent's approval requests: asked, taken up again after a restart, answered."""
 
-    def __init__(self, store: Store, events: EventLog, closing: Callable[[], bool]) -> None:
-        self.store, self.events = store, events
+    def __init__(
+        self,
+        store: Store,
+        events: EventLog,
+        closing: Callable[[], bool],
+        audit: AuditLog | None = None,
+    ) -> None:
+        self.store, self.events, self.audit = store, events, audit
         self._closing = closing
         # Held while a request is looked up and claimed, so that an answer arriving through
         # the store and a run taking the request up again never miss each other.
@@ -102,11 +121,12 @@ class ApprovalDesk:
         answer_within: float,
         *,
         grantable: bool = False,
+        asker: str = "",
     ) -> bool:
         """Ask the approvers about `call`, who have `answer_within` seconds (or take up the
         request a restart left pending for it); True only if one of them allowed it in time.
         `grantable`: a durable grant of the tool here answers at once, and the approvers
-        may give one."""
+        may give one. `asker`: who the run answers (for the audit log)."""
         if grantable and (grant := await self._grant(conv, call.name)) is not None:
             data = {
                 "tool": call.name,
@@ -115,9 +135,12 @@ class ApprovalDesk:
                 "by": grant.granted_by,
             }
             self.events.emit("agent.approval.granted", data, run_id=run_id, conv=conv)
+            if self.audit is not None:
+                detail = {**data, "call": call.arguments, "run": run_id}
+                self.audit.record("approval.granted", grant.granted_by, detail, conv=conv)
             return True
         try:
-            row = await self._take_up(conv, run_id, call, summary, reason, answer_within)
+            row = await self._take_up(conv, run_id, call, summary, reason, answer_within, asker)
         except StoreError:
             log.warning("approval for %s not stored; denied", call.name, exc_info=True)
             return False
@@ -129,7 +152,9 @@ class ApprovalDesk:
             self._waiting.discard(row.id)
             self.store.approval_resolved(row.id, "denied")
             return False
-        record = _Record(self.store, row.id, self._closing, self.events, conv, run_id, call.name)
+        record = _Record(
+            self.store, row.id, self._closing, self.events, conv, run_id, call.name, self.audit
+        )
         request = ApprovalRequest(
             row.id,
             call.name,
@@ -161,6 +186,10 @@ class ApprovalDesk:
         if _lost():  # the request is the worker's that took the run over
             return False
         self.store.approval_resolved(row.id, "approved" if allowed else "denied")
+        if self.audit is not None and not record.elsewhere:  # else: where it was answered
+            kind = "approval.granted" if allowed else "approval.denied"
+            detail = {"request": row.id, "tool": call.name, "call": summary, "run": run_id}
+            self.audit.record(kind, record.answered_by or "unknown", detail, conv=conv)
         return allowed
 
     async def _grant(self, conv: str, tool: str) -> GrantRow | None:
@@ -220,6 +249,7 @@ class ApprovalDesk:
         summary: str,
         reason: str,
         answer_within: float,
+        asker: str = "",
     ) -> ApprovalRow:
         """The pending request of this call (a resumed run), else a new one, committed."""
         async with self._lock:
@@ -247,6 +277,16 @@ class ApprovalDesk:
                     None,
                 )
                 await self.store.request_approval(row)  # before anyone can click on it
+                if self.audit is not None:
+                    detail = {
+                        "request": row.id,
+                        "tool": call.name,
+                        "call": summary,
+                        "reason": reason,
+                        "run": run_id,
+                    }
+                    actor = asker or _asker_of(run_id)
+                    self.audit.record("approval.asked", actor, detail, conv=conv)
             else:
                 left = round((row.deadline or 0.0) - time.time(), 1)
                 data = {"tool": row.tool, "left": left, "answered": row.answer is not None}
@@ -270,11 +310,18 @@ class ApprovalDesk:
                 return None  # not one a run takes up again, or too late
             answer = "approved" if allow else "denied"
             await self.store.answer_approval(row.id, answer, user_name)
+            if self.audit is not None:
+                kind = "approval.granted" if allow else "approval.denied"
+                detail = {"request": row.id, "tool": row.tool, "run": row.run_id}
+                self.audit.record(kind, user_name, detail, conv=row.conv)
             if allow and scope is not None:
                 grant = new_grant(row.conv, row.tool, scope, user_name)
                 self.store.add_grant(grant)
                 data = {"tool": row.tool, "scope": scope, "key": grant.key, "by": user_name}
                 self.events.emit("agent.grant.added", data, run_id=row.run_id, conv=row.conv)
+                if self.audit is not None:
+                    detail = {**data, "grant": grant.id}
+                    self.audit.record("grant.added", user_name, detail, conv=row.conv)
             if self.notices is not None:  # the run may wait on another worker
                 await self.notices.publish("approval", row.id)
         self.events.emit(
@@ -287,10 +334,12 @@ class LaneApprover:
     """A lane's approver (`core.tools.base.CallApprover`): asks through the lane's current
     responder, keyed by the lane's running run and the tool call."""
 
-    __slots__ = ("desk", "lane", "timeout")
+    __slots__ = ("asker", "desk", "lane", "timeout")
 
-    def __init__(self, desk: ApprovalDesk, lane: Lane, timeout: Callable[[], float]) -> None:
-        self.desk, self.lane, self.timeout = desk, lane, timeout
+    def __init__(
+        self, desk: ApprovalDesk, lane: Lane, timeout: Callable[[], float], asker: str = ""
+    ) -> None:
+        self.desk, self.lane, self.timeout, self.asker = desk, lane, timeout, asker
 
     async def __call__(self, tool: str, summary: str, reason: str) -> bool:
         """A call without an id (outside the loop): asked, but not taken up after a restart."""
@@ -311,6 +360,7 @@ class LaneApprover:
             reason,
             self.timeout(),
             grantable=grantable,
+            asker=self.asker,
         )
 
 

@@ -47,7 +47,7 @@ from core.eventlog import RunEvents
 from core.loop import Guards
 from core.messages import Message
 from core.store import RunRow
-from core.tools.base import Tool, ToolRegistry
+from core.tools.base import RoleGate, Tool, ToolRegistry
 from core.tools.delegate import DELEGATE, DelegateTool
 from core.tools.delegation import ChildOutcome, ChildTask
 from core.tools.executor import ToolExecutor
@@ -92,6 +92,7 @@ class Children:
     end: float | None  # loop time by which the parent must end
     resumed: set[str]  # the parent's calls a resume left open (only these find children)
     sink: RunEvents  # the parent's
+    role: RoleGate | None = None  # the parent's: its children may use no more
 
     async def delegate(self, call_id: str, tasks: Sequence[ChildTask]) -> list[ChildOutcome]:
         """`core.tools.delegation.Delegator.delegate`."""
@@ -227,7 +228,7 @@ class Children:
         self, lane: Lane, user_text: str | None, run_id: str, resume: bool, deadline: float | None
     ) -> RunReport:
         """The child's run as its lane's run task; a cancel reaches it and is waited for."""
-        link = ParentLink(self.run_id, self.depth + 1, deadline)
+        link = ParentLink(self.run_id, self.depth + 1, deadline, self.role)
         turn = Turn(self.host, lane, QuietResponder(), user_text, "child", run_id, resume, link)
         async with lane.lock:
             task = asyncio.create_task(turn.run(), name=f"run {lane.conv_id}")
@@ -302,6 +303,7 @@ def delegator_for(host: TurnHost, turn: Turn) -> Children | None:
         min(ends, default=None),
         set(recorder.replayable),
         turn.sink,
+        turn.role,
     )
 
 

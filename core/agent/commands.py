@@ -42,12 +42,12 @@ class Commands:
             "provider": self._provider,
             "goal": self._goal,
             "journal": self._journal,
-            "grants": self._grants,
         }
         # Commands that act for the person asking get the whole message.
         self._with_inbound: dict[str, Callable[[Lane, Inbound, str], Awaitable[str]]] = {
             "memory": self._memory,
             "instructions": self._instructions,
+            "grants": self._grants,
         }
         handled = set(self._handlers) | set(self._with_inbound)
         if missing := set(COMMANDS) - handled:  # the table and handlers agree
@@ -60,6 +60,9 @@ class Commands:
             return False
         name, args = parsed
         self.agent.events.emit("agent.command", {"command": name}, conv=lane.conv_id)
+        if (refusal := self._refusal(lane, inbound, name, args)) is not None:
+            await responder.send(refusal)
+            return True
         if name in self._with_inbound:
             reply: str | None = await self._with_inbound[name](lane, inbound, args)
         else:
@@ -67,6 +70,20 @@ class Commands:
         if reply:
             await responder.send(reply)
         return True
+
+    def _refusal(self, lane: Lane, inbound: Inbound, name: str, args: str) -> str | None:
+        """Why the sender's role may not run `/name args` (docs/governance.md#roles), else
+        None; either way an admin command or a refusal goes to the audit log."""
+        person = self.agent.roles.of(inbound.channel, inbound.user_id, inbound.groups)
+        refusal = person.command_refusal(name, args)
+        if refusal is not None or audited(name, args):
+            actor = f"{inbound.channel}:{inbound.user_id}" if inbound.user_id else inbound.channel
+            detail = {"command": f"/{name} {args}".strip(), "roles": person.names}
+            if inbound.user_name and inbound.user_name != inbound.user_id:
+                detail["name"] = inbound.user_name
+            kind = "command" if refusal is None else "command.refused"
+            self.agent.audit.record(kind, actor, detail, conv=lane.conv_id)
+        return refusal
 
     async def _help(self, lane: Lane, args: str, responder: Responder) -> str:
         return HELP
@@ -249,8 +266,11 @@ class Commands:
     async def _journal(self, lane: Lane, args: str, responder: Responder) -> str:
         return lane.journal.journal.render()
 
-    async def _grants(self, lane: Lane, args: str, responder: Responder) -> str:
-        return await grants_command(self.agent.store, self.agent.events, lane.conv_id, args)
+    async def _grants(self, lane: Lane, inbound: Inbound, args: str) -> str:
+        agent, actor = self.agent, f"{inbound.channel}:{inbound.user_id}"
+        return await grants_command(
+            agent.store, agent.events, lane.conv_id, args, agent.audit, actor
+        )
 
     async def _memory(self, lane: Lane, inbound: Inbound, args: str) -> str:
         return await memory_command(self.agent.store, inbound.asker(lane.conv_id), args)
@@ -270,5 +290,30 @@ def _failover_lines(provider: object) -> list[str]:
 
 
 BUSY = "A run is in progress here; /stop it first or wait for it to finish."
+
+AUDITED = (
+    "clear",
+    "goal --auto",
+    "memory forget",
+    "instructions set",
+    "instructions clear",
+    "grants revoke",
+    "budget",
+)
+"""Commands that change what Parley does or may do: each use goes to the audit log
+(docs/governance.md#the-audit-log), as does a `/provider` switch."""
+
+
+def audited(name: str, args: str) -> bool:
+    """Whether `/name args` is an admin command the audit log records."""
+    if name == "provider":
+        return bool(args.strip())
+    words = args.lower().split()
+    for rule in AUDITED:
+        head, *need = rule.split()
+        if head == name and all(word in words for word in need):
+            return True
+    return False
+
 
 __all__ = ["COMMANDS", "HELP", "Commands", "parse_command"]

@@ -17,6 +17,7 @@ import uuid
 
 from core.chat import GrantScope
 from core.eventlog import EventLog
+from core.run_context import Auditor
 from core.store import GrantRow, Store
 
 USAGE = "Usage: /grants, or /grants revoke ID"
@@ -41,8 +42,16 @@ def _line(grant: GrantRow) -> str:
     return f"{grant.id}  {grant.tool} — {where}; by {grant.granted_by} on {day}"
 
 
-async def grants_command(store: Store, events: EventLog, conv: str, args: str) -> str:
-    """`/grants [revoke ID]` in conversation `conv`."""
+async def grants_command(
+    store: Store,
+    events: EventLog,
+    conv: str,
+    args: str,
+    audit: Auditor | None = None,
+    actor: str = "",
+) -> str:
+    """`/grants [revoke ID]` in conversation `conv`; a revocation by `actor` goes to
+    `audit`."""
     keys = grant_keys(conv)
     words = args.split()
     if words and (words[0] != "revoke" or len(words) != 2):
@@ -53,6 +62,8 @@ async def grants_command(store: Store, events: EventLog, conv: str, args: str) -
             return f"No grant {words[1]} here; /grants lists them."
         data = {"tool": revoked.tool, "scope": revoked.scope, "key": revoked.key}
         events.emit("agent.grant.revoked", data, conv=conv)
+        if audit is not None:
+            audit.record("grant.revoked", actor, {**data, "grant": revoked.id}, conv=conv)
         return f"Revoked: {revoked.tool} asks an approver again here."
     grants = await store.grants(keys)
     if not grants:

@@ -19,10 +19,12 @@ from typing import Literal, Protocol
 from core.agent.conversation import Conversation, ConversationFactory
 from core.agent.journal import JournalBox, RunJournal
 from core.agent.prefs import ProviderPrefs
+from core.audit import AuditLog
 from core.chat import ConversationKey, Inbound, Responder
 from core.clock import Clock
 from core.config import GoalsConfig
 from core.eventlog import EventLog
+from core.roles import Roles
 from core.store import ConversationRow, GoalRow, RunRow, Store
 
 RunState = Literal[
@@ -442,6 +444,8 @@ class LaneHost(Protocol):
     factory: ConversationFactory
     prefs: ProviderPrefs
     goal_settings: GoalsConfig
+    roles: Roles
+    audit: AuditLog
 
     @property
     def closing(self) -> bool: ...

@@ -7,15 +7,20 @@ on, and turn the runs a crash left `running` into `timed_out` ones at start-up.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, MutableSequence
 from typing import TYPE_CHECKING
 
+from core.chat import ConversationKey, Inbound
+from core.errors import StoreError
 from core.eventlog import EventLog
 from core.fence import HELD, Fence
 from core.loop import unanswered_calls
 from core.messages import Message, ToolCall
 from core.store import Checkpoint, RunRow, Store, ToolCallRow
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from core.agent.conversation import Conversation
@@ -232,3 +237,19 @@ async def reconcile_runs(store: Store, events: EventLog, *, before: float) -> li
         if resumable:
             interrupted.append(run)
     return interrupted
+
+
+async def sender_of(store: Store, row: RunRow, key: ConversationKey) -> Inbound | None:
+    """The message of queued run `row` that another worker took in, as far as the store
+    keeps its sender (docs/governance.md#roles); None if unknown (the run then has the
+    default role)."""
+    try:
+        sender = await store.sender(row.id)
+    except StoreError:
+        log.warning("run %s: its sender is not readable", row.id, exc_info=True)
+        return None
+    if sender is None:
+        return None
+    user_id, user_name, groups = sender
+    text = row.text or ""
+    return Inbound(*key, user_id=user_id, user_name=user_name, text=text, groups=groups)

@@ -30,7 +30,7 @@ from core.agent.recovery import RecoveryHost, parse_conv, retract_previews, take
 from core.agent.responders import safe_send
 from core.agent.runs import reopen_calls, resume_risk
 from core.agent.turn import STOPPED_TEXT
-from core.chat import Responder
+from core.chat import Inbound, Responder
 from core.fence import Fence, entered
 from core.store import RunRow
 
@@ -64,6 +64,7 @@ class TakeoverHost(RecoveryHost, Protocol):
         trigger: str = "user",
         run_id: str | None = None,
         resume: bool = False,
+        inbound: Inbound | None = None,
     ) -> RunReport | None: ...
 
 

@@ -22,6 +22,7 @@ from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.lane import Lane, RunReport, RunState
 from core.agent.runs import RunRecorder, close_unanswered, reopen_resumable
+from core.audit import AuditLog
 from core.chat import Asker, ConversationKey, Inbound, ReplyStream, Responder, previews
 from core.context.manager import ContextManager
 from core.errors import DeliveryFailed, ParleyError, StoreError
@@ -32,9 +33,10 @@ from core.loop import LoopOutcome, unanswered_calls
 from core.memory.recall import recalled_message
 from core.messages import Message
 from core.providers.failover import FailoverProvider
+from core.roles import Roles
 from core.run_context import RunContext, RunKind
 from core.store import Store
-from core.tools.base import Approver
+from core.tools.base import Approver, RoleGate
 from core.tools.delegation import Delegator
 from core.tools.sandbox import release_site
 from core.tools.settings import default_temp_root
@@ -86,6 +88,8 @@ class TurnHost(Protocol):
     store: Store
     events: EventLog
     approvals: ApprovalDesk
+    roles: Roles
+    audit: AuditLog
 
     @property
     def closing(self) -> bool: ...
@@ -94,7 +98,7 @@ class TurnHost(Protocol):
 
     def extra_system(self, lane: Lane) -> str: ...
 
-    def approver(self, lane: Lane) -> Approver: ...
+    def approver(self, lane: Lane, asker: str = "") -> Approver: ...
 
     def delegator(self, turn: Turn) -> Delegator | None:
         """Starts `turn`'s child runs (`delegate`), or None if it may not delegate."""
@@ -117,6 +121,7 @@ class ParentLink:
     run_id: str  # the parent's
     depth: int  # the child's: 1 under a top-level run
     deadline: float | None  # loop time by which the child must end, inside the parent's
+    role: RoleGate | None = None  # the parent's: a child may use no more than it
 
 
 @dataclass(slots=True)
@@ -154,9 +159,25 @@ class Turn:
     site: ToolSite | None = field(default=None, init=False)
     fence: Fence = field(default=HELD, init=False)
     looping: bool = field(default=False, init=False)  # in the loop: a lost run is cut short
+    role: RoleGate | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.run_id = self.given_id or new_run_id()
+        self.role = self._role()
+
+    def _role(self) -> RoleGate | None:
+        """What the run may use (docs/governance.md#roles): its sender's roles; a child
+        run's parent's; none for a cron job (its `allow_tools` decide); the default role
+        for a run whose sender this process does not know (a goal's turn, a message
+        queued before a restart or taken in by another worker)."""
+        if self.parent is not None:
+            return self.parent.role
+        if self.trigger == "cron":
+            return None
+        channel = self.lane.key[0]
+        if self.inbound is not None:
+            return self.host.roles.of(channel, self.inbound.user_id, self.inbound.groups)
+        return self.host.roles.of(channel, "")
 
     async def run(self) -> RunReport:
         """The whole run; never raises (but for our own cancellation by the caller).
@@ -272,13 +293,15 @@ class Turn:
             sink=self.sink,
             recorder=recorder,
             envelope=recorder,
-            approver=self.host.approver(lane),
+            approver=self.host.approver(lane, self._actor()),
             scratch=site.scratch,
             site=site,
             deadline=self.parent.deadline if self.parent is not None else None,
             parent_run_id=self.parent.run_id if self.parent is not None else None,
             delegator=self.host.delegator(self),
             asker=self._asker(),
+            role=self.role,
+            audit=self.host.audit,
         )
         if self.user_text is not None:
             memory = conversation.executor.ctx.memory
@@ -309,6 +332,13 @@ class Turn:
         if isinstance(context, ContextManager):  # the conversation's tools may read them
             context.artifacts_dir = site.artifacts
         return site
+
+    def _actor(self) -> str:
+        """Who the run answers, as the audit log names them: `<platform>:<user id>`, else
+        what started it (`goal`, `resume`, …)."""
+        if self.inbound is not None and self.inbound.user_id:
+            return f"{self.inbound.channel}:{self.inbound.user_id}"
+        return self.trigger
 
     def _asker(self) -> Asker:
         """Who the run answers: the sender of its message, else nobody in the lane's

@@ -44,6 +44,7 @@ from core.agent.liveness import Liveness, RunFence
 from core.agent.prefs import ProviderPrefs
 from core.agent.recovery import parse_conv
 from core.agent.responders import safe_send
+from core.agent.runs import sender_of
 from core.agent.shared import SharedSettings as SharedSettings
 from core.agent.shared import new_worker_id
 from core.agent.takeover import CronTakeover, TakeoverHost, Takeovers
@@ -177,6 +178,8 @@ class Workers:
         if len(waiting) >= self.host.max_queued:
             return await self._turn_away(inbound, responder, conv, len(waiting), done)
         queued = Queued(inbound, responder, new_run_id(), done)
+        if inbound.user_id:  # committed with the run: whoever claims it knows the sender
+            store.add_sender(queued.run_id, inbound.user_id, inbound.user_name, inbound.groups)
         if not inbound.event_id:
             await self.enqueue(queued)
             return True
@@ -294,6 +297,7 @@ class Workers:
         report: RunReport | None = None
         try:
             with lane.in_use():  # not evicted while it runs here
+                inbound = queued.inbound if queued else await sender_of(host.store, row, key)
                 if not fresh:
                     await self._refresh(lane, run_id)
                 lane.work(asyncio.current_task(), responder)
@@ -306,7 +310,12 @@ class Workers:
                     self.run_ended(lane, run_id)
                 else:
                     report = await host.run_in_lane(
-                        lane, responder, user_text=text, trigger=row.trigger, run_id=run_id
+                        lane,
+                        responder,
+                        user_text=text,
+                        trigger=row.trigger,
+                        run_id=run_id,
+                        inbound=inbound,  # its sender: their roles (docs/governance.md)
                     )
         finally:
             self._starting.pop(conv, None)

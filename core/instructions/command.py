@@ -28,9 +28,8 @@ async def instructions_command(host: LaneHost, lane: Lane, inbound: Inbound, arg
         return f"Instruction files an approver may choose here (/instructions set NAME): {names}."
     if sub not in ("set", "clear") or (sub == "set") != (len(words) == 2) or len(words) > 2:
         return USAGE
-    approvers = host.factory.approvers(channel)
-    if approvers is not None and inbound.user_id not in approvers:
-        return "Only this channel's approvers can choose its instructions."
+    # Who may choose is the roles' to say (docs/governance.md#roles): by default the
+    # admins (the approvers), refused before this is reached (`core.agent.commands`).
     if sub == "clear":
         await host.store.set_instruction_pref(channel, chat, None)
         return "This chat's chosen instructions are cleared (from the next turn on)."

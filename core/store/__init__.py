@@ -29,15 +29,19 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
                     same, with SKIP LOCKED and tsvector; postgres_schema.py; notify.py:
                     LISTEN/NOTIFY, which only PostgreSQL has)
     memory_rows.py  memories' scopes and rows, and the query terms both backends match
+    audit_rows.py   the audit log's rows, hash chain and SQL (audit_tables.py:
+                    the methods; the append per backend, under the chain's lock)
     grant_rows.py   durable approvals ("approve always") and their SQL
                     (grant_tables.py: the methods, for both backends)
 """
 
+from core.store.audit_rows import AuditRow
 from core.store.backends import open_store
 from core.store.grant_rows import GrantRow, GrantScope
 from core.store.memory_rows import MemoryRow, Scope, ScopeKind
 from core.store.protocol import (
     ApprovalStore,
+    AuditStore,
     DedupeStore,
     EventStore,
     GrantStore,
@@ -67,6 +71,8 @@ from core.store.writes import failed_writes, write_for
 __all__ = [
     "ApprovalRow",
     "ApprovalStore",
+    "AuditRow",
+    "AuditStore",
     "Checkpoint",
     "ConversationRow",
     "DedupeStore",

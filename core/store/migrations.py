@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 14
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -172,6 +172,29 @@ _MIGRATIONS: dict[int, str] = {
         granted_by TEXT NOT NULL, granted_at REAL NOT NULL
     );
     CREATE UNIQUE INDEX grants_key_tool ON grants (key, tool);
+    """,
+    # 13: another branch's (the lead renumbers on merge); nothing here.
+    13: "SELECT 1;",
+    # The audit log (docs/governance.md#the-audit-log): append-only, hash-chained; its
+    # head row holds the last row's number and hash (an append locks it).
+    14: """
+    CREATE TABLE audit_log (
+        seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, actor TEXT NOT NULL,
+        conv TEXT NOT NULL, detail TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL
+    );
+    CREATE INDEX audit_log_at ON audit_log (at);
+    CREATE TABLE audit_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL, hash TEXT NOT NULL
+    );
+    INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '');
+    CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+    CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+    CREATE TABLE run_senders (
+        run_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, user_name TEXT NOT NULL,
+        groups TEXT NOT NULL
+    );
     """,
 }
 

@@ -21,19 +21,29 @@ from __future__ import annotations
 import psycopg
 
 from core.errors import ConfigError
+from core.store.audit_tables import PostgresAuditTables
 from core.store.conversation_tables import POSTGRES_CONVERSATIONS, ConversationTables
 from core.store.grant_tables import POSTGRES_GRANTS, GrantTables
 from core.store.postgres_db import connection_kwargs, open_pool, where
 from core.store.postgres_memory import PostgresMemoryTables
 from core.store.postgres_schema import migrate
 from core.store.postgres_workers import PostgresWorkerTables
+from core.store.sender_tables import POSTGRES_SENDERS, SenderTables
 
 
-class PostgresStore(PostgresWorkerTables, PostgresMemoryTables, GrantTables, ConversationTables):
+class PostgresStore(
+    PostgresWorkerTables,
+    PostgresMemoryTables,
+    PostgresAuditTables,
+    SenderTables,
+    GrantTables,
+    ConversationTables,
+):
     """One PostgreSQL database (or schema); open with `await PostgresStore.open(url)` (or
     `core.store.open_store`), close with `aclose()`."""
 
     _grant_sql = POSTGRES_GRANTS
+    _sender_sql = POSTGRES_SENDERS
     _conv_sql = POSTGRES_CONVERSATIONS
 
     @classmethod

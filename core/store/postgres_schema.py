@@ -171,6 +171,30 @@ _MIGRATIONS: dict[int, str] = {
     );
     CREATE UNIQUE INDEX grants_key_tool ON grants (key, tool);
     """,
+    # 13: another branch's (the lead renumbers on merge); nothing here.
+    13: "SELECT 1;",
+    # The audit log (docs/governance.md#the-audit-log): append-only, hash-chained; its
+    # head row holds the last row's number and hash (an append locks it: FOR UPDATE).
+    14: """
+    CREATE TABLE audit_log (
+        seq BIGINT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL,
+        actor TEXT NOT NULL, conv TEXT NOT NULL, detail TEXT NOT NULL, prev TEXT NOT NULL,
+        hash TEXT NOT NULL
+    );
+    CREATE INDEX audit_log_at ON audit_log (at);
+    CREATE TABLE audit_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL, hash TEXT NOT NULL
+    );
+    INSERT INTO audit_head (id, seq, hash) VALUES (1, 0, '');
+    CREATE FUNCTION audit_log_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION 'the audit log is append-only'; END $$;
+    CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
+    FOR EACH ROW EXECUTE FUNCTION audit_log_append_only();
+    CREATE TABLE run_senders (
+        run_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, user_name TEXT NOT NULL,
+        groups TEXT NOT NULL
+    );
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 

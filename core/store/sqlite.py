@@ -15,19 +15,29 @@ from pathlib import Path
 
 import aiosqlite
 
+from core.store.audit_tables import SqliteAuditTables
 from core.store.conversation_tables import SQLITE_CONVERSATIONS, ConversationTables
 from core.store.grant_tables import SQLITE_GRANTS, GrantTables
 from core.store.migrations import migrate
+from core.store.sender_tables import SQLITE_SENDERS, SenderTables
 from core.store.sqlite_db import BUSY_TIMEOUT_MS, reader_connection, writer_connection
 from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
 
 
-class SqliteStore(SqliteWorkerTables, SqliteMemoryTables, GrantTables, ConversationTables):
+class SqliteStore(
+    SqliteWorkerTables,
+    SqliteMemoryTables,
+    SqliteAuditTables,
+    SenderTables,
+    GrantTables,
+    ConversationTables,
+):
     """One SQLite database; open with `await SqliteStore.open(path)` (or
     `core.store.open_store`), close with `aclose()`."""
 
     _grant_sql = SQLITE_GRANTS
+    _sender_sql = SQLITE_SENDERS
     _conv_sql = SQLITE_CONVERSATIONS
 
     @classmethod

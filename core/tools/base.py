@@ -244,6 +244,21 @@ def _compact(node: Any) -> Any:
     return out
 
 
+class RoleGate(Protocol):
+    """What the person a run answers may use (docs/governance.md#roles): asked before
+    the run's own policy, so a tool runs only if both allow it."""
+
+    @property
+    def names(self) -> str:
+        """The person's roles, for the audit log."""
+        ...
+
+    def tool_refusal(self, tool: str, category: str) -> str | None:
+        """Why the person may not use `tool` for a call of `category` (naming the roles
+        that may); None if they may."""
+        ...
+
+
 Approver = Callable[[str, str, str], Awaitable[bool]]
 """`await approver(tool_name, summary_of_call, reason)` → True to allow."""
 

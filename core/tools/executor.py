@@ -25,7 +25,6 @@ from core.events import Observed
 from core.messages import Message, ToolCall
 from core.run_context import DETACHED, RunContext
 from core.tools.base import (
-    Approver,
     CallApprover,
     Category,
     Tool,
@@ -133,9 +132,20 @@ class ToolExecutor:
         by policy or an approver) as its error result."""
         tool, args = prepared.tool, prepared.args
         if prepared.error is not None or tool is None or args is None:
+            if prepared.error is not None and prepared.error.startswith("error: policy:"):
+                _refused(run, prepared, "policy", prepared.error.removeprefix("error: "))
             return ToolResult(prepared.error or "error: not runnable", is_error=True)
+        if run.role is not None and (
+            refusal := run.role.tool_refusal(tool.name, prepared.category)
+        ):  # the person's role first: the run's own policy cannot widen it
+            _refused(run, prepared, "role", refusal)
+            return ToolResult(f"error: {refusal}", is_error=True)
         try:
-            await self._authorize(tool, prepared, run.approver)
+            await self._authorize(tool, prepared, run)
+        except ToolDenied as exc:
+            if str(exc).startswith("policy:"):  # an approver's "no" is audited as such
+                _refused(run, prepared, "policy", str(exc))
+            return ToolResult(f"error: {exc}", is_error=True)
         except ToolError as exc:
             return ToolResult(f"error: {exc}", is_error=True)
         return tool, args
@@ -188,11 +198,9 @@ class ToolExecutor:
             await self.clock.sleep(delay)  # a cancel here propagates like any other
             attempt += 1
 
-    async def _authorize(
-        self, tool: Tool, prepared: PreparedCall, approver: Approver | None
-    ) -> None:
+    async def _authorize(self, tool: Tool, prepared: PreparedCall, run: RunContext) -> None:
         """Raise `ToolDenied` unless policy (and, if asked, the approver) allows the call."""
-        call = prepared.call
+        call, approver = prepared.call, run.approver
         decision = self.policy.decide(tool.name, prepared.category)
         if decision.verdict == "deny":
             raise ToolDenied(f"policy: {decision.reason}")
@@ -237,6 +245,25 @@ class ToolExecutor:
         if retry_after is not None and retry_after > MAX_RETRY_AFTER:
             return None
         return max(RETRY_DELAYS[attempt - 1], retry_after or 0.0)
+
+
+def _refused(run: RunContext, prepared: PreparedCall, by: str, reason: str) -> None:
+    """Record a call refused by policy or by role in the audit log."""
+    if run.audit is None:
+        return
+    asker = run.asker
+    actor = f"{asker.channel}:{asker.user_id}" if asker is not None and asker.user_id else ""
+    detail = {
+        "tool": prepared.call.name,
+        "category": prepared.category,
+        "arguments": prepared.call.arguments,
+        "by": by,
+        "reason": reason,
+        "run": run.run_id,
+    }
+    if run.role is not None:
+        detail["roles"] = run.role.names
+    run.audit.record("tool.refused", actor or run.kind, detail, conv=run.conv)
 
 
 def _give_up(

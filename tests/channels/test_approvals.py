@@ -167,6 +167,9 @@ class Record:
     def posted(self, prompt: PromptRef) -> None:
         self.prompts.append(prompt)
 
+    def answered(self, allowed: bool, by: str) -> None:
+        pass
+
     def outlives_cancellation(self) -> bool:
         return self.restarting
 

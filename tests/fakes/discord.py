@@ -98,6 +98,7 @@ class User:
     name: str
     bot: bool = False
     nick: str | None = None  # the member's nickname in the guild
+    roles: tuple[str, ...] = ()  # the member's guild role ids
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -112,7 +113,7 @@ class User:
     def member(self) -> dict[str, Any]:
         data = {
             "user": self.payload(),
-            "roles": [],
+            "roles": list(self.roles),
             "joined_at": TIMESTAMP,
             "deaf": False,
             "mute": False,

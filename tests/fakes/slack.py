@@ -136,6 +136,7 @@ class FakeSlack(LogsCalls):
         self.reactions: set[tuple[str, str, str]] = set()
         self.users: dict[str, str] = {"U1": "alice", "U2": "bob", "U3": "carol", "U9": "mallory"}
         self.not_in_channel: set[str] = set()
+        self.usergroups: dict[str, list[str]] = {}  # user group id → its members' ids
         self.http_target: tuple[str, str] | None = None  # (events URL, signing secret)
         self.delays: dict[str, float] = {}  # method → seconds it is answered late
         # method → awaited once a call has taken effect, before it is answered (a test
@@ -291,6 +292,16 @@ class FakeSlack(LogsCalls):
         name = self.users[user]
         profile = {"display_name": name, "real_name": name.title()}
         return {"ok": True, "user": {"id": user, "name": name, "profile": profile}}
+
+    def _api_usergroups_list(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Every user group, with its members when `include_users` is true."""
+        with_users = str(params.get("include_users", "")).lower() in ("1", "true")
+        groups = [
+            {"id": gid, "handle": gid.lower(), "name": gid, "date_delete": 0}
+            | ({"users": list(users), "user_count": len(users)} if with_users else {})
+            for gid, users in self.usergroups.items()
+        ]
+        return {"ok": True, "usergroups": groups}
 
     def _text_problem(self, params: dict[str, Any]) -> str | None:
         channel, text = str(params.get("channel", "")), params.get("text")

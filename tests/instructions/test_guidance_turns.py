@@ -139,7 +139,9 @@ async def test_a_channels_file_and_a_chat_choice_join_only_there(
     chat = RecordingResponder()
     await agent.submit(inbound("/instructions set oncall", key=SLACK, user_id="intern"), chat)
     await agent.submit(inbound("/instructions set oncall", key=SLACK, user_id="boss"), chat)
-    assert chat.sent[0] == "Only this channel's approvers can choose its instructions."
+    assert chat.sent[0] == (  # only approvers (the admin role) choose, as before roles
+        "`/instructions set oncall` is not allowed for your role (member); it needs the role admin."
+    )
     assert chat.sent[1] == "This chat now follows oncall.md (from the next turn on)."
     fake_llm.script(Reply(text="a"), Reply(text="b"), Reply(text="c"))
     await agent.run(inbound("in slack", key=SLACK))

@@ -1,0 +1,85 @@
+"""`parley audit [--since WHEN] [--verify]`: the audit log, read from the store
+(docs/governance.md#the-audit-log)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import sys
+import time
+from collections.abc import Mapping
+
+from bot.app import open_configured_store
+from bot.config import ParleyConfig
+from core.audit import read_rows, verify
+
+_RELATIVE = re.compile(r"^(\d+)\s*([mhdw])$")
+_UNIT = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+EXIT_BROKEN = 1
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """`--since`: `30m`, `24h`, `7d`, `2w` ago, or an ISO date or time (UTC unless it
+    says otherwise): seconds since the epoch.
+
+    Raises:
+        ValueError: neither form, with what is accepted.
+    """
+    text = text.strip()
+    if m := _RELATIVE.match(text):
+        return (time.time() if now is None else now) - int(m[1]) * _UNIT[m[2]]
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"--since {text!r} is neither an age (30m, 24h, 7d, 2w) nor an ISO date or time "
+            "(2026-11-01, 2026-11-01T09:30)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+async def audit_command(
+    config: ParleyConfig, since: str | None, check: bool, environ: Mapping[str, str]
+) -> int:
+    try:
+        start = parse_since(since) if since else 0.0
+    except ValueError as exc:
+        sys.stderr.write(f"parley: {exc}\n")
+        return 2
+    path = config.store.resolved()
+    if config.store.backend() == "sqlite" and not path.exists():
+        sys.stdout.write(f"The audit log is empty ({path} does not exist).\n")
+        return 0
+    store = await open_configured_store(config.store, environ)
+    try:
+        if check:
+            count, problem = await verify(store)
+            if problem is not None:
+                sys.stdout.write(f"audit log BROKEN at row {problem.seq}: {problem.text}\n")
+                return EXIT_BROKEN
+            head = await store.audit_head()
+            last = f"; head {head[1][:16]}" if head and head[0] else ""
+            sys.stdout.write(f"audit log intact: {count} rows, every hash matches{last}\n")
+            return 0
+        rows = await read_rows(store, start)
+    finally:
+        await store.aclose()
+    if not rows:
+        sys.stdout.write("No audit entries" + (" since then.\n" if since else " yet.\n"))
+        return 0
+    table = [("SEQ", "AT", "KIND", "ACTOR", "CONVERSATION", "DETAIL")]
+    for row in rows:
+        detail = json.dumps(row.detail, ensure_ascii=False, sort_keys=True)
+        table.append((str(row.seq), _when(row.at), row.kind, row.actor, row.conv or "-", detail))
+    widths = [max(len(r[i]) for r in table) for i in range(5)]
+    for line in table:
+        cells = [c.ljust(w) for c, w in zip(line[:5], widths, strict=True)]
+        sys.stdout.write("  ".join([*cells, line[5]]).rstrip() + "\n")
+    return 0

@@ -1,0 +1,65 @@
+"""Roles with several workers on one PostgreSQL store (docs/governance.md#roles): a message
+taken in by one worker and run by another runs with its sender's role, not the default."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from bot.app import App, build_registry
+from core.agent import Agent
+from tests.agent.test_workers import FAST, Platform, until
+from tests.agentkit import agent_config, inbound
+from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+from tests.store.conftest import postgres_schema
+
+SLACK = ("slack", "C1", "")
+ROLES = {"default": "viewer", "viewer": {"categories": ["read"]}}  # everyone read-only …
+CHANNELS = {"slack": {"approvers": ["U1"]}}  # … but U1, an admin
+
+
+@contextlib.asynccontextmanager
+async def two_workers(
+    fake_llm: FakeLLM, tmp_path: Path, url: str, platform: Platform
+) -> AsyncIterator[list[Agent]]:
+    apps: list[App] = []
+    agents: list[Agent] = []
+    try:
+        for _ in range(2):
+            store: dict[str, Any] = {"path": None, "url": url, **FAST}
+            cfg = agent_config(fake_llm, tmp_path, store=store, roles=ROLES, channels=CHANNELS)
+            app = App(cfg, {}, build_registry(cfg, {}))
+            apps.append(app)
+            agent = await app.open_agent(platform, shared_channels=["slack"])
+            agents.append(agent)
+            await agent.reconcile()
+        yield agents
+    finally:
+        for app, agent in zip(apps, agents, strict=False):
+            await app.close_agent(agent, grace=1.0)
+            await app.aclose()
+
+
+async def test_a_run_claimed_by_another_worker_has_its_senders_role(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("write_file", {"path": "a.txt", "content": "admin"})]),
+        Reply(text="Written."),
+    )
+    platform = Platform()
+    async with postgres_schema() as url, two_workers(fake_llm, tmp_path, url, platform) as agents:
+        taker, runner = agents
+        assert taker.workers is not None
+        assert runner.workers is not None
+        taker.workers.stop_claiming()  # the other worker must run it
+        await taker.submit(
+            inbound("write it", key=SLACK, user_id="U1", event_id="e1"), platform(SLACK)
+        )
+        await until(lambda: platform.answered() >= 1)
+        [run] = await runner.store.runs(limit=5)
+        assert run.worker == runner.workers.id
+    assert platform(SLACK).finals == ["Written."]
+    assert (tmp_path / "workspace" / "a.txt").read_text() == "admin"
