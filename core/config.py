@@ -62,6 +62,12 @@ class ProviderConfig(_Section):
         "as every conversation may run its turn at once.",
     )
 
+    prompt_cache_key: bool = Field(
+        True,
+        description="OpenAI wire formats: send `prompt_cache_key` per conversation; false "
+        "for a server that rejects unknown fields.",
+    )
+
     def settings(self, name: str, environ: Mapping[str, str]) -> ProviderSettings:
         """Resolve environment references into the settings a provider is built from."""
         model = environ.get(self.model_env or "") or self.model
@@ -77,6 +83,7 @@ class ProviderConfig(_Section):
             timeout=self.timeout_seconds,
             max_retries=self.max_retries,
             max_connections=self.max_connections,
+            prompt_cache_key=self.prompt_cache_key,
         )
 
 

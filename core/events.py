@@ -39,9 +39,15 @@ class ToolCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """One call's tokens. `input_tokens` counts the whole prompt, cached parts included:
+    `cached_tokens` of it were read from the provider's prompt cache, `cache_write_tokens`
+    written to it (docs/cost.md#prompt-caching)."""
+
     input_tokens: int
     output_tokens: int
     estimated: bool = False
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
     kind: Literal["usage"] = "usage"
 
 

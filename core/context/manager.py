@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from core.context.eviction import PROTECTED, ranked_render_async
+from core.context.settings import ContextSettings
 from core.context.subgoals import TIER_SCORE, SubgoalTracker, block_start
 from core.context.summarize import (
     SUMMARY_PROMPT,
@@ -60,44 +59,12 @@ from core.events import EventSink, Observed
 from core.messages import Message
 
 Pressure = Literal["ok", "ask_human", "stop"]
-Strategy = Literal["summary", "subgoal", "subgoal_mig"]
 Stage = Literal["R1", "R2", "R3"]
 
 DEEP_MARKER = "(deep pruned)"
 TACO_HEADER = "[compressed tool output]"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 log = logging.getLogger(__name__)
-
-
-class ContextSettings(BaseModel):
-    """`[context]` in config.toml: thresholds are fractions of the model's context window."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    soft: float = Field(0.60, gt=0, le=1, description="Mask old tool outputs above this.")
-    compact: float = Field(0.70, gt=0, le=1, description="Run the recovery ladder above this.")
-    hard: float = Field(0.95, gt=0, le=1, description="Fail the turn above this.")
-    manual_target: float = Field(0.50, gt=0, le=1, description="Target of `/compact`.")
-    keep_tail: int = Field(10, ge=1, description="Messages kept verbatim by R1.")
-    deep_keep: int = Field(4, ge=1, description="Messages kept verbatim by R2.")
-    taco_threshold: int = Field(2000, ge=1, description="Tokens; bigger tool outputs shrink.")
-    taco_target: int = Field(500, ge=1, description="Tokens a compressed output aims for.")
-    max_recoveries: int = Field(4, ge=0, description="Recovery actions per user turn.")
-    escalate_after_iterations: int = Field(20, ge=0, description="R1→R2→R3 window.")
-    summary_max_input_tokens: int = Field(24000, ge=256, description="Summarizer input cap.")
-    strategy: Strategy = Field(
-        "summary", description="What compaction keeps: summary, subgoal or subgoal_mig."
-    )
-    mask_placeholder: str = Field(
-        "[old tool output removed to save context; call the tool again if you need it]",
-        min_length=1,
-    )
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ContextSettings:
-        if not self.soft <= self.compact <= self.hard:
-            raise ValueError("thresholds must satisfy soft <= compact <= hard")
-        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +217,13 @@ class ContextManager:
             self.subgoals.registry.sync(messages)
             if (active := self.subgoals.registry.active_start()) is not None:
                 stop = min(stop, active)
+        # In batches (docs/cost.md#prompt-caching): each rewrite of an old message breaks
+        # the cached prefix from there on, so wait for `mask_batch` outputs to mask —
+        # unless compaction is near, when every token counts.
+        due = self._mask_range(messages, 0, stop, placeholder, count_only=True)
+        batching = any(m.content == placeholder for m in messages[:stop] if m.role == "tool")
+        if batching and due < self.settings.mask_batch and used < self.compact_at:
+            return used
         masked = self._mask_range(messages, 0, stop, placeholder)
         if not masked:
             return used
@@ -260,13 +234,25 @@ class ContextManager:
         sink(Observed("agent.compaction.run", data))
         return after
 
-    def _mask_range(self, messages: list[Message], start: int, stop: int, placeholder: str) -> int:
-        """Mask the tool outputs of `messages[start:stop]` bigger than `placeholder`."""
+    def _mask_range(
+        self,
+        messages: list[Message],
+        start: int,
+        stop: int,
+        placeholder: str,
+        *,
+        count_only: bool = False,
+    ) -> int:
+        """Mask the tool outputs of `messages[start:stop]` bigger than `placeholder`
+        (`count_only`: count them, change nothing)."""
         smallest = self.counter.text(placeholder) + 8  # masking must save tokens
         masked = 0
         for i in range(start, stop):
             m = messages[i]
             if m.role != "tool" or m.content == placeholder or self.counter.message(m) < smallest:
+                continue
+            if count_only:
+                masked += 1
                 continue
             short = Message(
                 role="tool",

@@ -97,7 +97,9 @@ def parse(event: str, data: str) -> list[WireEvent]:
         return [WireError(error_object(chunk["error"]))]
     out: list[WireEvent] = []
     if usage := chunk.get("usage"):
-        out.append(Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)))
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+        out.append(Usage(prompt, completion, cached_tokens=cached))
     for choice in chunk.get("choices") or ():
         delta = choice.get("delta") or {}
         for key, value in delta.items():
@@ -138,6 +140,7 @@ def _tool_fragment(fragment: dict[str, Any]) -> ToolCallDelta | UnindexedToolCal
 class OpenAIChat:
     """The Chat Completions wire format (`WireFormat`)."""
 
+    cache_key = True  # takes `prompt_cache_key` (docs/cost.md#prompt-caching)
     path = "/chat/completions"
 
     @staticmethod

@@ -1,0 +1,46 @@
+"""`[context]` in config.toml (docs/context.md): the settings of `ContextManager`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Strategy = Literal["summary", "subgoal", "subgoal_mig"]
+
+
+class ContextSettings(BaseModel):
+    """`[context]` in config.toml: thresholds are fractions of the model's context window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    soft: float = Field(0.60, gt=0, le=1, description="Mask old tool outputs above this.")
+    compact: float = Field(0.70, gt=0, le=1, description="Run the recovery ladder above this.")
+    hard: float = Field(0.95, gt=0, le=1, description="Fail the turn above this.")
+    manual_target: float = Field(0.50, gt=0, le=1, description="Target of `/compact`.")
+    keep_tail: int = Field(10, ge=1, description="Messages kept verbatim by R1.")
+    deep_keep: int = Field(4, ge=1, description="Messages kept verbatim by R2.")
+    taco_threshold: int = Field(2000, ge=1, description="Tokens; bigger tool outputs shrink.")
+    taco_target: int = Field(500, ge=1, description="Tokens a compressed output aims for.")
+    max_recoveries: int = Field(4, ge=0, description="Recovery actions per user turn.")
+    escalate_after_iterations: int = Field(20, ge=0, description="R1→R2→R3 window.")
+    summary_max_input_tokens: int = Field(24000, ge=256, description="Summarizer input cap.")
+    mask_batch: int = Field(
+        8,
+        ge=1,
+        description="Old tool outputs masked at once: history is rewritten in batches, so "
+        "the provider's prompt cache breaks once per batch, not on every call.",
+    )
+    strategy: Strategy = Field(
+        "summary", description="What compaction keeps: summary, subgoal or subgoal_mig."
+    )
+    mask_placeholder: str = Field(
+        "[old tool output removed to save context; call the tool again if you need it]",
+        min_length=1,
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ContextSettings:
+        if not self.soft <= self.compact <= self.hard:
+            raise ValueError("thresholds must satisfy soft <= compact <= hard")
+        return self
