@@ -25,6 +25,7 @@ from pydantic import (
 
 from core.context.manager import ContextSettings
 from core.context.windows import context_window
+from core.cost.settings import BudgetsConfig, ModelPrice
 from core.errors import ConfigError
 from core.instructions.settings import InstructionsConfig, SkillsConfig
 from core.mcp.config import McpConfig
@@ -305,6 +306,10 @@ class CoreConfig(_Section):
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     jobs: list[JobConfig] = Field(default_factory=list)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict, description="USD per million tokens, by model (docs/cost.md)."
+    )
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
 
     source: Path | None = Field(None, exclude=True)
 

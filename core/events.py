@@ -73,6 +73,7 @@ class StreamDone:
     message: Message
     stop_reason: str
     usage: Usage | None
+    cost: float | None = None  # USD, once the run's meter priced it (docs/cost.md)
     kind: Literal["done"] = "done"
 
 
@@ -165,6 +166,9 @@ EventName = Literal[
     "channel.delivery.failed",
     "channel.preview.posted",
     "channel.reply.redelivered",
+    # cost (docs/cost.md): a call refused by a budget, a budget raised with /budget
+    "budget.refused",
+    "budget.changed",
     # cron jobs and the application
     "job.started",
     "job.skipped",

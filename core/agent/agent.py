@@ -32,6 +32,7 @@ from core.agent.workers import CronTakeover, SharedSettings, Workers
 from core.chat import ApprovalRequest, ConversationKey, GrantScope, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.config import GoalsConfig
+from core.cost.meter import Ledger
 from core.eventlog import EventLog
 from core.fence import HELD, Fence
 from core.messages import Message
@@ -64,8 +65,12 @@ class Agent:
         max_queued: int = 20,
         shared: SharedSettings | None = None,
         worker_id: str | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.store = store
+        # What calls cost and the budgets that cap it (docs/cost.md); by default the
+        # calls are priced and recorded, and no budget is enforced.
+        self.ledger = ledger or Ledger(store)
         self.max_queued = max_queued  # messages waiting per conversation; more are turned away
         self.factory = factory
         self.prefs = ProviderPrefs(store, factory)  # each channel's provider, kept

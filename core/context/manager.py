@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from core.context.eviction import PROTECTED, ranked_render_async
-from core.context.settings import ContextSettings
+from core.context.settings import ContextSettings as ContextSettings
 from core.context.subgoals import TIER_SCORE, SubgoalTracker, block_start
 from core.context.summarize import (
     SUMMARY_PROMPT,

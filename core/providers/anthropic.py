@@ -76,13 +76,13 @@ def anthropic_messages(messages: Sequence[Message]) -> tuple[str, RawList]:
             system.append(m.content)
             continue
         role = "assistant" if m.role == "assistant" else "user"
-        blocks = message_json("anthropic", m, anthropic_blocks)
+        encoded = message_json("anthropic", m, anthropic_blocks)
         if turns and turns[-1][0] == role:
-            turns[-1][1].append(blocks)
+            turns[-1][1].append(encoded)
         else:
-            turns.append((role, [blocks]))
-    for _role, blocks in turns[-CACHED_TURNS:]:
-        blocks[-1] = _marked(blocks[-1])
+            turns.append((role, [encoded]))
+    for _role, parts in turns[-CACHED_TURNS:]:
+        parts[-1] = _marked(parts[-1])
     wire = RawList(
         Raw(f'{{"role":"{role}","content":[{",".join(blocks)}]}}') for role, blocks in turns
     )

@@ -39,6 +39,7 @@ from core.store.rows import (
     StoredEvent,
     ToolCallRow,
 )
+from core.store.usage_rows import UsageStore
 
 
 class RunStore(Protocol):
@@ -555,6 +556,7 @@ class Store(
     JobStore,
     WorkerStore,
     MemoryStore,
+    UsageStore,
     Protocol,
 ):
     """All of Parley's durable state. Open one with `core.store.open_store`; close it with
