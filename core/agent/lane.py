@@ -22,6 +22,7 @@ from core.agent.prefs import ProviderPrefs
 from core.chat import ConversationKey, Inbound, Responder
 from core.clock import Clock
 from core.config import GoalsConfig
+from core.cost.meter import Ledger
 from core.eventlog import EventLog
 from core.store import ConversationRow, GoalRow, RunRow, Store
 
@@ -442,6 +443,7 @@ class LaneHost(Protocol):
     factory: ConversationFactory
     prefs: ProviderPrefs
     goal_settings: GoalsConfig
+    ledger: Ledger
 
     @property
     def closing(self) -> bool: ...
