@@ -130,18 +130,20 @@ def build_body(
     messages: Sequence[Message], tools: Sequence[ToolSpec], settings: ProviderSettings
 ) -> dict[str, Any]:
     system, wire = anthropic_messages(messages)
+    # What stays the same from call to call first, the growing history last: a request
+    # repeats the previous one's bytes up to its newest messages (docs/cost.md).
     body: dict[str, Any] = {
         "model": settings.model,
-        "messages": wire,
         "max_tokens": settings.max_output_tokens,
         "stream": True,
     }
-    if system:
-        body["system"] = system_blocks(system)
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
     if tools:
         body["tools"] = _tools_json(tools)
+    if system:
+        body["system"] = system_blocks(system)
+    body["messages"] = wire
     return body
 
 

@@ -83,7 +83,7 @@ class HTTPProvider:
         body = self.wire.build_body(messages, tools, self.settings)
         scope = CACHE_SCOPE.get()
         if scope and self.settings.prompt_cache_key and getattr(self.wire, "cache_key", False):
-            body["prompt_cache_key"] = prompt_cache_key(scope)
+            body = {"prompt_cache_key": prompt_cache_key(scope), **body}  # before the history
         return retrying(lambda: self._attempt(body), self.settings.max_retries, self.endpoint.clock)
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:

@@ -68,9 +68,9 @@ _tools_json = ToolListCache(chat_tool)
 def build_body(
     messages: Sequence[Message], tools: Sequence[ToolSpec], settings: ProviderSettings
 ) -> dict[str, Any]:
+    # What stays the same from call to call first, the growing history last (docs/cost.md).
     body: dict[str, Any] = {
         "model": settings.model,
-        "messages": RawList(message_json("chat", m, chat_message) for m in messages),
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": settings.max_output_tokens,
@@ -79,6 +79,7 @@ def build_body(
         body["temperature"] = settings.temperature
     if tools:  # some servers reject an empty list
         body["tools"] = _tools_json(tools)
+    body["messages"] = RawList(message_json("chat", m, chat_message) for m in messages)
     return body
 
 

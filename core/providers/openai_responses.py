@@ -72,19 +72,20 @@ def build_body(
     messages: Sequence[Message], tools: Sequence[ToolSpec], settings: ProviderSettings
 ) -> dict[str, Any]:
     instructions, items = responses_input(messages)
+    # What stays the same from call to call first, the growing history last (docs/cost.md).
     body: dict[str, Any] = {
         "model": settings.model,
-        "input": items,
         "stream": True,
         "store": False,
         "max_output_tokens": settings.max_output_tokens,
     }
-    if instructions:
-        body["instructions"] = instructions
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
     if tools:
         body["tools"] = _tools_json(tools)
+    if instructions:
+        body["instructions"] = instructions
+    body["input"] = items
     return body
 
 
