@@ -211,5 +211,6 @@ async def test_stream_done_carries_the_usage(fake_llm: FakeLLM) -> None:
     events = [e async for e in provider.stream(history(), TOOLS)]
     await provider.aclose()
     done = events[-1]
-    assert isinstance(done, StreamDone) and done.usage is not None
+    assert isinstance(done, StreamDone)
+    assert done.usage is not None
     assert done.usage.cached_tokens == 4
