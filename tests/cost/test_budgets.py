@@ -146,3 +146,39 @@ def test_bad_cost_settings_name_the_key(
     with pytest.raises(ConfigError) as caught:
         agent_config(fake_llm, tmp_path, **section)
     assert key in str(caught.value)
+
+
+async def test_a_cron_job_reports_the_refusal_as_its_result(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    from bot.app import App
+    from bot.jobs import Scheduler
+    from tests.fakes.llm import ToolCallSpec
+    from tests.test_jobs import LEAP, SLACK, T2024, TARGET, FakeChannel
+
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("list_directory", {"path": "."})], usage=(2_000, 300))
+    )
+    jobs = [{"name": "report", "schedule": LEAP, "channel": "slack:C1", "prompt": "Report."}]
+    async with running_agent(
+        fake_llm,
+        tmp_path,
+        channels=SLACK,
+        jobs=jobs,
+        prices=PRICES,
+        providers=PROVIDERS,
+        budgets={"per_job_run": 0.9},
+    ) as agent:
+        app = agent.factory
+        assert isinstance(app, App)
+        channel = FakeChannel()
+        sched = Scheduler(app, agent, {"slack": channel})
+        try:
+            result = await sched.fire(sched.job("report"), T2024)
+        finally:
+            await sched.shutdown(grace=5)
+        [posted] = channel.posts(TARGET)
+        assert posted.startswith("Stopped: the per_job_run budget is reached ($0.50 of $0.90")
+        assert "It resets at the job's next run" in posted
+        assert (result.state, result.delivered) == ("completed", True)
+        assert len(fake_llm.requests) == 1
