@@ -182,3 +182,32 @@ async def test_a_cron_job_reports_the_refusal_as_its_result(
         assert "It resets at the job's next run" in posted
         assert (result.state, result.delivered) == ("completed", True)
         assert len(fake_llm.requests) == 1
+
+
+async def test_refusals_and_changes_reach_the_ledgers_hook(tmp_path: Path) -> None:
+    """`Ledger.on_event`: where an audit log hooks in (docs/cost.md#budgets)."""
+    from core.cost.meter import Ledger
+    from core.cost.prices import PriceTable
+    from core.cost.settings import BudgetsConfig, ModelPrice
+    from core.errors import BudgetExceeded
+    from core.store import SqliteStore
+
+    heard: list[tuple[str, dict[str, object]]] = []
+    store = await SqliteStore.open(tmp_path / "p.db")
+    try:
+        ledger = Ledger(
+            store,
+            PriceTable({"m": ModelPrice(input=1000, output=1000)}),
+            BudgetsConfig(total_month=0.1),
+            on_event=lambda name, data: heard.append((name, data)),
+        )
+        meter = ledger.for_run(Who("r1", "c", "slack:U1", "slack:C1", ""), lambda e: None)
+        with pytest.raises(BudgetExceeded, match="total_month budget is reached"):
+            await meter.reserve("openai_chat", "m", 100, 50)
+        await ledger.set_limit("total_month", 1.0, "slack:U9")
+        await meter.reserve("openai_chat", "m", 100, 50)  # fits now
+    finally:
+        await store.aclose()
+    assert [name for name, _ in heard] == ["budget.refused", "budget.changed"]
+    assert heard[0][1]["budget"] == "total_month"
+    assert heard[1][1] == {"budget": "total_month", "from": 0.1, "to": 1.0, "by": "slack:U9"}

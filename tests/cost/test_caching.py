@@ -5,6 +5,7 @@ usage, recorded shapes included."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from core.providers import anthropic, openai_chat, openai_responses
 from core.providers.base import CACHE_SCOPE, prompt_cache_key
 from core.providers.builder import ResponseBuilder
 from core.tools.base import ToolSpec
+from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.conftest import provider_for
 from tests.fakes.llm import FakeLLM, Reply
 
@@ -214,3 +216,20 @@ async def test_stream_done_carries_the_usage(fake_llm: FakeLLM) -> None:
     assert isinstance(done, StreamDone)
     assert done.usage is not None
     assert done.usage.cached_tokens == 4
+
+
+async def test_the_system_message_keeps_the_date_and_goal_after_the_cached_prefix(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="one"), Reply(text="two"))
+    async with running_agent(fake_llm, tmp_path) as agent:
+        chat = RecordingResponder()
+        await agent.run(inbound("hello"), chat)
+        await agent.submit(inbound("/goal create ship the release"), chat)
+        await agent.run(inbound("again"), chat)
+    first, second = (r.json["messages"][0]["content"] for r in fake_llm.requests)
+    stable, volatile = first.split(TURN_MARK)
+    assert "Today is" not in stable
+    assert volatile.startswith("Today is ")
+    assert second.startswith(stable + TURN_MARK)  # the stable part did not move
+    assert "Active goal: ship the release" in second.split(TURN_MARK)[1]
