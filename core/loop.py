@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.context.tokens import TokenCounter
-from core.cost.call import complete_call
+from core.cost.call import CURRENT_RUN, complete_call
 from core.errors import BudgetExceeded, ContextLengthError
 from core.events import (
     EventSink,
@@ -205,7 +205,15 @@ async def run_loop(
         run_guards,
         search=search,
     )
-    limits = run_guards.limits
+    current = CURRENT_RUN.set(ctx)  # summaries made for it are metered too (docs/cost.md)
+    try:
+        return await _run(run, run_guards.limits, ctx)
+    finally:
+        CURRENT_RUN.reset(current)
+
+
+async def _run(run: _Run, limits: TimeLimits | None, ctx: RunContext) -> LoopOutcome:
+    messages = run.messages
     remaining = _remaining(limits, ctx)
     if remaining is None:
         return await _turn(run)

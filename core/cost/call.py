@@ -4,14 +4,36 @@ the conversation's prompt cache, held to the budgets before, priced and recorded
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 
 from core.context.tokens import TokenCounter, tool_tokens
-from core.events import LoopEvent, StreamDone, Usage
+from core.events import LoopEvent, StreamDone, Usage, discard
 from core.messages import Message
 from core.providers.base import CACHE_SCOPE, Provider
 from core.run_context import RunContext
 from core.tools.base import ToolSpec
+
+CURRENT_RUN: ContextVar[RunContext | None] = ContextVar("current_run", default=None)
+"""The run whose loop is running in this task (set by `core.loop.run_loop`): the calls a
+run makes beside its own — compaction summaries, subgoal extraction — are metered and
+held to its budgets too (`side_call`)."""
+
+
+async def side_call(
+    provider: Provider, messages: Sequence[Message], counter: TokenCounter
+) -> StreamDone:
+    """A call made for the current run but not by its loop (a summary): metered like the
+    loop's, its events kept out of the run's reply. Outside a run, a plain call.
+
+    Raises:
+        BudgetExceeded: a budget refused it (the caller's fallback takes over).
+    """
+    ctx = CURRENT_RUN.get()
+    if ctx is None or ctx.meter is None:
+        return await provider.complete(messages)
+    done, _ = await complete_call(provider, messages, (), replace(ctx, sink=discard), counter)
+    return done
 
 
 async def complete_call(

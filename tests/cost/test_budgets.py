@@ -211,3 +211,53 @@ async def test_refusals_and_changes_reach_the_ledgers_hook(tmp_path: Path) -> No
     assert [name for name, _ in heard] == ["budget.refused", "budget.changed"]
     assert heard[0][1]["budget"] == "total_month"
     assert heard[1][1] == {"budget": "total_month", "from": 0.1, "to": 1.0, "by": "slack:U9"}
+
+
+async def test_a_compaction_summary_is_metered_as_the_runs_own(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """Calls a run makes beside its loop (the summary of a compaction) are priced,
+    recorded and held to its budgets like its own; nothing of them reaches its reply."""
+    from core.context.manager import ContextManager, ContextSettings
+    from core.context.summarize import provider_summarizer
+    from core.context.tokens import TokenCounter
+    from core.cost.meter import Ledger
+    from core.cost.prices import PriceTable
+    from core.cost.settings import BudgetsConfig, ModelPrice
+    from core.events import LoopEvent, TextDelta
+    from core.loop import Guards, run_loop
+    from core.run_context import RunContext
+    from core.store import SqliteStore
+    from tests.conftest import provider_for
+    from tests.test_loop_context import executor, long_history
+
+    fake_llm.script(
+        Reply(text="SUMMARY: earlier requests were answered.", usage=(900, 20)),
+        Reply(text="done", usage=(300, 5)),
+    )
+    provider = provider_for(fake_llm)
+    counter = TokenCounter()
+    context = ContextManager(2400, counter, provider_summarizer(provider), ContextSettings())
+    store = await SqliteStore.open(tmp_path / "p.db")
+    events: list[LoopEvent] = []
+    try:
+        ledger = Ledger(
+            store, PriceTable({"fake-model": ModelPrice(input=1, output=1)}), BudgetsConfig()
+        )
+        meter = ledger.for_run(Who("r1", "c1", "", "", ""), events.append)
+        ctx = RunContext(run_id="r1", conv="c1", sink=events.append, meter=meter)
+        outcome = await run_loop(
+            long_history(10), provider, executor(), ctx, guards=Guards(context=context)
+        )
+        await store.flush()
+        calls = await store.llm_calls(0)
+    finally:
+        await store.aclose()
+        await provider.aclose()
+    assert outcome.text == "done"
+    assert [(c.run_id, c.input_tokens, c.cost) for c in calls] == [
+        ("r1", 900, 920 / 1e6),
+        ("r1", 300, 305 / 1e6),
+    ]
+    shown = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert shown == "done"  # the summary's text never reached the reply
