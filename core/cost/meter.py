@@ -108,11 +108,6 @@ class Ledger:
         self.on_event = on_event or (lambda name, data: None)
         self.clock = clock
 
-    @property
-    def enforcing(self) -> bool:
-        """Whether any budget is configured (`/budget` can only raise one that is)."""
-        return bool(self.budgets.limits())
-
     async def limits(self) -> dict[str, float]:
         """The configured budgets, as raised since with `/budget`."""
         limits = self.budgets.limits()

@@ -58,17 +58,17 @@ def _table_price(model: str, provider_id: str | None, usage: Usage) -> float | N
         return None
     import genai_prices
 
-    calc = genai_prices.calc_price(
-        genai_prices.Usage(
-            input_tokens=usage.input_tokens,
-            cache_read_tokens=usage.cached_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-            output_tokens=usage.output_tokens,
-        ),
-        model,
-        provider_id=found,
+    given = genai_prices.Usage(
+        input_tokens=usage.input_tokens,
+        cache_read_tokens=usage.cached_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        output_tokens=usage.output_tokens,
     )
-    return float(calc.total_price)
+    try:
+        return float(genai_prices.calc_price(given, model, provider_id=found).total_price)
+    except (LookupError, ValueError, ArithmeticError):  # a usage the table cannot price
+        log.warning("genai-prices could not price %s for %s", usage, model, exc_info=True)
+        return None
 
 
 @lru_cache(maxsize=256)
