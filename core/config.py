@@ -63,19 +63,20 @@ class ProviderConfig(_Section):
         "as every conversation may run its turn at once.",
     )
 
-    prompt_cache_key: bool = Field(
-        True,
-        description="OpenAI wire formats: send `prompt_cache_key` per conversation; false "
-        "for a server that rejects unknown fields.",
+    prompt_cache_key: bool | None = Field(
+        None,
+        description="OpenAI wire formats: send `prompt_cache_key` per conversation; default: "
+        "only to api.openai.com (another server may reject a field it does not know).",
     )
 
     def settings(self, name: str, environ: Mapping[str, str]) -> ProviderSettings:
         """Resolve environment references into the settings a provider is built from."""
         model = environ.get(self.model_env or "") or self.model
+        base_url = environ.get(self.base_url_env or "") or self.base_url
         return ProviderSettings(
             name=name,
             kind=self.kind,
-            base_url=(environ.get(self.base_url_env or "") or self.base_url),
+            base_url=base_url,
             model=model,
             api_key=environ.get(self.api_key_env) if self.api_key_env else None,
             context_window=context_window(model, self.context_window),
@@ -84,7 +85,11 @@ class ProviderConfig(_Section):
             timeout=self.timeout_seconds,
             max_retries=self.max_retries,
             max_connections=self.max_connections,
-            prompt_cache_key=self.prompt_cache_key,
+            prompt_cache_key=(
+                "api.openai.com" in base_url
+                if self.prompt_cache_key is None
+                else self.prompt_cache_key
+            ),
         )
 
 

@@ -233,3 +233,18 @@ async def test_the_system_message_keeps_the_date_and_goal_after_the_cached_prefi
     assert volatile.startswith("Today is ")
     assert second.startswith(stable + TURN_MARK)  # the stable part did not move
     assert "Active goal: ship the release" in second.split(TURN_MARK)[1]
+
+
+def test_the_cache_key_goes_to_openai_by_default_and_elsewhere_when_asked(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    from tests.agentkit import agent_config
+
+    def key_sent(**provider: object) -> bool:
+        config = agent_config(fake_llm, tmp_path, providers={"fake": provider})
+        return config.providers["fake"].settings("fake", {}).prompt_cache_key
+
+    assert not key_sent()  # the fake, like any server but OpenAI's, may not know the field
+    assert key_sent(base_url="https://api.openai.com/v1")
+    assert key_sent(prompt_cache_key=True)
+    assert not key_sent(base_url="https://api.openai.com/v1", prompt_cache_key=False)
