@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,8 @@ from core.tools.policy import ToolPolicy  # noqa: E402
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec  # noqa: E402
 
 MARK = b',"cache_control":{"type":"ephemeral"}'
+OUTPUT_LINES: ContextVar[int] = ContextVar("output_lines", default=30)  # ~50 B a line
+SIZES = {"0.5 KB": 10, "1.5 KB": 30, "4 KB": 80}  # tool output per iteration
 ITERATIONS = 20
 WINDOW = 12_000  # tokens: old outputs are masked from about the 10th iteration on
 EXTRA_TOOLS = 16  # a request carries about as many tools as Parley's built-ins
@@ -73,7 +76,7 @@ class ReadLog(Tool):
         assert isinstance(args, ReadArgs)
         lines = [
             f"{args.path}:{n} worker-{n % 7} handled request {n * 37} in {n % 13} ms"
-            for n in range(30)
+            for n in range(OUTPUT_LINES.get())
         ]
         return ToolResult("\n".join(lines))
 
@@ -151,20 +154,20 @@ def common_prefix(a: bytes, b: bytes) -> int:
     return i
 
 
-async def one_turn(kind: str, mask_batch: int) -> Measured:
+async def one_turn(kind: str, mask_batch: int, window: int = WINDOW) -> Measured:
     fake = FakeLLM(api_key="k")
     await fake.start()
     try:
         fake.responder = script
         base = fake.root_url if kind == "anthropic" else fake.base_url
         provider = build_provider(
-            ProviderSettings("bench", kind, base, "fake-model", api_key="k", context_window=WINDOW)
+            ProviderSettings("bench", kind, base, "fake-model", api_key="k", context_window=window)
         )
         tools = [ReadLog(), *(other_tool(n) for n in range(EXTRA_TOOLS))]
         executor = ToolExecutor(ToolRegistry(tools), ToolPolicy(), ToolContext())
         counter = TokenCounter()
         settings = ContextSettings(mask_batch=mask_batch)
-        context = ContextManager(WINDOW, counter, None, settings)
+        context = ContextManager(window, counter, None, settings)
         rewritten_before: set[int] = set()
 
         def sink(event: LoopEvent) -> None:
@@ -226,6 +229,20 @@ async def main(quick: bool) -> None:
             f"| {batched.share(every)} | {len(batched.rewrites)} | {per_call.share(before)} | "
             f"{len(per_call.rewrites)} |"
         )
+    print()
+    print("By the size of each iteration's tool output (openai_chat, masking in batches):")
+    print()
+    print("| tool output | of request bytes, outside rewrites | of the previous request |")
+    print("|---|---|---|")
+    for label, lines in SIZES.items():
+        token = OUTPUT_LINES.set(lines)
+        try:
+            # the window grows with the outputs: masking starts about as far into the turn
+            window = WINDOW * max(lines, 30) // 30
+            sized = await one_turn("openai_chat", ContextSettings().mask_batch, window)
+        finally:
+            OUTPUT_LINES.reset(token)
+        print(f"| {label} | {sized.share(sized.steady)} | {sized.share(sized.steady, 2)} |")
 
 
 if __name__ == "__main__":
