@@ -266,9 +266,9 @@ class Commands:
         approvers = self.agent.factory.approvers(inbound.channel)
         admin = approvers is None or inbound.user_id in approvers
         asker = inbound.asker(lane.conv_id)
-        reply = await budget_command(self.agent.ledger, asker, args, admin)
-        if args.split()[:1] == ["set"]:
-            data = {"args": args, "by": f"{inbound.channel}:{inbound.user_id}", "reply": reply}
+        reply, changed = await budget_command(self.agent.ledger, asker, args, admin)
+        if changed:
+            data = {"args": args, "by": f"{inbound.channel}:{inbound.user_id}"}
             self.agent.events.emit("budget.changed", data, conv=lane.conv_id)
         return reply
 

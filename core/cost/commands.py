@@ -43,29 +43,31 @@ def _line(label: str, calls: list[LlmCall]) -> str:
     )
 
 
-async def budget_command(ledger: Ledger, asker: Asker, args: str, admin: bool) -> str:
+async def budget_command(ledger: Ledger, asker: Asker, args: str, admin: bool) -> tuple[str, bool]:
     """`/budget`: each budget, its limit and what its period here has spent;
-    `/budget set NAME USD` raises (or lowers) one, for admins."""
+    `/budget set NAME USD` raises (or lowers) one, for admins. The reply, and whether a
+    budget changed."""
     words = args.split()
     if not words:
-        return await _budgets(ledger, asker)
+        return await _budgets(ledger, asker), False
     if words[0] != "set" or len(words) != 3:
-        return BUDGET_HELP
+        return BUDGET_HELP, False
     if not admin:
-        return "Only admins (this channel's approvers) can change a budget."
+        return "Only admins (this channel's approvers) can change a budget.", False
     name = words[1]
     try:
         amount = float(words[2].lstrip("$"))
     except ValueError:
-        return f"{words[2]!r} is not an amount in USD. {BUDGET_HELP}"
-    if amount < 0:
-        return "A budget cannot be negative."
+        return f"{words[2]!r} is not an amount in USD. {BUDGET_HELP}", False
+    if amount < 0 or amount != amount or amount == float("inf"):
+        return "A budget is a finite amount of USD, 0 or more.", False
     try:
         await ledger.set_limit(name, amount, f"{asker.channel}:{asker.user_id}")
     except ValueError:
         configured = ", ".join(ledger.budgets.limits()) or "none"
-        return f"No budget {name} is configured (configured: {configured}); [budgets] sets them."
-    return f"The {name} budget is now {usd(amount)}."
+        reply = f"No budget {name} is configured (configured: {configured}); [budgets] sets them."
+        return reply, False
+    return f"The {name} budget is now {usd(amount)}.", True
 
 
 async def _budgets(ledger: Ledger, asker: Asker) -> str:
