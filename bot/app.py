@@ -26,6 +26,8 @@ from core.config import StoreConfig
 from core.context.manager import ContextManager
 from core.context.summarize import provider_summarizer
 from core.context.tokens import TokenCounter
+from core.cost.meter import Ledger
+from core.cost.prices import PriceTable
 from core.errors import ConfigError
 from core.eventlog import EventLog
 from core.instructions import Guidance, GuidancePlaces, load_guidance, signature, under_root
@@ -512,6 +514,7 @@ class App:
             max_queued=self.config.agent.max_queued,
             shared=shared_settings(self.config.store, shared_channels),
             roles=self.roles,
+            ledger=Ledger(store, PriceTable(self.config.prices), self.config.budgets),
         )
         self.memory = Memory(store, agent.events, self.config.memory)
         return agent

@@ -72,6 +72,15 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="recompute the hash chain; exit 1 naming the first row changed or removed",
     )
+    usage = sub.add_parser("usage", help="what LLM calls cost, as a table (or CSV)")
+    usage.add_argument(
+        "--by", choices=["user", "channel", "job", "model", "day"], default="model",
+        help="what to sum by (default: model)",
+    )  # fmt: skip
+    usage.add_argument(
+        "--since", default="month", help="today, month (default), a date or a span (7d, 12h)"
+    )
+    usage.add_argument("--csv", action="store_true", help="CSV for a spreadsheet")
     run = sub.add_parser("run", help="start every enabled channel (the console if none)")
     run.add_argument("--provider", help="provider name from config.toml")
     run.add_argument("--console", action="store_true", help="also talk in this terminal")
@@ -292,6 +301,10 @@ def _command(args: argparse.Namespace) -> int:
         return asyncio.run(
             runs_command(app.config, args.action, args.run_id, args.limit, app.environ)
         )
+    if args.command == "usage":
+        from bot.usage import usage_command
+
+        return asyncio.run(usage_command(app.config, args.by, args.since, args.csv, app.environ))
     if args.command == "jobs":
         return asyncio.run(_jobs(app, args.action, args.name))
     if args.command == "audit":

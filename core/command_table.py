@@ -60,6 +60,10 @@ COMMAND_TABLE: tuple[CommandSpec, ...] = (
         scope="channel",
     ),
     CommandSpec("grants", "Tools approved always here; revoke one", "[revoke ID]"),
+    CommandSpec("usage", "What the model calls cost today or this month", "[today | month]"),
+    CommandSpec(
+        "budget", "The spending budgets; admins raise one", "[set NAME USD]", scope="channel"
+    ),
 )
 
 COMMANDS: dict[str, CommandSpec] = {spec.name: spec for spec in COMMAND_TABLE}

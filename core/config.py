@@ -25,6 +25,7 @@ from pydantic import (
 
 from core.context.settings import ContextSettings
 from core.context.windows import context_window
+from core.cost.settings import BudgetsConfig, ModelPrice
 from core.errors import ConfigError
 from core.instructions.settings import InstructionsConfig, SkillsConfig
 from core.mcp.config import McpConfig
@@ -69,13 +70,20 @@ class ProviderConfig(_Section):
         "retries (docs/providers.md#failover).",
     )
 
+    prompt_cache_key: bool | None = Field(
+        None,
+        description="OpenAI wire formats: send `prompt_cache_key` per conversation; default: "
+        "only to api.openai.com (another server may reject a field it does not know).",
+    )
+
     def settings(self, name: str, environ: Mapping[str, str]) -> ProviderSettings:
         """Resolve environment references into the settings a provider is built from."""
         model = environ.get(self.model_env or "") or self.model
+        base_url = environ.get(self.base_url_env or "") or self.base_url
         return ProviderSettings(
             name=name,
             kind=self.kind,
-            base_url=(environ.get(self.base_url_env or "") or self.base_url),
+            base_url=base_url,
             model=model,
             api_key=environ.get(self.api_key_env) if self.api_key_env else None,
             context_window=context_window(model, self.context_window),
@@ -84,6 +92,11 @@ class ProviderConfig(_Section):
             timeout=self.timeout_seconds,
             max_retries=self.max_retries,
             max_connections=self.max_connections,
+            prompt_cache_key=(
+                "api.openai.com" in base_url
+                if self.prompt_cache_key is None
+                else self.prompt_cache_key
+            ),
         )
 
 
@@ -307,6 +320,10 @@ class CoreConfig(_Section):
     mcp: McpConfig = Field(default_factory=McpConfig)
     failover: FailoverSettings = Field(default_factory=FailoverSettings)
     roles: RolesConfig = Field(default_factory=RolesConfig)
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict, description="USD per million tokens, by model (docs/cost.md)."
+    )
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
 
     source: Path | None = Field(None, exclude=True)
 

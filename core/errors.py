@@ -95,6 +95,11 @@ class ContextLengthError(ProviderError):
     """The provider refused the request because the prompt exceeds its context window."""
 
 
+class BudgetExceeded(ParleyError):
+    """An LLM call was refused by a budget (docs/cost.md#budgets); the message says which,
+    what was spent and when it resets."""
+
+
 class ContextLimitExceeded(ParleyError):
     """The estimated prompt is still above the hard limit after every recovery."""
 

@@ -105,7 +105,7 @@ class RunEvents:
                 self.iteration = iteration
                 self._call_started = self._clock()
                 self._provider = f"{provider}/{model}"
-            case StreamDone(usage=usage):
+            case StreamDone(usage=usage, cost=cost):
                 data: dict[str, Any] = {
                     "provider": self._provider,
                     "latency_ms": round((self._clock() - self._call_started) * 1000, 1),
@@ -118,6 +118,13 @@ class RunEvents:
                         output_tokens=usage.output_tokens,
                         estimated=usage.estimated,
                     )
+                    if usage.cached_tokens or usage.cache_write_tokens:  # docs/cost.md
+                        data.update(
+                            cached_tokens=usage.cached_tokens,
+                            cache_write_tokens=usage.cache_write_tokens,
+                        )
+                if cost is not None:
+                    data["cost_usd"] = round(cost, 8)
                 self.emit("agent.llm.call", data)
             case TokensEstimated(usage=usage):
                 self.input_tokens += usage.input_tokens

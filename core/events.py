@@ -39,9 +39,15 @@ class ToolCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """One call's tokens. `input_tokens` counts the whole prompt, cached parts included:
+    `cached_tokens` of it were read from the provider's prompt cache, `cache_write_tokens`
+    written to it (docs/cost.md#prompt-caching)."""
+
     input_tokens: int
     output_tokens: int
     estimated: bool = False
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
     kind: Literal["usage"] = "usage"
 
 
@@ -67,6 +73,7 @@ class StreamDone:
     message: Message
     stop_reason: str
     usage: Usage | None
+    cost: float | None = None  # USD, once the run's meter priced it (docs/cost.md)
     kind: Literal["done"] = "done"
 
 
@@ -161,6 +168,9 @@ EventName = Literal[
     "channel.delivery.failed",
     "channel.preview.posted",
     "channel.reply.redelivered",
+    # cost (docs/cost.md): a call refused by a budget, a budget raised with /budget
+    "budget.refused",
+    "budget.changed",
     # cron jobs and the application
     "job.started",
     "job.skipped",

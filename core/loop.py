@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.context.tokens import TokenCounter
-from core.errors import ContextLengthError
+from core.cost.call import CURRENT_RUN, complete_call
+from core.errors import BudgetExceeded, ContextLengthError
 from core.events import (
     EventSink,
     LLMCallStarted,
@@ -28,7 +29,6 @@ from core.events import (
     TokensEstimated,
     ToolFinished,
     ToolStarted,
-    Usage,
 )
 from core.messages import CANCELLED_RESULT, Message, ToolCall
 from core.providers.base import Provider
@@ -66,6 +66,7 @@ StopReason = Literal[
     "loop_stop",
     "time_limit",
     "context_stop",
+    "budget",
 ]
 
 
@@ -208,7 +209,15 @@ async def run_loop(
         run_guards,
         search=search,
     )
-    limits = run_guards.limits
+    current = CURRENT_RUN.set(ctx)  # summaries made for it are metered too (docs/cost.md)
+    try:
+        return await _run(run, run_guards.limits, ctx)
+    finally:
+        CURRENT_RUN.reset(current)
+
+
+async def _run(run: _Run, limits: TimeLimits | None, ctx: RunContext) -> LoopOutcome:
+    messages = run.messages
     remaining = _remaining(limits, ctx)
     if remaining is None:
         return await _turn(run)
@@ -239,6 +248,18 @@ def _remaining(limits: TimeLimits | None, ctx: RunContext) -> float | None:
 
 
 async def _turn(run: _Run) -> LoopOutcome:
+    """The turn's iterations; a call a budget refuses ends it with the refusal as its
+    answer (docs/cost.md#budgets): the history stays valid, nothing is lost."""
+    try:
+        return await _iterations(run)
+    except BudgetExceeded as refused:
+        text = str(refused)
+        run.messages.append(Message.assistant(text))
+        run.sink(Notice(text, "warning"))
+        return run.outcome("budget", text, run.iteration)
+
+
+async def _iterations(run: _Run) -> LoopOutcome:
     messages, config, sink = run.messages, run.config, run.sink
     empty_turns = 0
     if pending := unanswered_calls(messages):
@@ -330,15 +351,13 @@ async def _call(run: _Run, iteration: int, tools: Sequence[ToolSpec]) -> Message
     and one retry."""
     run.sink(LLMCallStarted(iteration, run.provider.name, run.provider.model))
     try:
-        done = await run.provider.complete(run.messages, tools, run.sink)
+        done, usage = await complete_call(run.provider, run.messages, tools, run.ctx, run.counter)
     except ContextLengthError:
         if run.guards.context is None:
             raise
         await run.guards.context.compact(run.messages, sink=run.sink)
-        done = await run.provider.complete(run.messages, tools, run.sink)
-    usage = done.usage
-    if usage is None:
-        usage = _estimate(run.counter, run.messages, done.message)
+        done, usage = await complete_call(run.provider, run.messages, tools, run.ctx, run.counter)
+    if done.usage is None:
         run.sink(TokensEstimated(usage))
     run.input_tokens += usage.input_tokens
     run.output_tokens += usage.output_tokens
@@ -379,10 +398,6 @@ def _question(call: ToolCall) -> str:
     except (ValueError, AttributeError):
         question = None
     return str(question or "I need your input to go on: what should I do next?")
-
-
-def _estimate(counter: TokenCounter, messages: Sequence[Message], reply: Message) -> Usage:
-    return Usage(counter.messages(messages), counter.message(reply), estimated=True)
 
 
 def _batches(

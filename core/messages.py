@@ -15,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 Role = Literal["system", "user", "assistant", "tool"]
 
 
+TURN_MARK = "\n\n[This turn]\n"
+"""Separates the system message's stable part from what changes per turn (the date, the
+journal digest, the goal): that comes last, after the cached prefix (docs/cost.md)."""
+
+
 class ToolCall(BaseModel):
     """One tool call requested by the model; `arguments` is the raw JSON text it sent."""
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from core.chat import Asker
 from core.events import EventSink, discard
@@ -20,6 +20,10 @@ from core.messages import Message, ToolCall
 from core.tools.base import Approver, RoleGate, ToolFinder
 from core.tools.delegation import Delegator
 from core.tools.site import ToolSite
+
+if TYPE_CHECKING:
+    from core.cost.meter import Reservation
+    from core.events import Usage
 
 RunKind = Literal["chat", "cron", "goal", "child"]
 """Who started the run: a person in a chat, a cron job, a goal driver, a parent run."""
@@ -46,6 +50,23 @@ class Envelope(Protocol):
         """Record the start; return the stored result if this call already completed."""
 
     async def end(self, call: ToolCall, result: Message) -> None: ...
+
+
+class Meter(Protocol):
+    """Prices a run's LLM calls and holds them to the budgets (docs/cost.md;
+    `core.cost.meter.RunMeter`)."""
+
+    async def reserve(
+        self, kind: str, model: str, prompt_tokens: int, max_output: int
+    ) -> Reservation:
+        """Hold the call's worst case; raises `BudgetExceeded` if a budget refuses it."""
+        ...
+
+    def settle(
+        self, reservation: Reservation, provider: str, kind: str, model: str, usage: Usage | None
+    ) -> float | None:
+        """Record the call (`usage` None: it failed) and free what it did not cost."""
+        ...
 
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
@@ -88,6 +109,7 @@ class RunContext:
             no role limits the run (a cron job: its `allow_tools` do).
         audit: where refusals are recorded (docs/governance.md#the-audit-log); None:
             nowhere.
+        meter: prices the run's LLM calls and holds them to the budgets (None: neither).
     """
 
     run_id: str = ""
@@ -108,9 +130,10 @@ class RunContext:
     search: ToolFinder | None = None
     role: RoleGate | None = None
     audit: Auditor | None = None
+    meter: Meter | None = None
 
 
 DETACHED = RunContext()
 """A run with no store, no approver and no events: one-off calls (benchmarks, tests)."""
 
-__all__ = ["DETACHED", "Auditor", "Envelope", "Recorder", "RunContext", "RunKind"]
+__all__ = ["DETACHED", "Auditor", "Envelope", "Meter", "Recorder", "RunContext", "RunKind"]

@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
         ("memory.py", ["| SQLite (FTS5) | 200 |", "recall@5", "results from other scopes"]),
         ("redaction.py", ["| tool output |", "scrub µs per iteration"]),
         ("tool_search.py", ["| search on: first request |", "under the 12 KB goal"]),
+        ("caching.py", ["| openai_chat |", "| anthropic |", "of the previous request"]),
     ],
 )
 def test_quick_run_prints_the_tables(tmp_path: Path, script: str, expected: list[str]) -> None:

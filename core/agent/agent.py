@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 from core.agent.approvals import ApprovalDesk, LaneApprover
 from core.agent.children import delegator_for
@@ -33,6 +34,7 @@ from core.audit import AuditLog
 from core.chat import ApprovalRequest, ConversationKey, GrantScope, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.config import GoalsConfig
+from core.cost.meter import Ledger
 from core.eventlog import EventLog
 from core.fence import HELD, Fence
 from core.messages import Message
@@ -67,12 +69,18 @@ class Agent:
         shared: SharedSettings | None = None,
         worker_id: str | None = None,
         roles: Roles | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.store = store
         # Who may do what (docs/governance.md): without `[roles]`, the platforms'
         # approvers are admins and everyone else a member, as before roles existed.
         self.roles = roles or Roles(None, factory.approvers)
         self.audit = AuditLog(store)
+        # What calls cost and the budgets that cap it (docs/cost.md); by default the
+        # calls are priced and recorded, and no budget is enforced.
+        self.ledger = ledger or Ledger(store)
+        # Budget refusals and changes are audited (docs/governance.md#the-audit-log).
+        self.ledger.on_event = self._budget_audited
         self.max_queued = max_queued  # messages waiting per conversation; more are turned away
         self.factory = factory
         self.prefs = ProviderPrefs(store, factory)  # each channel's provider, kept
@@ -92,6 +100,10 @@ class Agent:
         # Several workers on one store (`core.agent.workers`); None: one process.
         self.workers = Workers(self, shared, worker_id) if shared is not None else None
         self.cron: CronTakeover | None = None  # the scheduler, once the application has one
+
+    def _budget_audited(self, name: str, data: dict[str, Any]) -> None:
+        actor = str(data.get("by") or data.get("user") or data.get("job") or "parley")
+        self.audit.record(name, actor, data, conv=str(data.get("conv", "")))
 
     # --- input ------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from core.agent.grants import grants_command
 from core.agent.lane import Lane, LaneHost, RunReport
 from core.chat import Inbound, Responder
 from core.command_table import COMMANDS, help_text, parse_command
+from core.cost.commands import budget_command, cache_status, usage_command
 from core.events import discard
 from core.instructions.command import instructions_command
 from core.memory.command import memory_command
@@ -48,6 +49,8 @@ class Commands:
             "memory": self._memory,
             "instructions": self._instructions,
             "grants": self._grants,
+            "usage": self._usage,
+            "budget": self._budget,
         }
         handled = set(self._handlers) | set(self._with_inbound)
         if missing := set(COMMANDS) - handled:  # the table and handlers agree
@@ -119,6 +122,7 @@ class Commands:
                 *_failover_lines(provider),
                 f"Context: {used:,} / {window:,} tokens ({used * 100 // max(window, 1)}%)",
                 f"Tokens used here: {lane.input_tokens:,} in, {lane.output_tokens:,} out",
+                await cache_status(self.agent.ledger, lane.conv_id),
                 f"Last compaction: {lane.last_compaction or 'none'}",
                 *([f"Subgoal: {subgoal}"] if subgoal is not None else []),
                 *([f"Focus: {focus}"] if focus is not None else []),
@@ -277,6 +281,20 @@ class Commands:
 
     async def _instructions(self, lane: Lane, inbound: Inbound, args: str) -> str:
         return await instructions_command(self.agent, lane, inbound, args)
+
+    async def _usage(self, lane: Lane, inbound: Inbound, args: str) -> str:
+        return await usage_command(self.agent.ledger, inbound.asker(lane.conv_id), args)
+
+    async def _budget(self, lane: Lane, inbound: Inbound, args: str) -> str:
+        """Admins see and change budgets: today the channel's approvers (docs/cost.md)."""
+        approvers = self.agent.factory.approvers(inbound.channel)
+        admin = approvers is None or inbound.user_id in approvers
+        asker = inbound.asker(lane.conv_id)
+        reply, changed = await budget_command(self.agent.ledger, asker, args, admin)
+        if changed:
+            data = {"args": args, "by": f"{inbound.channel}:{inbound.user_id}"}
+            self.agent.events.emit("budget.changed", data, conv=lane.conv_id)
+        return reply
 
 
 def _failover_lines(provider: object) -> list[str]:

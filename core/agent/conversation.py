@@ -15,7 +15,7 @@ from core.context.tokens import TokenCounter
 from core.instructions import Guidance
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
 from core.memory.recall import SYSTEM_NOTE as MEMORY_NOTE
-from core.messages import Message
+from core.messages import TURN_MARK, Message
 from core.providers.base import Provider
 from core.providers.failover import FailoverProvider
 from core.run_context import DETACHED, RunContext
@@ -68,12 +68,12 @@ class Conversation:
         (where memory is on), and `extra` (the journal digest and the goal, from the
         agent)."""
         today = dt.datetime.now(dt.UTC).date().isoformat()
-        parts = [f"{self._head()} Today is {today} (UTC).", *self._guidance()]
+        parts = [self._head(), *self._guidance()]
         if self.executor.ctx.memory is not None:
             parts.append(MEMORY_NOTE)
-        if extra:
-            parts.append(extra)
-        return Message.system("\n\n".join(parts))
+        # What changes from turn to turn comes last, after the cached prefix (docs/cost.md).
+        volatile = "\n\n".join([f"Today is {today} (UTC).", *([extra] if extra else [])])
+        return Message.system("\n\n".join(parts) + TURN_MARK + volatile)
 
     def refresh_system(self, extra: str = "") -> None:
         system = self.system_message(extra)

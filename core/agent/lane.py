@@ -23,6 +23,7 @@ from core.audit import AuditLog
 from core.chat import ConversationKey, Inbound, Responder
 from core.clock import Clock
 from core.config import GoalsConfig
+from core.cost.meter import Ledger
 from core.eventlog import EventLog
 from core.roles import Roles
 from core.store import ConversationRow, GoalRow, RunRow, Store
@@ -446,6 +447,7 @@ class LaneHost(Protocol):
     goal_settings: GoalsConfig
     roles: Roles
     audit: AuditLog
+    ledger: Ledger
 
     @property
     def closing(self) -> bool: ...

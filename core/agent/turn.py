@@ -25,6 +25,7 @@ from core.agent.runs import RunRecorder, close_unanswered, reopen_resumable
 from core.audit import AuditLog
 from core.chat import Asker, ConversationKey, Inbound, ReplyStream, Responder, previews
 from core.context.manager import ContextManager
+from core.cost.meter import Ledger, Who
 from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.events import EventName
@@ -90,6 +91,7 @@ class TurnHost(Protocol):
     approvals: ApprovalDesk
     roles: Roles
     audit: AuditLog
+    ledger: Ledger
 
     @property
     def closing(self) -> bool: ...
@@ -299,9 +301,10 @@ class Turn:
             deadline=self.parent.deadline if self.parent is not None else None,
             parent_run_id=self.parent.run_id if self.parent is not None else None,
             delegator=self.host.delegator(self),
-            asker=self._asker(),
+            asker=(asker := self._asker()),
             role=self.role,
             audit=self.host.audit,
+            meter=self.host.ledger.for_run(Who.of(self.run_id, lane.conv_id, asker), self.sink),
         )
         if self.user_text is not None:
             memory = conversation.executor.ctx.memory

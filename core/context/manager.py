@@ -243,6 +243,13 @@ class ContextManager:
             self.subgoals.registry.sync(messages)
             if (active := self.subgoals.registry.active_start()) is not None:
                 stop = min(stop, active)
+        # In batches (docs/cost.md#prompt-caching): each rewrite of an old message breaks
+        # the cached prefix from there on, so wait for `mask_batch` outputs to mask —
+        # unless compaction is near, when every token counts.
+        due = self._mask_range(messages, 0, stop, placeholder, count_only=True)
+        batching = any(m.content == placeholder for m in messages[:stop] if m.role == "tool")
+        if batching and due < self.settings.mask_batch and used < self.compact_at:
+            return used
         masked = self._mask_range(messages, 0, stop, placeholder)
         if not masked:
             return used
@@ -253,13 +260,25 @@ class ContextManager:
         sink(Observed("agent.compaction.run", data))
         return after
 
-    def _mask_range(self, messages: list[Message], start: int, stop: int, placeholder: str) -> int:
-        """Mask the tool outputs of `messages[start:stop]` bigger than `placeholder`."""
+    def _mask_range(
+        self,
+        messages: list[Message],
+        start: int,
+        stop: int,
+        placeholder: str,
+        *,
+        count_only: bool = False,
+    ) -> int:
+        """Mask the tool outputs of `messages[start:stop]` bigger than `placeholder`
+        (`count_only`: count them, change nothing)."""
         smallest = self.counter.text(placeholder) + 8  # masking must save tokens
         masked = 0
         for i in range(start, stop):
             m = messages[i]
             if m.role != "tool" or m.content == placeholder or self.counter.message(m) < smallest:
+                continue
+            if count_only:
+                masked += 1
                 continue
             short = Message(
                 role="tool",

@@ -27,6 +27,12 @@ class ContextSettings(BaseModel):
     max_recoveries: int = Field(4, ge=0, description="Recovery actions per user turn.")
     escalate_after_iterations: int = Field(20, ge=0, description="R1→R2→R3 window.")
     summary_max_input_tokens: int = Field(24000, ge=256, description="Summarizer input cap.")
+    mask_batch: int = Field(
+        8,
+        ge=1,
+        description="Old tool outputs masked at once: history is rewritten in batches, so "
+        "the provider's prompt cache breaks once per batch, not on every call.",
+    )
     strategy: Strategy = Field(
         "summary", description="What compaction keeps: summary, subgoal, subgoal_mig or focus."
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from core.context.tokens import FRAMING_TOKENS, TokenCounter
+from core.cost.call import side_call
 from core.messages import Message
 from core.providers.base import Provider
 
@@ -59,7 +60,9 @@ class ProviderSummarizer:
     async def __call__(self, text: str) -> str:
         text = clip_to_tokens(text, self.max_input_tokens, self.counter)
         request = [Message.system(SUMMARIZER_SYSTEM), Message.user(text)]
-        return (await self.provider.complete(request)).message.content.strip()
+        # priced and held to the run's budgets like its own calls (docs/cost.md)
+        done = await side_call(self.provider, request, self.counter)
+        return done.message.content.strip()
 
 
 def provider_summarizer(

@@ -8,10 +8,12 @@ count is cached on the (frozen) message, so counting a growing history is increm
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from core.messages import Message
+from core.tools.base import ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -82,3 +84,23 @@ def _parts(message: Message) -> list[str]:
     for call in message.tool_calls:
         parts += (call.name, call.arguments)
     return parts
+
+
+_TOOL_TOKENS: dict[int, tuple[Sequence[ToolSpec], int]] = {}
+_TOOL_LISTS_KEPT = 32
+
+
+def tool_tokens(counter: TokenCounter, tools: Sequence[ToolSpec]) -> int:
+    """About the tokens a request's tool list takes (names, descriptions, schemas), counted
+    once per list: part of a call's worst case (docs/cost.md#budgets)."""
+    if not tools:
+        return 0
+    kept = _TOOL_TOKENS.get(id(tools))
+    if kept is not None and kept[0] is tools:
+        return kept[1]
+    total = sum(counter.text(f"{t.name} {t.description} {json.dumps(t.parameters)}") for t in tools)
+    if isinstance(tools, tuple):  # a list could change under the same id
+        if len(_TOOL_TOKENS) >= _TOOL_LISTS_KEPT:
+            _TOOL_TOKENS.pop(next(iter(_TOOL_TOKENS)))
+        _TOOL_TOKENS[id(tools)] = (tools, total)
+    return total

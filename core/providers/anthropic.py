@@ -1,4 +1,8 @@
-"""Anthropic Messages API (`/v1/messages`); thinking blocks are kept and sent back verbatim."""
+"""Anthropic Messages API (`/v1/messages`); thinking blocks are kept and sent back verbatim.
+
+Prompt caching (docs/cost.md#prompt-caching): `cache_control` breakpoints on the last tool,
+the stable part of the system message and the last two messages — four, the API's most.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.events import ReasoningDelta, TextDelta
-from core.messages import Message
+from core.messages import TURN_MARK, Message
 from core.providers.base import ProviderSettings
 from core.providers.jsonbody import Raw, RawList, ToolListCache, message_json
 from core.providers.wire import (
@@ -72,40 +76,74 @@ def anthropic_messages(messages: Sequence[Message]) -> tuple[str, RawList]:
             system.append(m.content)
             continue
         role = "assistant" if m.role == "assistant" else "user"
-        blocks = message_json("anthropic", m, anthropic_blocks)
+        encoded = message_json("anthropic", m, anthropic_blocks)
         if turns and turns[-1][0] == role:
-            turns[-1][1].append(blocks)
+            turns[-1][1].append(encoded)
         else:
-            turns.append((role, [blocks]))
+            turns.append((role, [encoded]))
+    for _role, parts in turns[-CACHED_TURNS:]:
+        parts[-1] = _marked(parts[-1])
     wire = RawList(
         Raw(f'{{"role":"{role}","content":[{",".join(blocks)}]}}') for role, blocks in turns
     )
     return "\n\n".join(system), wire
 
 
+CACHE_MARK = ',"cache_control":{"type":"ephemeral"}}'
+CACHED_TURNS = 2  # breakpoints on the last two messages; with tools and system, four
+
+
+def _marked(blocks: str) -> str:
+    """`blocks` (JSON objects joined by commas) with a cache breakpoint on the last one;
+    a thinking block takes none, so that turn goes unmarked."""
+    last = blocks.rfind('{"type":')
+    if blocks[last:].startswith(('{"type":"thinking"', '{"type":"redacted_thinking"')):
+        return blocks
+    return blocks[:-1] + CACHE_MARK
+
+
+def system_blocks(system: str) -> list[dict[str, Any]]:
+    """The system text as blocks: the stable part with a cache breakpoint, then what
+    changes from turn to turn (after `TURN_MARK`) without one."""
+    stable, mark, volatile = system.partition(TURN_MARK)
+    blocks: list[dict[str, Any]] = [
+        {"type": "text", "text": stable, "cache_control": {"type": "ephemeral"}}
+    ]
+    if mark and volatile:
+        blocks.append({"type": "text", "text": volatile})
+    return blocks
+
+
 def anthropic_tool(tool: ToolSpec) -> dict[str, Any]:
     return {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
 
 
-_tools_json = ToolListCache(anthropic_tool)
+_plain_tools_json = ToolListCache(anthropic_tool)
+
+
+def _tools_json(tools: Sequence[ToolSpec]) -> Raw:
+    """The tool list with a cache breakpoint on its last tool (it caches them all)."""
+    return Raw(_plain_tools_json(tools)[:-2] + CACHE_MARK + "]")
 
 
 def build_body(
     messages: Sequence[Message], tools: Sequence[ToolSpec], settings: ProviderSettings
 ) -> dict[str, Any]:
     system, wire = anthropic_messages(messages)
+    # What stays the same from call to call first, the growing history last: a request
+    # repeats the previous one's bytes up to its newest messages (docs/cost.md).
     body: dict[str, Any] = {
         "model": settings.model,
-        "messages": wire,
         "max_tokens": settings.max_output_tokens,
         "stream": True,
     }
-    if system:
-        body["system"] = system
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
     if tools:
         body["tools"] = _tools_json(tools)
+    if system:
+        body["system"] = system_blocks(system)
+    body["messages"] = wire
     return body
 
 
@@ -129,16 +167,28 @@ def parse(event: str, data: str) -> list[WireEvent]:
             return _block_delta(payload)
         case "message_start":
             usage = (payload.get("message") or {}).get("usage") or {}
-            return [InputUsage(usage.get("input_tokens", 0), usage.get("output_tokens", 0))]
+            return [input_usage(usage)]
         case "message_delta":
             reason = (payload.get("delta") or {}).get("stop_reason") or ""
-            output_tokens = (payload.get("usage") or {}).get("output_tokens", 0)
-            return [StopReason(reason), OutputUsage(output_tokens)]
+            usage = payload.get("usage") or {}
+            # Newer servers repeat the input usage here, cumulatively: it wins.
+            again = input_usage(usage) if "input_tokens" in usage else None
+            return [StopReason(reason), OutputUsage(usage.get("output_tokens", 0) or 0, again)]
         case "message_stop":
             return [TurnEnd()]
         case "error":
             return [WireError(error_object(payload.get("error") or payload))]
     return []
+
+
+def input_usage(usage: dict[str, Any]) -> InputUsage:
+    """Anthropic's `input_tokens` leave out the cache reads and writes: the whole prompt is
+    the three together (docs/cost.md#prompt-caching)."""
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    written = int(usage.get("cache_creation_input_tokens") or 0)
+    uncached = int(usage.get("input_tokens") or 0)
+    output = int(usage.get("output_tokens") or 0)
+    return InputUsage(uncached + read + written, output, read, written)
 
 
 def _block_start(payload: dict[str, Any]) -> list[WireEvent]:

@@ -14,7 +14,9 @@ WireFormat (pure: messages → body, one SSE event → wire events)
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import AsyncGenerator, Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -44,6 +46,18 @@ class ProviderSettings:
     timeout: float = 120.0
     max_retries: int = 3
     max_connections: int | None = None
+    prompt_cache_key: bool = True  # send OpenAI's `prompt_cache_key` (docs/cost.md)
+
+
+CACHE_SCOPE: ContextVar[str] = ContextVar("prompt_cache_scope", default="")
+"""The conversation the current LLM call is for (set by the loop around each call): the
+OpenAI wire formats send a hash of it as `prompt_cache_key`, so one conversation's calls
+reach the same cache (docs/cost.md#prompt-caching)."""
+
+
+def prompt_cache_key(scope: str) -> str:
+    """What is sent for conversation `scope`: a hash, so no conversation id leaves."""
+    return "parley-" + hashlib.sha256(scope.encode()).hexdigest()[:24]
 
 
 class Provider(Protocol):

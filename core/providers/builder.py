@@ -72,11 +72,16 @@ class ResponseBuilder:
                 return self.add(TextDelta(text))
             case StopReason(reason=reason):
                 self.stop_reason = reason
-            case InputUsage(input_tokens=tokens_in, output_tokens=tokens_out):
-                self.usage = Usage(tokens_in, tokens_out)
-            case OutputUsage(output_tokens=tokens_out):
-                tokens_in = self.usage.input_tokens if self.usage else 0
-                return self.add(Usage(tokens_in, tokens_out))
+            case InputUsage():
+                self.usage = _usage(event, event.output_tokens)
+            case OutputUsage(output_tokens=tokens_out, input=given):
+                if given is not None:
+                    return self.add(_usage(given, tokens_out))
+                if self.usage is None:
+                    return self.add(Usage(0, tokens_out))
+                usage = self.usage
+                cached, written = usage.cached_tokens, usage.cache_write_tokens
+                return self.add(Usage(usage.input_tokens, tokens_out, False, cached, written))
             case TurnEnd():
                 self.finished = True
             case WireError() | Malformed():
@@ -167,3 +172,9 @@ class ResponseBuilder:
         """The final event of the turn."""
         stop_reason = "refusal" if self.refused else self.stop_reason or "stop"
         return StreamDone(self.message(), stop_reason, self.usage)
+
+
+def _usage(given: InputUsage, output_tokens: int) -> Usage:
+    return Usage(
+        given.input_tokens, output_tokens, False, given.cached_tokens, given.cache_write_tokens
+    )

@@ -11,7 +11,13 @@ from core.clock import Clock
 from core.errors import ProviderError, ProviderUnavailable
 from core.events import EventSink, StreamDone, StreamEvent
 from core.messages import Message
-from core.providers.base import ProviderSettings, WireFormat, complete
+from core.providers.base import (
+    CACHE_SCOPE,
+    ProviderSettings,
+    WireFormat,
+    complete,
+    prompt_cache_key,
+)
 from core.providers.builder import ResponseBuilder
 from core.providers.errors import error_from_event, malformed_event
 from core.providers.transport import Endpoint, retrying
@@ -75,6 +81,9 @@ class HTTPProvider:
         to discard what it showed of the failed attempt.
         """
         body = self.wire.build_body(messages, tools, self.settings)
+        scope = CACHE_SCOPE.get()
+        if scope and self.settings.prompt_cache_key and getattr(self.wire, "cache_key", False):
+            body = {"prompt_cache_key": prompt_cache_key(scope), **body}  # before the history
         return retrying(lambda: self._attempt(body), self.settings.max_retries, self.endpoint.clock)
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:

@@ -68,9 +68,9 @@ _tools_json = ToolListCache(chat_tool)
 def build_body(
     messages: Sequence[Message], tools: Sequence[ToolSpec], settings: ProviderSettings
 ) -> dict[str, Any]:
+    # What stays the same from call to call first, the growing history last (docs/cost.md).
     body: dict[str, Any] = {
         "model": settings.model,
-        "messages": RawList(message_json("chat", m, chat_message) for m in messages),
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": settings.max_output_tokens,
@@ -79,6 +79,7 @@ def build_body(
         body["temperature"] = settings.temperature
     if tools:  # some servers reject an empty list
         body["tools"] = _tools_json(tools)
+    body["messages"] = RawList(message_json("chat", m, chat_message) for m in messages)
     return body
 
 
@@ -97,7 +98,9 @@ def parse(event: str, data: str) -> list[WireEvent]:
         return [WireError(error_object(chunk["error"]))]
     out: list[WireEvent] = []
     if usage := chunk.get("usage"):
-        out.append(Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)))
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+        out.append(Usage(prompt, completion, cached_tokens=cached))
     for choice in chunk.get("choices") or ():
         delta = choice.get("delta") or {}
         for key, value in delta.items():
@@ -138,6 +141,7 @@ def _tool_fragment(fragment: dict[str, Any]) -> ToolCallDelta | UnindexedToolCal
 class OpenAIChat:
     """The Chat Completions wire format (`WireFormat`)."""
 
+    cache_key = True  # takes `prompt_cache_key` (docs/cost.md#prompt-caching)
     path = "/chat/completions"
 
     @staticmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from core.events import ReasoningDelta, TextDelta, Usage
@@ -71,19 +72,20 @@ def build_body(
     messages: Sequence[Message], tools: Sequence[ToolSpec], settings: ProviderSettings
 ) -> dict[str, Any]:
     instructions, items = responses_input(messages)
+    # What stays the same from call to call first, the growing history last (docs/cost.md).
     body: dict[str, Any] = {
         "model": settings.model,
-        "input": items,
         "stream": True,
         "store": False,
         "max_output_tokens": settings.max_output_tokens,
     }
-    if instructions:
-        body["instructions"] = instructions
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
     if tools:
         body["tools"] = _tools_json(tools)
+    if instructions:
+        body["instructions"] = instructions
+    body["input"] = items
     return body
 
 
@@ -115,7 +117,9 @@ def parse(event: str, data: str) -> list[WireEvent]:
         response = payload.get("response") or {}
         usage = response.get("usage")
         if usage:
-            return [Usage(usage.get("input_tokens", 0), usage.get("output_tokens", 0)), TurnEnd()]
+            cached = (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0
+            given = Usage(usage.get("input_tokens") or 0, usage.get("output_tokens") or 0)
+            return [replace(given, cached_tokens=cached), TurnEnd()]
         return [TurnEnd()]
     elif kind in FAILURES:
         return [_failure(payload)]
@@ -142,6 +146,7 @@ def _failure(payload: dict[str, Any]) -> WireError:
 class OpenAIResponses:
     """The Responses wire format (`WireFormat`)."""
 
+    cache_key = True  # takes `prompt_cache_key` (docs/cost.md#prompt-caching)
     path = "/responses"
 
     @staticmethod

@@ -94,10 +94,14 @@ class StopReason:
 
 @dataclass(frozen=True, slots=True)
 class InputUsage:
-    """Usage known at the start of the turn (Anthropic `message_start`): recorded, not shown."""
+    """Usage known at the start of the turn (Anthropic `message_start`): recorded, not shown.
+    `input_tokens` is the whole prompt (Anthropic's uncached input plus its cache reads and
+    writes)."""
 
     input_tokens: int
     output_tokens: int
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
     kind: Literal["input_usage"] = "input_usage"
 
 
@@ -107,6 +111,7 @@ class OutputUsage:
     `InputUsage` before it. Shown as a `Usage`."""
 
     output_tokens: int
+    input: InputUsage | None = None  # the input usage again, when the event repeats it
     kind: Literal["output_usage"] = "output_usage"
 
 

@@ -17,7 +17,7 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
                     (placeholders, typed NULL parameters, IS vs IS NOT DISTINCT FROM,
                     upserts, LIKE/ILIKE, IN lists, the runs sequence, the clock)
     run_tables.py, worker_tables.py, conversation_tables.py, memory_tables.py,
-    grant_tables.py
+    grant_tables.py, usage_tables.py
                     every statement written once, spelt per dialect at import, and the
                     methods over them that both backends share
     sqlite.py       SqliteStore (sqlite_db.py: connections and the batch commit;
@@ -33,6 +33,8 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
                     the methods; the append per backend, under the chain's lock)
     grant_rows.py   durable approvals ("approve always") and their SQL
                     (grant_tables.py: the methods, for both backends)
+    usage_rows.py   priced LLM calls and budget periods (usage_tables.py: for both
+                    backends; the reservation's transaction is each backend's own)
 """
 
 from core.store.audit_rows import AuditRow
@@ -66,6 +68,7 @@ from core.store.rows import (
     ToolCallRow,
 )
 from core.store.sqlite import SqliteStore
+from core.store.usage_rows import LlmCall, Refused, UsageStore
 from core.store.writes import failed_writes, write_for
 
 __all__ = [
@@ -84,11 +87,13 @@ __all__ = [
     "JobRunRecord",
     "JobStore",
     "JournalStore",
+    "LlmCall",
     "MemoryRow",
     "MemoryStore",
     "MessageStore",
     "OwedReply",
     "PreferenceStore",
+    "Refused",
     "RunRow",
     "RunStore",
     "Scope",
@@ -97,6 +102,7 @@ __all__ = [
     "Store",
     "StoredEvent",
     "ToolCallRow",
+    "UsageStore",
     "WorkerStore",
     "failed_writes",
     "open_store",

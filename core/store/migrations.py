@@ -173,8 +173,26 @@ _MIGRATIONS: dict[int, str] = {
     );
     CREATE UNIQUE INDEX grants_key_tool ON grants (key, tool);
     """,
-    # 13: another branch's (the lead renumbers on merge); nothing here.
-    13: "SELECT 1;",
+    # Priced usage and budgets (docs/cost.md): one row per LLM call, each budget
+    # period's spend, and the limits an admin set with `/budget`.
+    13: """
+    CREATE TABLE llm_calls (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, run_id TEXT NOT NULL,
+        conv TEXT NOT NULL, user_id TEXT NOT NULL, channel TEXT NOT NULL, job TEXT NOT NULL,
+        provider TEXT NOT NULL, model TEXT NOT NULL, input_tokens INTEGER NOT NULL,
+        cached_tokens INTEGER NOT NULL, cache_write_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL, cost REAL, estimated INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX llm_calls_at ON llm_calls (at);
+    CREATE INDEX llm_calls_conv ON llm_calls (conv, at);
+    CREATE TABLE budget_spend (
+        key TEXT PRIMARY KEY, spent REAL NOT NULL DEFAULT 0, updated_at REAL NOT NULL
+    );
+    CREATE TABLE budget_limits (
+        name TEXT PRIMARY KEY, amount REAL NOT NULL, set_by TEXT NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    """,
     # The audit log (docs/governance.md#the-audit-log): append-only, hash-chained; its
     # head row holds the last row's number and hash (an append locks it).
     14: """

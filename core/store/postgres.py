@@ -18,9 +18,14 @@ rest, this module `open`; `postgres_schema.py` owns the schema.
 
 from __future__ import annotations
 
-import psycopg
+import asyncio
+import time
+from collections.abc import Sequence
 
-from core.errors import ConfigError
+import psycopg
+from psycopg.errors import TransactionRollback
+
+from core.errors import ConfigError, StoreError
 from core.store.audit_tables import PostgresAuditTables
 from core.store.conversation_tables import POSTGRES_CONVERSATIONS, ConversationTables
 from core.store.grant_tables import POSTGRES_GRANTS, GrantTables
@@ -29,6 +34,13 @@ from core.store.postgres_memory import PostgresMemoryTables
 from core.store.postgres_schema import migrate
 from core.store.postgres_workers import PostgresWorkerTables
 from core.store.sender_tables import POSTGRES_SENDERS, SenderTables
+from core.store.usage_rows import Refused, Want
+from core.store.usage_tables import POSTGRES_USAGE, UsageTables, refusal
+
+_SPENT_FOR_UPDATE = (
+    "SELECT key, spent FROM budget_spend WHERE key = ANY(%s) ORDER BY key FOR UPDATE"
+)
+_ATTEMPTS = 3  # a reservation another worker's deadlock rolled back is tried again
 
 
 class PostgresStore(
@@ -37,6 +49,7 @@ class PostgresStore(
     PostgresAuditTables,
     SenderTables,
     GrantTables,
+    UsageTables,
     ConversationTables,
 ):
     """One PostgreSQL database (or schema); open with `await PostgresStore.open(url)` (or
@@ -45,6 +58,38 @@ class PostgresStore(
     _grant_sql = POSTGRES_GRANTS
     _sender_sql = POSTGRES_SENDERS
     _conv_sql = POSTGRES_CONVERSATIONS
+    _usage_sql = POSTGRES_USAGE
+
+    async def reserve_budget(self, wants: Sequence[Want]) -> Refused | None:
+        """One transaction that locks the periods' rows (in key order, so two workers
+        never deadlock over them): a second worker waits, then sees the first's spend."""
+        if not wants:
+            return None
+        await self.committed()
+        # Its own task: a caller cancelled meanwhile must not cut the transaction off.
+        return await asyncio.shield(asyncio.ensure_future(self._reserve(sorted(wants))))
+
+    async def _reserve(self, ordered: list[Want]) -> Refused | None:
+        keys = [key for key, _, _ in ordered]
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                async with self._pool.connection() as conn, conn.transaction():
+                    now = time.time()
+                    for key in keys:
+                        await conn.execute(POSTGRES_USAGE.new_period, (key, now))
+                    cursor = await conn.execute(_SPENT_FOR_UPDATE, (keys,))
+                    spent = {str(k): float(v) for k, v in await cursor.fetchall()}
+                    if (refused := refusal(ordered, spent)) is not None:
+                        return refused
+                    for key, amount, _ in ordered:
+                        await conn.execute(POSTGRES_USAGE.add, (amount, now, key))
+                    return None
+            except TransactionRollback:
+                if attempt == _ATTEMPTS:
+                    raise
+            except psycopg.Error as exc:
+                raise StoreError(f"a budget reservation failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @classmethod
     async def open(cls, url: str, *, password: str | None = None) -> PostgresStore:

@@ -171,8 +171,27 @@ _MIGRATIONS: dict[int, str] = {
     );
     CREATE UNIQUE INDEX grants_key_tool ON grants (key, tool);
     """,
-    # 13: another branch's (the lead renumbers on merge); nothing here.
-    13: "SELECT 1;",
+    # Priced usage and budgets (docs/cost.md).
+    13: """
+    CREATE TABLE llm_calls (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at DOUBLE PRECISION NOT NULL,
+        run_id TEXT NOT NULL, conv TEXT NOT NULL, user_id TEXT NOT NULL, channel TEXT NOT NULL,
+        job TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
+        input_tokens BIGINT NOT NULL, cached_tokens BIGINT NOT NULL,
+        cache_write_tokens BIGINT NOT NULL, output_tokens BIGINT NOT NULL,
+        cost DOUBLE PRECISION, estimated INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX llm_calls_at ON llm_calls (at);
+    CREATE INDEX llm_calls_conv ON llm_calls (conv, at);
+    CREATE TABLE budget_spend (
+        key TEXT PRIMARY KEY, spent DOUBLE PRECISION NOT NULL DEFAULT 0,
+        updated_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE budget_limits (
+        name TEXT PRIMARY KEY, amount DOUBLE PRECISION NOT NULL, set_by TEXT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL
+    );
+    """,
     # The audit log (docs/governance.md#the-audit-log): append-only, hash-chained; its
     # head row holds the last row's number and hash (an append locks it: FOR UPDATE).
     14: """

@@ -40,6 +40,7 @@ from core.store.rows import (
     StoredEvent,
     ToolCallRow,
 )
+from core.store.usage_rows import UsageStore
 
 
 class RunStore(Protocol):
@@ -593,6 +594,7 @@ class Store(
     JobStore,
     WorkerStore,
     MemoryStore,
+    UsageStore,
     Protocol,
 ):
     """All of Parley's durable state. Open one with `core.store.open_store`; close it with

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 
@@ -23,6 +25,8 @@ from core.store.sender_tables import SQLITE_SENDERS, SenderTables
 from core.store.sqlite_db import BUSY_TIMEOUT_MS, reader_connection, writer_connection
 from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
+from core.store.usage_rows import Refused, Want
+from core.store.usage_tables import SQLITE_USAGE, UsageTables, refusal
 
 
 class SqliteStore(
@@ -31,6 +35,7 @@ class SqliteStore(
     SqliteAuditTables,
     SenderTables,
     GrantTables,
+    UsageTables,
     ConversationTables,
 ):
     """One SQLite database; open with `await SqliteStore.open(path)` (or
@@ -39,6 +44,31 @@ class SqliteStore(
     _grant_sql = SQLITE_GRANTS
     _sender_sql = SQLITE_SENDERS
     _conv_sql = SQLITE_CONVERSATIONS
+    _usage_sql = SQLITE_USAGE
+
+    async def reserve_budget(self, wants: Sequence[Want]) -> Refused | None:
+        """One transaction under the write lock: every process sharing the file agrees."""
+        if not wants:
+            return None
+        ordered = sorted(wants)
+        keys = [key for key, _, _ in ordered]
+        spent_sql = (
+            f"SELECT key, spent FROM budget_spend WHERE key IN ({', '.join('?' * len(keys))})"
+        )
+
+        def work(conn: sqlite3.Connection) -> list[Any]:
+            now = time.time()
+            for key in keys:
+                conn.execute(SQLITE_USAGE.new_period, (key, now))
+            spent = {str(k): float(v) for k, v in conn.execute(spent_sql, keys).fetchall()}
+            if (refused := refusal(ordered, spent)) is not None:
+                return [refused]
+            for key, amount, _ in ordered:
+                conn.execute(SQLITE_USAGE.add, (amount, now, key))
+            return []
+
+        result = await self._write_now_with(work, "a budget reservation")
+        return result[0] if result else None
 
     @classmethod
     async def open(cls, path: Path | str) -> SqliteStore:

@@ -395,7 +395,7 @@ async def test_commands_are_synced_at_start_and_intents_requested(fake: FakeDisc
     (sync,) = fake.calls_of("bulk_overwrite_commands")
     commands = {c["name"]: c for c in sync.params["items"]}
     assert set(commands) == set(COMMANDS)
-    assert len(commands) == 13
+    assert len(commands) == 15
     for name in ("provider", "goal", "memory", "instructions", "grants"):
         (option,) = commands[name]["options"]
         assert option["type"] == 3  # string

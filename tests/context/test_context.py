@@ -283,3 +283,22 @@ async def test_tokens_and_preflight_are_incremental() -> None:
     messages[0] = system(20)  # not an append: recount everything
     assert cm.tokens(messages) == 10 + 1000 * 30 + 40
     assert counter.message_calls == len(messages)
+
+
+@pytest.mark.parametrize(("batch", "masks"), [(8, 0), (1, 2)])
+async def test_masking_rewrites_history_in_batches(batch: int, masks: int) -> None:
+    """Once outputs are masked, the next masking waits for `mask_batch` more to age out of
+    the tail: each rewrite breaks the provider's prompt cache (docs/cost.md). `mask_batch
+    = 1` masks on every call, as before."""
+    cm, sink = manager(Recorder(), mask_batch=batch), Sink()
+    messages = sized([user(20), *tools(10)], 650)
+    assert await cm.preflight(messages, sink) == "ok"
+    assert len(sink.named("agent.compaction.run")) == 1  # the first masking always runs
+    for i in range(2):  # each new round ages one more output out of the tail
+        messages += tool_turn(f"n{i}", "tool0", 64)
+        before = list(messages)
+        assert cm.soft_at <= cm.tokens(messages) < cm.compact_at  # masking's range
+        assert await cm.preflight(messages, sink) == "ok"
+        if batch > 1:
+            assert all(x is y for x, y in zip(messages, before, strict=True))  # untouched
+    assert len(sink.named("agent.compaction.run")) == 1 + masks

@@ -129,6 +129,10 @@ class Reply:
     server_tool_type: str = "server_tool_use"
     usage: tuple[int, int] | None = None
     omit_usage: bool = False  # Chat/Responses: send no usage at all (as some servers do)
+    # Of the prompt tokens: read from the prompt cache, and (Anthropic) written to it, each
+    # reported in the vendor's shape.
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
     chunk_size: int = 8
     chunk_delay: float = 0.0
     fault: Fault | None = None
@@ -154,6 +158,7 @@ class RecordedRequest:
     json: Any
     api: Api
     error: str | None = None
+    raw: bytes = b""  # the body's exact bytes
     reply: Reply | None = None
 
 
@@ -368,7 +373,7 @@ class FakeLLM:
             body = json.loads(raw)
         except ValueError:
             body = None
-        rec = RecordedRequest(path=request.path, headers=headers, json=body, api=api)
+        rec = RecordedRequest(path=request.path, headers=headers, json=body, api=api, raw=raw)
         self.requests.append(rec)
         self._notify()
 
@@ -646,6 +651,7 @@ class FakeLLM:
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
                 "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": reply.cached_tokens, "audio_tokens": 0},
             }
             yield _data({**base, "choices": [], "usage": usage})
         yield b"data: [DONE]\n\n"
@@ -762,7 +768,7 @@ class FakeLLM:
         self._response_calls[resp_id] = tuple(call_ids)
         usage = {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": reply.cached_tokens},
             "output_tokens": completion,
             "output_tokens_details": {"reasoning_tokens": len(reply.reasoning) // 4},
             "total_tokens": prompt + completion,
@@ -784,9 +790,10 @@ class FakeLLM:
             "stop_reason": None,
             "stop_sequence": None,
             "usage": {
-                "input_tokens": prompt,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
+                # Anthropic's input_tokens leave out the cache reads and writes
+                "input_tokens": prompt - reply.cached_tokens - reply.cache_write_tokens,
+                "cache_creation_input_tokens": reply.cache_write_tokens,
+                "cache_read_input_tokens": reply.cached_tokens,
                 "output_tokens": 1,
             },
         }
@@ -972,6 +979,21 @@ def _chat_unanswered(pending: dict[str, None], index: int) -> str:
     )
 
 
+MAX_CACHE_BREAKPOINTS = 4
+
+
+def _cache_marks(body: dict[str, Any]) -> int:
+    """The `cache_control` breakpoints of an Anthropic request: on tools, system blocks and
+    message content blocks."""
+    blocks: list[Any] = list(body.get("tools") or [])
+    if isinstance(body.get("system"), list):
+        blocks += body["system"]
+    for message in body.get("messages") or []:
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            blocks += message["content"]
+    return sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
+
+
 def _validate_anthropic(body: dict[str, Any], headers: dict[str, str]) -> None:
     if not headers.get("anthropic-version"):
         raise _Invalid("anthropic-version: header is required")
@@ -987,6 +1009,12 @@ def _validate_anthropic(body: dict[str, Any], headers: dict[str, str]) -> None:
     system = body.get("system")
     if system is not None and not isinstance(system, str | list):
         raise _Invalid("system: Input should be a valid string or list of text blocks")
+    marks = _cache_marks(body)
+    if marks > MAX_CACHE_BREAKPOINTS:
+        raise _Invalid(
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {marks}."
+        )
     expected: list[str] = []  # tool_use ids of the previous assistant message
     last = len(messages) - 1
     for i, msg in enumerate(messages):

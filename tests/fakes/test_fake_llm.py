@@ -299,7 +299,12 @@ async def test_chat_usage_chunk_only_when_requested(
     body = {**default_body("chat"), "stream_options": {"include_usage": True}}
     data = payloads(await stream(client, fake, "chat", body))
     assert data[-1]["choices"] == []
-    assert data[-1]["usage"] == {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    assert data[-1]["usage"] == {
+        "prompt_tokens": 11,
+        "completion_tokens": 7,
+        "total_tokens": 18,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+    }
     assert all(p["usage"] is None for p in data[:-1])
 
     data = payloads(await stream(client, fake, "chat"))

@@ -180,7 +180,7 @@ async def test_anthropic_thinking_blocks_sent_back_verbatim(fake_llm: FakeLLM) -
     messages += [first, Message.tool_result(first.tool_calls[0], "result")]
     await collect(provider, messages)
     sent = fake_llm.requests[1].json
-    assert sent["system"] == "sys"
+    assert [b["text"] for b in sent["system"]] == ["sys"]
     assistant = sent["messages"][1]
     assert assistant["content"][0] == block
     assert sent["messages"][2]["content"][0]["tool_use_id"] == "tu1"
