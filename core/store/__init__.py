@@ -47,6 +47,7 @@ from core.store.protocol import (
     MessageStore,
     PreferenceStore,
     RunStore,
+    SharedStore,
     Store,
     WorkerStore,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "RunStore",
     "Scope",
     "ScopeKind",
+    "SharedStore",
     "SqliteStore",
     "Store",
     "StoredEvent",

@@ -56,8 +56,10 @@ class PostgresWorkerTables(PostgresRunTables, WorkerTables):
 
     _worker_sql = POSTGRES_WORKERS
 
-    async def claim_queued_run(self, worker_id: str) -> RunRow | None:
-        rows = await self._write_now(_CLAIM_QUEUED_RUN, (worker_id,))
+    async def claim_queued_run(
+        self, worker_id: str | None, *, shared: bool = True
+    ) -> RunRow | None:
+        rows = await self._write_now(_CLAIM_QUEUED_RUN, (worker_id, worker_id, shared))
         return run_row(rows[0]) if rows else None
 
     async def take_over_runs(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
 from core.chat import PromptRef
 from core.messages import Message
@@ -60,15 +60,6 @@ class RunStore(Protocol):
         no `started_at` until `start_run`; a child run names the run that delegated it. The
         run is this store's worker's (`set_worker`), unless it is `shared`: a queued run any
         worker may claim."""
-        ...
-
-    async def create_queued_run(
-        self, run_id: str, conv: str, text: str, *, channel: str, event_id: str
-    ) -> bool:
-        """A `shared` queued user run for a platform event, marked seen in the same commit;
-        False (and nothing created) if the event was seen already. Of several workers
-        taking one event in at once (a redelivery while the first still stores it),
-        exactly one creates the run."""
         ...
 
     def start_run(self, run_id: str) -> None:
@@ -422,8 +413,11 @@ class WorkerStore(Protocol):
 
     Like the other `async` writes, each also commits what was queued before it."""
 
-    async def claim_queued_run(self, worker_id: str) -> RunRow | None:
-        """Committed: the oldest queued run of no worker (see `create_run`) whose
+    async def claim_queued_run(
+        self, worker_id: str | None, *, shared: bool = True
+    ) -> RunRow | None:
+        """Committed: the oldest queued run of `worker_id` (see `create_run`; None: of no
+        worker) — or, if `shared`, of no worker — whose
         conversation has no running run, nor an answer still owed (`owe_reply`: the next
         answer must not overtake it), nor a paused run (`waiting_on_human` and
         resumable: an interrupted run that waits for `/resume` or `/skip` holds the
@@ -466,12 +460,14 @@ class WorkerStore(Protocol):
         taking over at once, each run goes to one."""
         ...
 
-    async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
+    async def take_resumable_run(
+        self, run_id: str, worker_id: str | None, *, since: float = 0.0
+    ) -> bool:
         """Committed: the interrupted run `run_id` (resumable, neither running nor
         queued) goes on: `running` on `worker_id`, no longer resumable — only if nothing
         else of its conversation is running, nor (unless the run is paused:
-        `waiting_on_human`, holding its queue) queued; whether it did. Of several takers
-        at once, one gets it."""
+        `waiting_on_human`, holding its queue) queued since `since` (runs queued before
+        it go after); whether it did. Of several takers at once, one gets it."""
         ...
 
     async def cancel_queued(
@@ -595,3 +591,19 @@ class Store(
         """Tag the current task's writes as `owner`'s (a conversation), so that a failed
         one is raised by that owner's `flush`, not by another conversation's."""
         writes.write_for(owner)
+
+
+@runtime_checkable
+class SharedStore(Protocol):
+    """What only a store several workers share does (PostgreSQL; docs/scale-out.md): the
+    take-in statement that stores a platform event's queued run exactly once across
+    workers. `core.store.notify.open_notices` adds LISTEN/NOTIFY."""
+
+    async def create_queued_run(
+        self, run_id: str, conv: str, text: str, *, channel: str, event_id: str
+    ) -> bool:
+        """A `shared` queued user run for a platform event, marked seen in the same commit;
+        False (and nothing created) if the event was seen already. Of several workers
+        taking one event in at once (a redelivery while the first still stores it),
+        exactly one creates the run."""
+        ...

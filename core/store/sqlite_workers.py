@@ -24,9 +24,14 @@ class SqliteWorkerTables(SqliteRunTables, WorkerTables):
 
     _worker_sql = SQLITE_WORKERS
 
-    async def claim_queued_run(self, worker_id: str) -> RunRow | None:
-        # The oldest eligible queued run is its conversation's oldest: order holds.
-        rows = await self._write_now(_CLAIM_QUEUED_RUN, lambda: (time.time(), worker_id))
+    async def claim_queued_run(
+        self, worker_id: str | None, *, shared: bool = True
+    ) -> RunRow | None:
+        # One statement under the write lock: the oldest eligible queued run is its
+        # conversation's oldest, so order holds.
+        rows = await self._write_now(
+            _CLAIM_QUEUED_RUN, lambda: (time.time(), worker_id, worker_id, shared)
+        )
         return run_row(rows[0]) if rows else None
 
     async def take_over_runs(

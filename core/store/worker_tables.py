@@ -19,13 +19,14 @@ _CHILD = "(runs.parent_run_id IS NOT NULL)"  # goes on when its parent is resume
 
 def claim_queued_run(d: Dialect, *, also: str = "", lock: str = "") -> str:
     """The hand-out of the oldest eligible queued run, for a backend's `claim_queued_run`
-    (parameters: `now`'s, then the worker): `also` narrows which runs are eligible, `lock`
-    ends the choosing subquery (PostgreSQL's `FOR UPDATE SKIP LOCKED`)."""
+    (parameters: `now`'s, the worker, the worker again, whether runs of no worker count):
+    `also` narrows which runs are eligible, `lock` ends the choosing subquery
+    (PostgreSQL's `FOR UPDATE SKIP LOCKED`)."""
     return d.sql(f"""
 UPDATE runs SET state = 'running', started_at = {d.now}, worker = ?
 WHERE id = (
     SELECT q.id FROM runs q
-    WHERE q.state = 'queued' AND q.worker IS NULL
+    WHERE q.state = 'queued' AND (q.worker {d.is_} {d.text_param} OR (? AND q.worker IS NULL))
       AND NOT EXISTS (
           SELECT 1 FROM runs r
           WHERE r.conv = q.conv
@@ -79,7 +80,8 @@ UPDATE runs SET state = 'running', resumable = FALSE, ended_at = NULL, worker = 
 WHERE id = ? AND resumable AND state NOT IN ('running', 'queued')
   AND NOT EXISTS (
       SELECT 1 FROM runs o WHERE o.conv = runs.conv
-        AND (o.state = 'running' OR (o.state = 'queued' AND runs.state <> 'waiting_on_human'))
+        AND (o.state = 'running' OR (o.state = 'queued' AND runs.state <> 'waiting_on_human'
+                                     AND o.created_at >= ?))
   )
 RETURNING id
 """
@@ -133,8 +135,12 @@ class WorkerTables(RunTables):
     async def unclaim_run(self, run_id: str) -> None:
         await self.write(self._worker_sql.unclaim_run, (run_id,))
 
-    async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
-        rows = await self._write_now(self._worker_sql.take_resumable, lambda: (worker_id, run_id))
+    async def take_resumable_run(
+        self, run_id: str, worker_id: str | None, *, since: float = 0.0
+    ) -> bool:
+        rows = await self._write_now(
+            self._worker_sql.take_resumable, lambda: (worker_id, run_id, since)
+        )
         return bool(rows)
 
     async def cancel_queued(
