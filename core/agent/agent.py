@@ -418,6 +418,18 @@ class Agent:
             elif await self.dispatcher.idle():
                 return
 
+    async def settled(self, key: ConversationKey) -> None:
+        """`channels.console.ConsoleAgent.settled`: until nothing taken in for `key` waits
+        or runs."""
+        while True:
+            await self.dispatcher.settled(conv_id(key))
+            lane = self.lanes.get(key)
+            tasks = (lane.worker, lane.run_task) if lane is not None else ()
+            busy = [t for t in tasks if t is not None and not t.done()]
+            if not busy:
+                return
+            await asyncio.wait(busy)
+
     async def shutdown(self, grace: float = 10.0) -> None:
         """Stop taking input; let running turns reach a checkpoint (up to `grace`
         seconds), then cancel what is left (those runs stay resumable)."""

@@ -101,6 +101,7 @@ class Dispatcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._claiming: asyncio.Task[None] | None = None
         self._running: dict[str, asyncio.Task[None]] = {}  # claimed run id → its task here
+        self._convs: dict[str, str] = {}  # claimed run id → its conversation
         self._starting: dict[str, str] = {}  # conversation → its claimed run, until it runs
         self._stopped: set[str] = set()  # conversations whose claimed run /stop reached early
         self._waiters: dict[str, Queued] = {}  # runs taken in here, until they start or end
@@ -221,6 +222,21 @@ class Dispatcher:
             await self._passed.wait()
         return not self._running
 
+    async def settled(self, conv: str) -> None:
+        """Until no run of `conv` taken in here waits to be claimed or runs as claimed."""
+        while True:
+            running = [t for r, t in self._running.items() if self._convs.get(r) == conv]
+            if running:
+                await asyncio.wait(running)
+            elif any(":".join(q.inbound.key) == conv for q in self._waiters.values()):
+                if self._claiming is None or self._claiming.done():
+                    return  # nothing claims it here (a shutdown)
+                self._passed.clear()
+                self._wake.set()
+                await self._passed.wait()
+            else:
+                return
+
     # --- input ----------------------------------------------------------------------------
 
     async def take_in(
@@ -304,7 +320,7 @@ class Dispatcher:
                 if row is None:
                     break
                 task = spawn(self._run_claimed(row), f"run {row.id}")
-                self._running[row.id] = task
+                self._running[row.id], self._convs[row.id] = task, row.conv
                 task.add_done_callback(self._finished)
             self._passes = (self._passes[0], begun)
             self._passed.set()
@@ -325,6 +341,7 @@ class Dispatcher:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running = {k: t for k, t in self._running.items() if t is not task}
+        self._convs = {k: c for k, c in self._convs.items() if k in self._running}
         self._wake.set()  # a slot is free
 
     async def _run_claimed(self, row: RunRow) -> None:

@@ -3,8 +3,9 @@
 `Lane` keeps its own invariants: its fields are private and change only through its
 verbs (begin and end a run, adopt or pin a conversation, restore, reset, set the goal,
 stop), so the rules — one run at a time, a pinned conversation is never rebuilt — live
-here once. Its messages wait in the store's queue, not here (`core.agent.dispatcher`). Commands and the goal driver see the agent
-only through `LaneHost`, the few things they need of it.
+here once. Its messages wait in the store's queue, not here (`core.agent.dispatcher`).
+Commands and the goal driver see the agent only through `LaneHost`, the few things they
+need of it.
 """
 
 from __future__ import annotations
