@@ -18,7 +18,7 @@ from core.agent.responders import safe_send
 from core.agent.runs import reconcile_runs, reopen_calls
 from core.chat import ConversationKey, Responder, previews
 from core.eventlog import EventLog
-from core.store import ApprovalRow, RunRow, Store
+from core.store import ApprovalRow, RunRow, SharedStore, Store
 from core.tools.reaper import kill_leftovers
 
 PREVIEW_RETRACTED = "(interrupted by a restart — the answer continues below)"
@@ -86,6 +86,7 @@ async def take_over(
     posted nothing: its first post waits until its start is committed (`core.agent.turn`),
     so one killed after a preview is gone on with here, never answered twice."""
     store, events = host.store, host.events
+    assert isinstance(store, SharedStore)  # several workers (`core.agent.workers`) only
     taken = await store.take_over_runs(
         dead, worker_id, created_before=created_before, silent_for=silent_for
     )

@@ -40,7 +40,7 @@ from core.agent.shared import new_worker_id
 from core.agent.takeover import CronTakeover, Takeovers
 from core.agent.tasks import spawn
 from core.chat import ConversationKey
-from core.errors import StoreError
+from core.errors import ConfigError, StoreError
 from core.store import RunRow, SharedStore
 from core.store.notify import open_notices
 from core.tools.reaper import kill_leftovers
@@ -64,16 +64,25 @@ class Workers(Dispatcher):
         self.id = worker_id or new_worker_id()
         self.machine = self.id.split(":", 1)[0]
         host.store.set_worker(self.id)
-        self.liveness = Liveness(host.store, self.id, settings.timeout)
+        self.liveness = Liveness(self.shared_store, self.id, settings.timeout)
         self.takeovers = Takeovers(self)
         self.sweeps = 0  # sweeps done (for status and tests)
         self.listens = 0  # times listening (re)started
 
     @property
     def shared_store(self) -> SharedStore:
-        """The store, as what only a shared store does (`core.store.SharedStore`)."""
+        """The store, as what only a shared store does (`core.store.SharedStore`).
+
+        Raises:
+            ConfigError: the store is not one several workers can share (SQLite).
+        """
         store = self.host.store
-        assert isinstance(store, SharedStore), "several workers need a shared store"
+        if not isinstance(store, SharedStore):
+            raise ConfigError(
+                "store.url",
+                "several workers need a store they can share, and this one is SQLite",
+                'set `url = "postgresql://USER@HOST:5432/DATABASE"` in [store], or run one worker',
+            )
         return store
 
     def shares(self, key: ConversationKey) -> bool:
@@ -242,7 +251,7 @@ class Workers(Dispatcher):
         fires of dead workers, and kill the tool process groups that dead workers of this
         machine left."""
         store, taken = self.host.store, []
-        for dead in await store.dead_workers(self.settings.timeout):
+        for dead in await self.shared_store.dead_workers(self.settings.timeout):
             if dead == self.id:
                 continue
             runs = await self.takeovers.take_over(dead, silent_for=self.settings.timeout)

@@ -1,20 +1,15 @@
 """`WorkerStore` written once for both backends: runs given back or cancelled while
-queued, `/resume` taking a paused run, heartbeats and leases. Each backend's class
-(`sqlite_workers.py`, `postgres_workers.py`) adds the two it does its own way: handing
-out a queued run and taking over a dead worker's runs. Times are the dialect's clock,
-read when a statement takes effect (the server's, on PostgreSQL: workers' clocks may
-differ)."""
+queued, `/resume` taking a paused run, and leases. Each backend's class
+(`sqlite_workers.py`, `postgres_workers.py`) adds the hand-out of a queued run, which it
+does its own way; PostgreSQL's adds what only a shared store does (`SharedStore`). Times
+are the dialect's clock, read when a statement takes effect (the server's, on PostgreSQL:
+workers' clocks may differ)."""
 
 from __future__ import annotations
 
 from core.store.dialect import POSTGRES, SQLITE, Dialect
 from core.store.rows import RUN_COLUMNS
 from core.store.run_tables import RunTables
-
-_HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
-# A message (or a goal's turn) that never got going: back to the queue, for any worker.
-_REQUEUE = f"(runs.trigger IN ('user', 'goal') AND NOT {_HAS_CHECKPOINT})"
-_CHILD = "(runs.parent_run_id IS NOT NULL)"  # goes on when its parent is resumed
 
 
 def claim_queued_run(d: Dialect, *, also: str = "", lock: str = "") -> str:
@@ -36,27 +31,6 @@ WHERE id = (
     ORDER BY q.seq
     LIMIT 1{lock}
 )
-RETURNING {RUN_COLUMNS}
-""")
-
-
-def take_over_runs(d: Dialect, *, gone: str = "") -> str:
-    """The take-over of a dead worker's runs, for a backend's `take_over_runs`
-    (parameters: `now`'s, the taker, the dead worker, the creation time before which
-    runs of no worker count, then `gone`'s): `gone` is a condition that must also hold."""
-    return d.sql(f"""
-UPDATE runs SET
-    state = CASE WHEN {_REQUEUE} THEN 'queued' WHEN {_CHILD} THEN 'timed_out' ELSE state END,
-    reason = CASE WHEN {_REQUEUE} THEN reason WHEN {_CHILD} THEN 'interrupted'
-                  ELSE 'taken_over' END,
-    started_at = CASE WHEN {_REQUEUE} THEN NULL ELSE started_at END,
-    ended_at = CASE WHEN {_CHILD} THEN {d.now} ELSE NULL END,
-    worker = CASE WHEN {_REQUEUE} THEN NULL ELSE ? END,
-    resumable = COALESCE((
-        SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
-        ORDER BY c.seq DESC LIMIT 1
-    ), FALSE)
-WHERE state = 'running' AND worker {d.is_} ? AND created_at < ?{gone}
 RETURNING {RUN_COLUMNS}
 """)
 
@@ -91,19 +65,6 @@ RETURNING id
             f"WHERE conv = ? AND state = 'queued' AND ({d.text_param} IS NULL OR id = ?) "
             "RETURNING id, seq"
         )
-        # Inserted (False) or beaten again (True): an inserted row starts when it beats
-        # (one reading of the clock for both). `WHERE TRUE`: SQLite's parser needs it
-        # before an upsert's ON CONFLICT.
-        self.heartbeat = q(
-            "INSERT INTO workers (id, beat_at, started_at) "
-            f"SELECT ?, clock.t, clock.t FROM (SELECT {d.now} AS t) AS clock WHERE TRUE "
-            "ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at "
-            "RETURNING started_at <> beat_at"
-        )
-        self.dead_workers = q(
-            f"SELECT id FROM workers WHERE beat_at < {d.now} - ? ORDER BY beat_at, id"
-        )
-        self.forget_worker = q("DELETE FROM workers WHERE id = ?")
         self.take_lease = q(
             f"""
 INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, {d.now} + ?)
@@ -125,7 +86,7 @@ POSTGRES_WORKERS = WorkerSql(POSTGRES)
 
 class WorkerTables(RunTables):
     """`WorkerStore` over a database whose statements `_worker_sql` spells (but for the
-    hand-out and the take-over, which each backend's class adds)."""
+    hand-out, which each backend's class adds)."""
 
     _worker_sql: WorkerSql
 
@@ -151,19 +112,6 @@ class WorkerTables(RunTables):
             self._worker_sql.cancel_queued, lambda: (reason, *clock(), conv, run_id, run_id)
         )
         return [str(r[0]) for r in sorted(rows, key=lambda r: int(r[1]))]
-
-    async def worker_heartbeat(self, worker_id: str) -> bool:
-        clock = self._worker_sql.dialect.clock
-        rows = await self._write_now(self._worker_sql.heartbeat, lambda: (worker_id, *clock()))
-        return bool(rows and rows[0][0])
-
-    async def dead_workers(self, older_than: float) -> list[str]:
-        clock = self._worker_sql.dialect.clock
-        rows = await self._all(self._worker_sql.dead_workers, (*clock(), older_than))
-        return [str(r[0]) for r in rows]
-
-    async def forget_worker(self, worker_id: str) -> None:
-        await self.write(self._worker_sql.forget_worker, (worker_id,))
 
     async def take_lease(self, name: str, holder: str, ttl: float) -> bool:
         def params() -> tuple[object, ...]:
