@@ -65,7 +65,10 @@ async def ask_supervisor(provider: Provider, goal: str, answers: list[str]) -> t
 class GoalHost(LaneHost, Protocol):
     """What the goal driver needs of the agent."""
 
-    dispatcher: Dispatcher
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """Where the goal's turns queue."""
+        ...
 
 
 async def drive_goal(agent: GoalHost, lane: Lane, responder: Responder) -> None:

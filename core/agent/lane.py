@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from core.agent.conversation import Conversation, ConversationFactory
 from core.agent.journal import JournalBox, RunJournal
@@ -24,9 +24,6 @@ from core.clock import Clock
 from core.config import GoalsConfig
 from core.eventlog import EventLog
 from core.store import ConversationRow, GoalRow, RunRow, Store
-
-if TYPE_CHECKING:
-    from core.agent.dispatcher import Dispatcher
 
 RunState = Literal[
     "queued", "running", "completed", "cancelled", "failed", "timed_out", "waiting_on_human"
@@ -400,6 +397,23 @@ class Lane:
         return True
 
 
+class LaneQueue(Protocol):
+    """The store's queue as commands see it (`core.agent.dispatcher.Dispatcher`)."""
+
+    async def waiting(self, lane: Lane) -> int:
+        """How many runs of the lane's conversation are queued."""
+        ...
+
+    async def status(self, lane: Lane) -> str:
+        """What `/status` says beyond this process; "" if nothing."""
+        ...
+
+    async def stop(self, lane: Lane) -> tuple[int, bool]:
+        """`/stop`: how many queued runs were dropped, and whether a run not in the lane
+        was stopped."""
+        ...
+
+
 class LaneHost(Protocol):
     """What commands and the goal driver need of the agent that owns the lanes."""
 
@@ -409,7 +423,11 @@ class LaneHost(Protocol):
     factory: ConversationFactory
     prefs: ProviderPrefs
     goal_settings: GoalsConfig
-    dispatcher: Dispatcher  # the store's queue (`/stop`, `/status`, a goal's turns)
+
+    @property
+    def dispatcher(self) -> LaneQueue:
+        """The store's queue (`/stop`, `/status`)."""
+        ...
 
     @property
     def closing(self) -> bool: ...
@@ -433,4 +451,4 @@ class LaneHost(Protocol):
     ) -> RunReport | None: ...
 
 
-__all__ = ["TERMINAL_STATES", "Lane", "LaneHost", "RunReport", "RunState"]
+__all__ = ["TERMINAL_STATES", "Lane", "LaneHost", "LaneQueue", "RunReport", "RunState"]
