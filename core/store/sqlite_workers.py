@@ -11,8 +11,9 @@ import time
 from core.store.dialect import SQLITE
 from core.store.rows import RunRow, run_row
 from core.store.sqlite_runs import SqliteRunTables
-from core.store.worker_tables import SQLITE_WORKERS, WorkerTables, claim_queued_run
+from core.store.worker_tables import SQLITE_WORKERS, WorkerTables, claim_queued_run, claimable
 
+_CLAIMABLE = claimable(SQLITE)
 _CLAIM_QUEUED_RUN = claim_queued_run(SQLITE)
 
 
@@ -24,6 +25,11 @@ class SqliteWorkerTables(SqliteRunTables, WorkerTables):
     async def claim_queued_run(
         self, worker_id: str | None, *, shared: bool = True
     ) -> RunRow | None:
+        # Looked for first without the write lock (the reader sees what is committed): a
+        # dispatcher woken with nothing to claim never waits for the lock, nor holds it.
+        await self.committed()
+        if await self._one(_CLAIMABLE, (worker_id, shared)) is None:
+            return None
         # One statement under the write lock: the oldest eligible queued run is its
         # conversation's oldest, so order holds.
         rows = await self._write_now(

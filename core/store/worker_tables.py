@@ -12,14 +12,11 @@ from core.store.rows import RUN_COLUMNS
 from core.store.run_tables import RunTables
 
 
-def claim_queued_run(d: Dialect, *, also: str = "", lock: str = "") -> str:
-    """The hand-out of the oldest eligible queued run, for a backend's `claim_queued_run`
-    (parameters: `now`'s, the worker, the worker again, whether runs of no worker count):
-    `also` narrows which runs are eligible, `lock` ends the choosing subquery
-    (PostgreSQL's `FOR UPDATE SKIP LOCKED`)."""
+def claimable(d: Dialect, *, also: str = "", lock: str = "") -> str:
+    """The id of the oldest eligible queued run (parameters: the worker, whether runs of
+    no worker count): `also` narrows which runs are eligible, `lock` ends it (PostgreSQL's
+    `FOR UPDATE SKIP LOCKED`)."""
     return d.sql(f"""
-UPDATE runs SET state = 'running', started_at = {d.now}, worker = ?
-WHERE id = (
     SELECT q.id FROM runs q
     WHERE q.state = 'queued' AND (q.worker {d.is_} {d.text_param} OR (? AND q.worker IS NULL))
       AND NOT EXISTS (
@@ -29,7 +26,15 @@ WHERE id = (
                  OR (r.state = 'waiting_on_human' AND r.resumable))
       ){also}
     ORDER BY q.seq
-    LIMIT 1{lock}
+    LIMIT 1{lock}""")
+
+
+def claim_queued_run(d: Dialect, *, also: str = "", lock: str = "") -> str:
+    """The hand-out of the oldest eligible queued run (`claimable`), for a backend's
+    `claim_queued_run` (parameters: `now`'s, the worker, then `claimable`'s)."""
+    return d.sql(f"""
+UPDATE runs SET state = 'running', started_at = {d.now}, worker = ?
+WHERE id = ({claimable(d, also=also, lock=lock)}
 )
 RETURNING {RUN_COLUMNS}
 """)
