@@ -1,6 +1,6 @@
 """What PostgreSQL does its own way in `WorkerStore` (`worker_tables.py` has the rest), for
 several workers on several machines — a queued run handed out — and what only a shared
-store does (`SharedStore`): heartbeats, and a dead worker's runs taken over.
+store does (`SharedStore`): heartbeats, a dead worker's runs taken over, and leases.
 
 A queued run is handed out with `FOR UPDATE SKIP LOCKED`, so workers claiming at once never
 wait on each other nor take the same run; a run is eligible only if it is its
@@ -41,6 +41,15 @@ _HEARTBEAT = (
     f"SELECT %s, clock.t, clock.t FROM (SELECT {_NOW} AS t) AS clock "
     "ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at "
     "RETURNING started_at <> beat_at"
+)
+_TAKE_LEASE = f"""
+INSERT INTO leases (name, holder, expires_at) VALUES (%s, %s, {_NOW} + %s)
+ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE leases.expires_at <= {_NOW} OR leases.holder = EXCLUDED.holder
+RETURNING holder
+"""
+_RENEW_LEASE = (
+    f"UPDATE leases SET expires_at = {_NOW} + %s WHERE name = %s AND holder = %s RETURNING holder"
 )
 _DEAD_WORKERS = f"SELECT id FROM workers WHERE beat_at < {_NOW} - %s ORDER BY beat_at, id"
 # One statement: the dead worker's row goes (only if it is still silent, when told how
@@ -106,3 +115,12 @@ class PostgresWorkerTables(PostgresRunTables, WorkerTables):
 
     async def forget_worker(self, worker_id: str) -> None:
         await self.write("DELETE FROM workers WHERE id = %s", (worker_id,))
+
+    async def take_lease(self, name: str, holder: str, ttl: float) -> bool:
+        return bool(await self._write_now(_TAKE_LEASE, (name, holder, ttl)))
+
+    async def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
+        return bool(await self._write_now(_RENEW_LEASE, (ttl, name, holder)))
+
+    async def release_lease(self, name: str, holder: str) -> None:
+        await self.write("DELETE FROM leases WHERE name = %s AND holder = %s", (name, holder))

@@ -13,9 +13,8 @@ from core.store.rows import RunRow
 
 class WorkerStore(Protocol):
     """The store's queue as the dispatcher hands it out (docs/durability.md#the-queue,
-    docs/scale-out.md) — queued runs one at a time per conversation, in order — and
-    leases on singletons. Times are the store's clock (PostgreSQL's server clock), so
-    workers' clocks need not agree.
+    docs/scale-out.md): queued runs one at a time per conversation, in order. Times are
+    the store's clock (PostgreSQL's server clock), so workers' clocks need not agree.
 
     Like the other `async` writes, each also commits what was queued before it."""
 
@@ -62,27 +61,13 @@ class WorkerStore(Protocol):
         them."""
         ...
 
-    async def take_lease(self, name: str, holder: str, ttl: float) -> bool:
-        """Committed: `holder` holds the lease `name` for the next `ttl` seconds if it was
-        free, expired or already `holder`'s; whether it holds it now. Of holders taking
-        one lease at once, one gets it."""
-        ...
-
-    async def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
-        """Committed: `holder` keeps its lease `name` for the next `ttl` seconds; False if
-        the lease is not `holder`'s (any more)."""
-        ...
-
-    async def release_lease(self, name: str, holder: str) -> None:
-        """Committed: `holder` gives the lease `name` up (nothing if it is not its)."""
-        ...
-
 
 @runtime_checkable
 class SharedStore(Protocol):
     """What only a store several workers share does (PostgreSQL; docs/scale-out.md): the
     take-in statement that stores a platform event's queued run exactly once across
-    workers, heartbeats, and the takeover of a dead worker's runs. LISTEN/NOTIFY is
+    workers, heartbeats, the takeover of a dead worker's runs, and leases on singletons
+    (`core.lease`). LISTEN/NOTIFY is
     `core.store.notify.open_notices`'s. One process (SQLite) has none of them: its
     dispatcher needs only `WorkerStore`.
 
@@ -132,6 +117,21 @@ class SharedStore(Protocol):
 
     async def forget_worker(self, worker_id: str) -> None:
         """Committed: a dead worker's runs are reconciled; it is no longer listed."""
+        ...
+
+    async def take_lease(self, name: str, holder: str, ttl: float) -> bool:
+        """Committed: `holder` holds the lease `name` for the next `ttl` seconds if it was
+        free, expired or already `holder`'s; whether it holds it now. Of holders taking
+        one lease at once, one gets it."""
+        ...
+
+    async def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
+        """Committed: `holder` keeps its lease `name` for the next `ttl` seconds; False if
+        the lease is not `holder`'s (any more)."""
+        ...
+
+    async def release_lease(self, name: str, holder: str) -> None:
+        """Committed: `holder` gives the lease `name` up (nothing if it is not its)."""
         ...
 
 

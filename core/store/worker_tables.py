@@ -1,5 +1,5 @@
 """`WorkerStore` written once for both backends: runs given back or cancelled while
-queued, `/resume` taking a paused run, and leases. Each backend's class
+queued, and `/resume` taking a paused run. Each backend's class
 (`sqlite_workers.py`, `postgres_workers.py`) adds the hand-out of a queued run, which it
 does its own way; PostgreSQL's adds what only a shared store does (`SharedStore`). Times
 are the dialect's clock, read when a statement takes effect (the server's, on PostgreSQL:
@@ -70,19 +70,6 @@ RETURNING id
             f"WHERE conv = ? AND state = 'queued' AND ({d.text_param} IS NULL OR id = ?) "
             "RETURNING id, seq"
         )
-        self.take_lease = q(
-            f"""
-INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, {d.now} + ?)
-ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-WHERE leases.expires_at <= {d.now} OR leases.holder = EXCLUDED.holder
-RETURNING holder
-"""
-        )
-        self.renew_lease = q(
-            f"UPDATE leases SET expires_at = {d.now} + ? WHERE name = ? AND holder = ? "
-            "RETURNING holder"
-        )
-        self.release_lease = q("DELETE FROM leases WHERE name = ? AND holder = ?")
 
 
 SQLITE_WORKERS = WorkerSql(SQLITE)
@@ -117,20 +104,3 @@ class WorkerTables(RunTables):
             self._worker_sql.cancel_queued, lambda: (reason, *clock(), conv, run_id, run_id)
         )
         return [str(r[0]) for r in sorted(rows, key=lambda r: int(r[1]))]
-
-    async def take_lease(self, name: str, holder: str, ttl: float) -> bool:
-        def params() -> tuple[object, ...]:
-            now = self._worker_sql.dialect.clock()  # one reading for both
-            return (name, holder, *now, ttl, *now)
-
-        return bool(await self._write_now(self._worker_sql.take_lease, params))
-
-    async def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
-        clock = self._worker_sql.dialect.clock
-        rows = await self._write_now(
-            self._worker_sql.renew_lease, lambda: (*clock(), ttl, name, holder)
-        )
-        return bool(rows)
-
-    async def release_lease(self, name: str, holder: str) -> None:
-        await self.write(self._worker_sql.release_lease, (name, holder))

@@ -162,6 +162,7 @@ async def test_workers_not_heard_from_are_dead_longest_silent_first(store: Store
 # --- leases ----------------------------------------------------------------------------
 
 
+@shared_only
 async def test_a_lease_is_held_by_one_holder_until_released(store: Store) -> None:
     assert await store.take_lease("telegram", "w1", 60)
     assert not await store.take_lease("telegram", "w2", 60)
@@ -173,6 +174,7 @@ async def test_a_lease_is_held_by_one_holder_until_released(store: Store) -> Non
     assert await store.take_lease("telegram", "w2", 60)
 
 
+@shared_only
 async def test_an_expired_lease_goes_to_the_next_taker(store: Store) -> None:
     assert await store.take_lease("telegram", "w1", 0.2)
     await asyncio.sleep(0.4)
@@ -180,6 +182,7 @@ async def test_an_expired_lease_goes_to_the_next_taker(store: Store) -> None:
     assert not await store.renew_lease("telegram", "w1", 60)
 
 
+@shared_only
 async def test_a_renewed_lease_stays_with_its_holder(store: Store) -> None:
     assert not await store.renew_lease("telegram", "w1", 60)  # nobody holds it
     assert await store.take_lease("telegram", "w1", 0.2)
@@ -189,6 +192,7 @@ async def test_a_renewed_lease_stays_with_its_holder(store: Store) -> None:
     assert not await store.renew_lease("telegram", "w2", 60)
 
 
+@shared_only
 async def test_holders_taking_one_lease_at_once_get_it_once(reopen: Reopen) -> None:
     first, second = await reopen(), await reopen()
     try:
