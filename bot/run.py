@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels import PLATFORMS
 from core.chat import ConversationKey, Responder
+from core.store import SharedStore
 from core.tools.site import describe_places
 
 if TYPE_CHECKING:
@@ -164,13 +165,14 @@ def _singletons(
     """On a shared store, the lease holders of this worker's singletons (not started);
     None on SQLite, where this process holds everything."""
     store = app.config.store
-    if not store.shared():
+    leases = agent.store
+    if not store.shared() or not isinstance(leases, SharedStore):
         return None
     found = channel_singletons(channels)
     if scheduler is not None:
         found.append(scheduler_singleton(scheduler, store.lease_seconds))
     leased = Singletons(
-        agent.store,
+        leases,
         found,
         # one id for heartbeats and leases: the agent's, when it joined as a worker
         worker=agent.workers.id if agent.workers is not None else worker_id(),

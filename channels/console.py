@@ -331,14 +331,14 @@ class ConsoleAgent(AgentPort, Protocol):
     def lanes(self) -> Mapping[ConversationKey, ConversationLane]:
         """The conversations in memory (an idle one may be missing)."""
 
+    async def settled(self, key: ConversationKey) -> None:
+        """Until nothing taken in for the conversation `key` waits or runs (its messages
+        wait in the store's queue, not in its lane)."""
+
 
 async def _settled(agent: ConsoleAgent) -> None:
     """Until nothing runs or waits in the console's conversation."""
-    while (lane := agent.lanes.get(CONSOLE_KEY)) is not None:
-        busy = [t for t in (lane.worker, lane.run_task) if t is not None and not t.done()]
-        if not busy:
-            return
-        await asyncio.wait(busy)
+    await agent.settled(CONSOLE_KEY)
 
 
 class _Prompt:

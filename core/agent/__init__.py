@@ -1,8 +1,10 @@
 """The durable agent (docs/durability.md, docs/commands.md): lanes, runs, commands, goals,
 approvals, recovery.
 
-`Agent` (agent.py) keeps one `Lane` (lane.py) per conversation; a `Turn` (turn.py) is one
-durable run of the tool loop; `recovery.py` picks up what a crash left; `commands.py`
+`Agent` (agent.py) takes input and keeps one `Lane` (lane.py) per conversation; the one
+`Dispatcher` (dispatcher.py, with intake.py; `Workers` in workers.py when several workers
+share a store) hands out the store's queue of runs; a `Turn` (turn.py) is one durable run
+of the tool loop; `recovery.py` picks up what a crash left; `commands.py`
 (with the one `command_table.py`) and `goals.py` see the agent only as a `LaneHost`.
 """
 

@@ -1,8 +1,10 @@
 """The durable conversation agent (docs/durability.md, docs/commands.md).
 
 `Agent` keeps one `Lane` per conversation key (its `Conversation` holds the history and what
-a turn needs): messages queue in order and run one at a time, commands act at once (`/stop`
-reaches the running run immediately), and different lanes run concurrently. Every run is
+a turn needs) and takes input in: a command acts at once (`/stop` reaches the running run
+immediately); other text is a queued run in the store, which the one dispatcher
+(`core.agent.dispatcher`, docs/durability.md#the-queue) hands out in order, one run at a
+time per conversation, different conversations concurrently. Every run is
 recorded with checkpoints at its safe boundaries and an idempotency envelope around each tool
 call, so a crash is resumable with `/resume` without repeating a side effect; a run waiting
 on an approver goes on by itself after a restart (`core.agent.approvals`).
@@ -12,23 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager
 from typing import Any
 
 from core.agent.approvals import ApprovalDesk, LaneApprover
 from core.agent.children import delegator_for
 from core.agent.commands import Commands
 from core.agent.conversation import Conversation, ConversationFactory
+from core.agent.dispatcher import Dispatcher
 from core.agent.goals import drive_goal
 from core.agent.journal import JournalBox
-from core.agent.lane import Lane, Queued, RunReport
+from core.agent.lane import Lane, RunReport
 from core.agent.prefs import ProviderPrefs
-from core.agent.recovery import parse_conv, reconcile
+from core.agent.recovery import parse_conv
 from core.agent.responders import QuietResponder, safe_send
 from core.agent.runs import resume_blocker
 from core.agent.tasks import spawn as _spawn
-from core.agent.turn import STOPPED_TEXT, Turn, new_run_id
+from core.agent.turn import STOPPED_TEXT, Turn
 from core.agent.workers import CronTakeover, SharedSettings, Workers
 from core.audit import AuditLog
 from core.chat import ApprovalRequest, ConversationKey, GrantScope, Inbound, Responder
@@ -36,7 +39,7 @@ from core.clock import Clock, SystemClock
 from core.config import GoalsConfig
 from core.cost.meter import Ledger
 from core.eventlog import EventLog
-from core.fence import HELD, Fence
+from core.fence import Fence
 from core.messages import Message
 from core.roles import Roles
 from core.store import RunRow, Store
@@ -97,9 +100,17 @@ class Agent:
         self.max_lanes = MAX_LANES
         self.commands = Commands(self)
         self.approvals = ApprovalDesk(store, self.events, lambda: self._closing, self.audit)
-        # Several workers on one store (`core.agent.workers`); None: one process.
-        self.workers = Workers(self, shared, worker_id) if shared is not None else None
+        # The one dispatcher of the store's queue; with several workers on one store, with
+        # their heartbeats and takeover (`core.agent.workers`).
+        self.dispatcher: Dispatcher = (
+            Workers(self, shared, worker_id) if shared is not None else Dispatcher(self)
+        )
         self.cron: CronTakeover | None = None  # the scheduler, once the application has one
+
+    @property
+    def workers(self) -> Workers | None:
+        """The dispatcher when several workers share the store; None in one process."""
+        return self.dispatcher if isinstance(self.dispatcher, Workers) else None
 
     def _budget_audited(self, name: str, data: dict[str, Any]) -> None:
         actor = str(data.get("by") or data.get("user") or data.get("job") or "parley")
@@ -129,8 +140,7 @@ class Agent:
             await safe_send(responder, "Parley is restarting; please send that again soon.")
             _settle(done, _not_run("", "closing"))
             return True
-        if self.workers is not None:
-            await self.workers.start()  # joins the other workers on first use
+        await self.dispatcher.start()  # claims (and joins the other workers) from first use
         event = (inbound.channel, inbound.event_id)
         if inbound.event_id:
             duplicate = event in self._taking_in  # checked and claimed with no await between
@@ -141,64 +151,25 @@ class Agent:
                 self.events.emit("channel.event.duplicate", {"channel": event[0], "id": event[1]})
                 _settle(done, _not_run("", "duplicate"))
                 return False
-        workers = self.workers if self.workers and self.workers.shares(inbound.key) else None
-        if workers is not None and inbound.command is None:
-            try:  # queued in the store, for whichever worker is free
-                return await workers.take_in(inbound, responder, done)
-            finally:
-                self._taking_in.discard(event)
-        lane = await self.lane(inbound.key)
         try:
-            with lane.in_use():  # not evicted while this message is being taken in
-                return await self._into_lane(lane, inbound, responder, done, event)
-        finally:
-            self._taking_in.discard(event)
-
-    async def _into_lane(
-        self,
-        lane: Lane,
-        inbound: Inbound,
-        responder: Responder,
-        done: asyncio.Future[RunReport] | None,
-        event: tuple[str, str],
-    ) -> bool:
-        """A command is handled now; a message is queued in the lane (durably first)."""
-        workers = self.workers if self.workers and self.workers.shares(inbound.key) else None
-        lane.answer_to(responder)
-        if (command := inbound.command) is not None:
-            if inbound.event_id:
-                await self.store.mark_seen(*event)
-            await self.commands.handle(lane, inbound, responder)
-            if workers is not None and command[0] in _CHANGING:
-                workers.changed(lane)
+            if (command := inbound.command) is None:
+                if (lane := self.lanes.get(inbound.key)) is not None:
+                    lane.answer_to(responder)  # its latest message came from there
+                # Durable (a queued run, marked seen in the same commit) before the
+                # platform hears "received": never lost nor answered twice.
+                return await self.dispatcher.take_in(inbound, responder, done)
+            lane = await self.lane(inbound.key)
+            with lane.in_use():  # not evicted while the command acts
+                lane.answer_to(responder)
+                if inbound.event_id:
+                    await self.store.mark_seen(*event)
+                await self.commands.handle(lane, inbound, responder)
+                if command[0] in _CHANGING:
+                    self.dispatcher.changed(lane)
             _settle(done, _not_run("", "command"))
             return True
-        if lane.waiting >= self.max_queued:
-            _settle(done, _not_run("", "queue_full"))
-            return await self._turn_away(lane, inbound, responder)
-        # Durable (a queued run, marked seen in the same commit) before the platform hears
-        # "received": a crash re-queues it at start-up; never lost nor answered twice.
-        run_id = new_run_id()
-        if inbound.event_id:
-            self.store.mark_seen_soon(*event)
-        await self.store.create_run(run_id, lane.conv_id, "user", state="queued", text=inbound.text)
-        lane.enqueue(Queued(inbound, responder, run_id, done))
-        if lane.worker is None or lane.worker.done():
-            lane.work(_spawn(self._drain(lane), f"lane {lane.conv_id}"))
-        return True
-
-    async def _turn_away(self, lane: Lane, inbound: Inbound, responder: Responder) -> bool:
-        """A full queue: the message is not queued, and its sender is told so."""
-        if inbound.event_id:
-            await self.store.mark_seen(inbound.channel, inbound.event_id)
-        self.events.emit("agent.queue.full", {"queued": lane.waiting}, conv=lane.conv_id)
-        await safe_send(
-            responder,
-            f"I already have {lane.waiting} messages waiting in this conversation, so I "
-            "did not queue that one. Send it again once I have caught up (/stop drops the "
-            "queue).",
-        )
-        return True
+        finally:
+            self._taking_in.discard(event)
 
     async def lane(self, key: ConversationKey, *, build: bool = True) -> Lane:
         """The lane of `key`, loaded from the store on first use (its conversation if `build`)."""
@@ -301,12 +272,12 @@ class Agent:
 
     def holding(self, run_id: str) -> AbstractContextManager[Fence]:
         """`core.agent.turn.TurnHost.holding`: in one process, it always holds its runs."""
-        return self.workers.holding(run_id) if self.workers is not None else nullcontext(HELD)
+        return self.dispatcher.holding(run_id)
 
     def hands_over(self, key: ConversationKey) -> bool:
         """`core.agent.turn.TurnHost.hands_over`: with several workers, for the platforms'
         conversations (any worker answers them)."""
-        return self.workers is not None and self.workers.shares(key)
+        return self.dispatcher.hands_over(key)
 
     def approver(self, lane: Lane, asker: str = "") -> Approver:
         """Asks through the lane's current responder, keyed by its run and the call, for
@@ -325,22 +296,6 @@ class Agent:
 
     # --- runs ---------------------------------------------------------------------------
 
-    async def _drain(self, lane: Lane) -> None:
-        """The lane's worker: one queued message at a time, in order."""
-        while not self._closing and (queued := lane.next_queued()) is not None:
-            lane.answer_to(queued.responder)
-            report: RunReport | None = None
-            try:
-                report = await self.run_in_lane(
-                    lane,
-                    queued.responder,
-                    user_text=queued.inbound.text,
-                    run_id=queued.run_id,
-                    inbound=queued.inbound,
-                )
-            finally:
-                queued.settle(report or _not_run(queued.run_id, "closing"))
-
     async def run_in_lane(
         self,
         lane: Lane,
@@ -353,7 +308,7 @@ class Agent:
         inbound: Inbound | None = None,
     ) -> RunReport | None:
         """Run one turn as the lane's run task (so `/stop` can cancel it alone); one run
-        at a time per lane, whoever asks (the queue worker, `/resume`, a goal driver)."""
+        at a time per lane, whoever asks (the dispatcher, `/resume`, a cron job)."""
         if self._closing:
             return None
         async with lane.lock:
@@ -377,8 +332,7 @@ class Agent:
                 await safe_send(responder, STOPPED_TEXT)
             if self.lanes.get(lane.key) is lane:  # active just now: the last to evict
                 self.lanes[lane.key] = self.lanes.pop(lane.key)
-            if self.workers is not None:
-                self.workers.run_ended(lane, report.run_id or None)
+            self.dispatcher.run_ended(lane, report.run_id or None)
             return report
 
     async def cancel_running(self, key: ConversationKey) -> bool:
@@ -386,17 +340,6 @@ class Agent:
         console's Ctrl-C); True if one was running."""
         lane = self.lanes.get(key)
         return lane is not None and await lane.stop()
-
-    async def status_elsewhere(self, lane: Lane) -> str:
-        """`core.agent.lane.LaneHost.status_elsewhere`."""
-        shared = self.workers is not None and self.workers.shares(lane.key)
-        return await self.workers.status(lane) if self.workers and shared else ""
-
-    async def stop_elsewhere(self, lane: Lane) -> tuple[int, bool]:
-        """`core.agent.lane.LaneHost.stop_elsewhere`: nothing to do in one process."""
-        if self.workers is None or not self.workers.shares(lane.key):
-            return (0, False)
-        return await self.workers.stop_elsewhere(lane)
 
     # --- autonomous goals ---------------------------------------------------------------
 
@@ -427,22 +370,28 @@ class Agent:
         run = await self.interrupted_run(lane)
         if run is None:
             return "There is no interrupted run to skip here."
-        if self.workers is not None and (why := await self.workers.take_resumable(lane, run.id)):
+        if why := await self.dispatcher.take_resumable(lane, run.id):
             return why  # taken first: a /resume elsewhere and this cannot both have it
         self.store.set_run_state(run.id, "cancelled", "skipped", resumable=False)
         self.events.emit("agent_run.skipped", {}, run_id=run.id, conv=lane.conv_id)
         await self.store.flush()
-        if self.workers is not None:
-            self.workers.run_ended(lane, run.id)  # what waited behind it goes now
+        self.dispatcher.run_ended(lane, run.id)  # what waited behind it goes now
         return f"Skipped the interrupted run {run.id}; I go on with what came after it."
 
     async def resume_run(
-        self, lane: Lane, responder: Responder, run_id: str, *, anyway: bool = False
+        self,
+        lane: Lane,
+        responder: Responder,
+        run_id: str,
+        *,
+        anyway: bool = False,
+        since: float = 0.0,
     ) -> str | None:
         """Continue run `run_id` in the lane, or say why it cannot safely go on. With
         `anyway`, it goes on all the same: a call that started and never finished is not
-        run again, and the model is told it may or may not have taken effect."""
-        if self.workers is not None and (why := await self.workers.take_resumable(lane, run_id)):
+        run again, and the model is told it may or may not have taken effect. Queued runs
+        created before `since` do not hold it (`Dispatcher.take_resumable`)."""
+        if why := await self.dispatcher.take_resumable(lane, run_id, since):
             return why
         conversation = await self.conversation_of(lane)
         why = await resume_blocker(self.store, run_id, conversation)
@@ -463,47 +412,39 @@ class Agent:
             )
             lane.settled("waiting_on_human")
             await self.store.flush()
+            self.dispatcher.run_ended(lane, None)  # what waited behind it goes now
             return text
-        if lane.working or lane.waiting:
-            return "A message arrived meanwhile; send /resume again once it is answered."
-        resumed = self._resume_then_drain(lane, responder, run_id)
-        lane.work(_spawn(resumed, f"resume {lane.conv_id}"))
-        return None
-
-    async def _resume_then_drain(self, lane: Lane, responder: Responder, run_id: str) -> None:
-        await self.run_in_lane(
+        resumed = self.run_in_lane(
             lane, responder, user_text=None, trigger="resume", run_id=run_id, resume=True
         )
-        await self._drain(lane)
+        lane.work(self.dispatcher.spawn_run(run_id, _ended(resumed), f"resume {lane.conv_id}"))
+        return None
 
     async def reconcile(self) -> list[str]:
-        """At start-up: what a crash or a restart left behind (see `core.agent.recovery`);
-        with several workers, join them (see `core.agent.workers`)."""
-        if self.workers is not None:
-            return await self.workers.start()
-        return await reconcile(self)
-
-    async def requeue(self, run_id: str, conv: str, text: str) -> None:
-        """A message that was queued when the process stopped gets its turn now."""
-        key = parse_conv(conv)
-        responder = self.responders(key)
-        if responder is None:
-            self.store.set_run_state(run_id, "failed", "no channel to answer in")
-            return
-        lane = await self.lane(key)
-        inbound = Inbound(*key, user_id="", user_name="", text=text)
-        lane.enqueue(Queued(inbound, responder, run_id))
-        self.events.emit("agent_run.requeued", {}, run_id=run_id, conv=conv)
-        if lane.worker is None or lane.worker.done():
-            lane.work(_spawn(self._drain(lane), f"lane {lane.conv_id}"))
+        """At start-up: what a crash or a restart left behind (see `core.agent.recovery`),
+        then claim what is queued; with several workers, join them (`core.agent.workers`)."""
+        return await self.dispatcher.recover()
 
     # --- lifecycle -----------------------------------------------------------------------
 
     async def wait_idle(self) -> None:
-        """Until every lane's queue is drained and no run is running (tests, shutdown)."""
+        """Until nothing queued here can be claimed and no run is running (tests)."""
         while True:
             workers = [lane.worker for lane in self.lanes.values() if lane.worker]
             busy = [w for w in workers if not w.done()]
+            if busy:
+                await asyncio.wait(busy)
+            elif await self.dispatcher.idle():
+                return
+
+    async def settled(self, key: ConversationKey) -> None:
+        """`channels.console.ConsoleAgent.settled`: until nothing taken in for `key` waits
+        or runs."""
+        while True:
+            await self.dispatcher.settled(conv_id(key))
+            lane = self.lanes.get(key)
+            tasks = (lane.worker, lane.run_task) if lane is not None else ()
+            busy = [t for t in tasks if t is not None and not t.done()]
             if not busy:
                 return
             await asyncio.wait(busy)
@@ -512,8 +453,7 @@ class Agent:
         """Stop taking input; let running turns reach a checkpoint (up to `grace`
         seconds), then cancel what is left (those runs stay resumable)."""
         self._closing = True
-        if self.workers is not None:
-            self.workers.stop_claiming()
+        self.dispatcher.stop_claiming()
         lanes = list(self.lanes.values())  # submits after this point are turned away
         for lane in lanes:
             await lane.stop_goal()
@@ -525,17 +465,18 @@ class Agent:
             if lane.worker and not lane.worker.done():
                 lane.worker.cancel()
                 await asyncio.wait({lane.worker})
-            for queued in lane.drop_queue():  # stored: they run after the restart, not here
-                queued.settle(_not_run(queued.run_id, "closing"))
         await self.audit.flush()
         await self.store.flush()
-        if self.workers is not None:
-            await self.workers.close()
+        await self.dispatcher.close()  # what is queued stays: it runs after the restart
 
 
 def _not_run(run_id: str, why: str) -> RunReport:
     """The report of a message that started no run (or a run stopped before it began)."""
     return RunReport(run_id, "cancelled", "", stop_reason=why)
+
+
+async def _ended(run: Coroutine[Any, Any, RunReport | None]) -> None:
+    await run
 
 
 def _settle(done: asyncio.Future[RunReport] | None, report: RunReport) -> None:

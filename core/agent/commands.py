@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from core.agent.grants import grants_command
-from core.agent.lane import Lane, LaneHost, RunReport
+from core.agent.lane import Lane, LaneHost
 from core.chat import Inbound, Responder
 from core.command_table import COMMANDS, help_text, parse_command
 from core.cost.commands import budget_command, cache_status, usage_command
@@ -110,11 +110,11 @@ class Commands:
             run += f" (run {lane.run_id})"
         elif lane.last_state:
             run += f" (last run: {lane.last_state})"
-        if lane.waiting:
-            run += f", {lane.waiting} queued"
+        if waiting := await self.agent.dispatcher.waiting(lane):
+            run += f", {waiting} queued"
         subgoal = context.subgoal_status() if context is not None else None
         focus = context.focus_status(conversation.messages) if context is not None else None
-        if elsewhere := await self.agent.status_elsewhere(lane):
+        if elsewhere := await self.agent.dispatcher.status(lane):
             run = f"{'busy' if lane.busy else 'idle here'}; {elsewhere}"
         return "\n".join(
             [
@@ -137,16 +137,11 @@ class Commands:
     async def _stop(self, lane: Lane, args: str, responder: Responder) -> str | None:
         """A run stopped here or on another worker says "Stopped." itself (its stream, in
         place of its answer), so the reply does not say it again."""
-        queued = lane.drop_queue()
-        dropped = len(queued)
-        for item in queued:  # never re-queued after a restart
-            self.agent.store.set_run_state(item.run_id, "cancelled", "dropped by /stop")
-            item.settle(RunReport(item.run_id, "cancelled", "", stop_reason="dropped"))
-        dropped_elsewhere, stopped_elsewhere = await self.agent.stop_elsewhere(lane)
-        dropped += dropped_elsewhere
+        # the queued runs are cancelled in the store (never run after a restart)
+        dropped, stopped_elsewhere = await self.agent.dispatcher.stop(lane)
         stopped = await lane.stop()
         goal_stopped = await lane.stop_goal()
-        if not (stopped or goal_stopped or stopped_elsewhere or dropped_elsewhere):
+        if not (stopped or goal_stopped or stopped_elsewhere or dropped):
             return "Nothing is running."
         messages = f"{dropped} queued message{'s' * (dropped != 1)}"
         if stopped or stopped_elsewhere:

@@ -1,9 +1,9 @@
 """Autonomous goals (docs/commands.md, `/goal create <text> --auto [--turns N]`).
 
-The driver runs turns in the conversation's own lane (queued user messages still go
-first; with several workers each turn is a queued run of the conversation, claimed like a
-message by whichever worker is free, so it never runs beside another run of the
-conversation and keeps its place in their order), waits `autonomous_turn_delay_ms` between
+Each of the driver's turns is a queued run of the conversation, claimed like a message by
+the dispatcher (`core.agent.dispatcher`; with several workers, by whichever is free), so
+it never runs beside another run of the conversation and keeps its place in their order
+(messages queued before it go first). The driver waits `autonomous_turn_delay_ms` between
 turns, and every `verify_interval` turns asks a supervisor model for a JSON verdict
 `{"achieved": bool, "reason": str}`. It stops when the supervisor says achieved, at the
 turn limit, after `max_stuck_count` identical answers in a row, or on `/stop`; a
@@ -20,9 +20,10 @@ import re
 from dataclasses import replace
 from typing import Protocol
 
-from core.agent.lane import Lane, LaneHost, Queued, RunReport
+from core.agent.dispatcher import Dispatcher, Queued
+from core.agent.lane import Lane, LaneHost, RunReport
 from core.agent.turn import new_run_id
-from core.chat import ConversationKey, Inbound, Responder
+from core.chat import Inbound, Responder
 from core.errors import StoreError
 from core.messages import Message
 from core.providers.base import Provider
@@ -61,22 +62,13 @@ async def ask_supervisor(provider: Provider, goal: str, answers: list[str]) -> t
     return verdict["achieved"], str(verdict.get("reason", ""))
 
 
-class TurnQueue(Protocol):
-    """Where a goal's turns queue when several workers share the conversation
-    (`core.agent.workers.Workers`)."""
-
-    def shares(self, key: ConversationKey) -> bool: ...
-
-    async def enqueue(self, queued: Queued, trigger: str = "user") -> None: ...
-
-    async def withdraw(self, queued: Queued, reason: str) -> None: ...
-
-
 class GoalHost(LaneHost, Protocol):
     """What the goal driver needs of the agent."""
 
     @property
-    def workers(self) -> TurnQueue | None: ...
+    def dispatcher(self) -> Dispatcher:
+        """Where the goal's turns queue."""
+        ...
 
 
 async def drive_goal(agent: GoalHost, lane: Lane, responder: Responder) -> None:
@@ -136,13 +128,11 @@ async def drive_goal(agent: GoalHost, lane: Lane, responder: Responder) -> None:
 
 
 async def _turn(agent: GoalHost, lane: Lane, responder: Responder, prompt: str) -> RunReport | None:
-    """One turn of the goal: in the lane here, or with several workers queued like a
-    message and run by whichever worker claims it. A driver stopped while its turn still
-    waits takes the turn out of the queue; a turn already claimed runs to its end (`/stop`
-    reaches it wherever it runs)."""
-    queue = agent.workers
-    if queue is None or not queue.shares(lane.key):
-        return await agent.run_in_lane(lane, responder, user_text=prompt, trigger="goal")
+    """One turn of the goal: queued like a message and run when the dispatcher (here or on
+    another worker) claims it. A driver stopped while its turn still waits takes the turn
+    out of the queue; a turn already claimed runs to its end (`/stop` reaches it wherever
+    it runs)."""
+    queue = agent.dispatcher
     if agent.closing:
         return None
     inbound = Inbound(*lane.key, user_id="", user_name="", text=prompt)

@@ -1,17 +1,17 @@
-"""One conversation's lane (docs/commands.md): its queue, its history and its running run.
+"""One conversation's lane (docs/commands.md): its history and its running run.
 
 `Lane` keeps its own invariants: its fields are private and change only through its
-verbs (take in, queue, begin and end a run, adopt or pin a conversation, restore, reset,
-set the goal, stop), so the rules — one run at a time, a pinned conversation is never rebuilt,
-`/stop` drops the queue — live here once. Commands and the goal driver see the agent
-only through `LaneHost`, the few things they need of it.
+verbs (begin and end a run, adopt or pin a conversation, restore, reset, set the goal,
+stop), so the rules — one run at a time, a pinned conversation is never rebuilt — live
+here once. Its messages wait in the store's queue, not here (`core.agent.dispatcher`).
+Commands and the goal driver see the agent only through `LaneHost`, the few things they
+need of it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -20,7 +20,7 @@ from core.agent.conversation import Conversation, ConversationFactory
 from core.agent.journal import JournalBox, RunJournal
 from core.agent.prefs import ProviderPrefs
 from core.audit import AuditLog
-from core.chat import ConversationKey, Inbound, Responder
+from core.chat import ConversationKey, Responder
 from core.clock import Clock
 from core.config import GoalsConfig
 from core.cost.meter import Ledger
@@ -64,22 +64,8 @@ class RunReport:
         return cls(row.id, state, text, row.input_tokens, row.output_tokens, row.iterations, reason)
 
 
-@dataclass(slots=True)
-class Queued:
-    """A message waiting for its turn; `done` (if any) receives the run's report."""
-
-    inbound: Inbound
-    responder: Responder
-    run_id: str
-    done: asyncio.Future[RunReport] | None = None
-
-    def settle(self, report: RunReport) -> None:
-        if self.done is not None and not self.done.done():
-            self.done.set_result(report)
-
-
 class Lane:
-    """One conversation: its queue, its history and its running run (if any).
+    """One conversation: its history and its running run (if any).
 
     Its state is private; the agent, the commands, the goal driver and the dispatcher
     change it only through the verbs below, and read it through properties.
@@ -101,7 +87,6 @@ class Lane:
         "_output_tokens",
         "_pinned",
         "_provider_name",
-        "_queue",
         "_responder",
         "_run_id",
         "_run_task",
@@ -118,7 +103,6 @@ class Lane:
         self._journal = journal
         self._conversation: Conversation | None = None
         self._provider_name = ""
-        self._queue: deque[Queued] = deque()
         self._lock = asyncio.Lock()  # one run at a time
         self._worker: asyncio.Task[None] | None = None
         self._run_task: asyncio.Task[RunReport] | None = None
@@ -184,13 +168,8 @@ class Lane:
         return self._pinned
 
     @property
-    def waiting(self) -> int:
-        """How many messages wait in the queue."""
-        return len(self._queue)
-
-    @property
     def worker(self) -> asyncio.Task[None] | None:
-        """The task that runs the lane's queued messages (or a resumed or claimed run)."""
+        """The task that runs the lane's claimed (or resumed) run."""
         return self._worker
 
     @property
@@ -254,14 +233,15 @@ class Lane:
 
     @property
     def working(self) -> bool:
-        """A run is running, or the worker is between queued runs."""
+        """A run is running, or the task of a claimed (or resumed) run is getting it going."""
         return self.busy or (self._worker is not None and not self._worker.done())
 
     @property
     def idle(self) -> bool:
-        """Nothing running, queued, being taken in or driving a goal: safe to evict."""
+        """Nothing running, being taken in or driving a goal: safe to evict (what is
+        queued is in the store)."""
         tasks = (self._run_task, self._worker, self._goal_task)
-        return not self._users and not self._queue and all(t is None or t.done() for t in tasks)
+        return not self._users and all(t is None or t.done() for t in tasks)
 
     # --- who uses it and who answers ------------------------------------------------------
 
@@ -279,26 +259,10 @@ class Lane:
         self._responder = responder
 
     def work(self, task: asyncio.Task[None] | None, responder: Responder | None = None) -> None:
-        """`task` runs the lane's work now (its queue, a resumed or a claimed run)."""
+        """`task` runs the lane's work now (a claimed or a resumed run)."""
         self._worker = task
         if responder is not None:
             self._responder = responder
-
-    # --- the queue -------------------------------------------------------------------------
-
-    def enqueue(self, queued: Queued) -> None:
-        """A message waits for its turn, after those already waiting."""
-        self._queue.append(queued)
-
-    def next_queued(self) -> Queued | None:
-        """The next waiting message, off the queue (None if none)."""
-        return self._queue.popleft() if self._queue else None
-
-    def drop_queue(self) -> list[Queued]:
-        """Take every waiting message off the queue (`/stop`, shutdown); returns them."""
-        dropped = list(self._queue)
-        self._queue.clear()
-        return dropped
 
     # --- the conversation --------------------------------------------------------------------
 
@@ -436,6 +400,23 @@ class Lane:
         return True
 
 
+class LaneQueue(Protocol):
+    """The store's queue as commands see it (`core.agent.dispatcher.Dispatcher`)."""
+
+    async def waiting(self, lane: Lane) -> int:
+        """How many runs of the lane's conversation are queued."""
+        ...
+
+    async def status(self, lane: Lane) -> str:
+        """What `/status` says beyond this process; "" if nothing."""
+        ...
+
+    async def stop(self, lane: Lane) -> tuple[int, bool]:
+        """`/stop`: how many queued runs were dropped, and whether a run not in the lane
+        was stopped."""
+        ...
+
+
 class LaneHost(Protocol):
     """What commands and the goal driver need of the agent that owns the lanes."""
 
@@ -448,6 +429,11 @@ class LaneHost(Protocol):
     roles: Roles
     audit: AuditLog
     ledger: Ledger
+
+    @property
+    def dispatcher(self) -> LaneQueue:
+        """The store's queue (`/stop`, `/status`)."""
+        ...
 
     @property
     def closing(self) -> bool: ...
@@ -470,15 +456,5 @@ class LaneHost(Protocol):
         self, lane: Lane, responder: Responder, *, user_text: str | None, trigger: str = "user"
     ) -> RunReport | None: ...
 
-    async def status_elsewhere(self, lane: Lane) -> str:
-        """What `/status` adds beyond this process (several workers): the run on another
-        worker, the messages queued in the store; "" if nothing."""
-        ...
 
-    async def stop_elsewhere(self, lane: Lane) -> tuple[int, bool]:
-        """`/stop` beyond this process (several workers): how many of the conversation's
-        queued runs were dropped, and whether a run on another worker was told to stop."""
-        ...
-
-
-__all__ = ["TERMINAL_STATES", "Lane", "LaneHost", "Queued", "RunReport", "RunState"]
+__all__ = ["TERMINAL_STATES", "Lane", "LaneHost", "LaneQueue", "RunReport", "RunState"]

@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 
 from core.errors import StoreError
-from core.store import Store
+from core.store import SharedStore
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class RunFence:
 class Liveness:
     """One worker's heartbeats, and the fences of what it holds."""
 
-    def __init__(self, store: Store, worker_id: str, timeout: float) -> None:
+    def __init__(self, store: SharedStore, worker_id: str, timeout: float) -> None:
         self.store, self.worker_id, self.timeout = store, worker_id, timeout
         self.alive_until = -math.inf  # monotonic: until then nobody can have taken over
         self.incarnation = 0  # times this worker found it was taken for dead

@@ -3,7 +3,8 @@
 Runs an earlier process left `running` become `timed_out`; those with a checkpoint are
 announced in their conversation with a `/resume` hint, after the half-streamed preview a
 crash left is retracted; runs that were waiting on an approver go on at once; messages that
-were still queued get their turn; tool process groups that outlived their process die.
+were still queued stay queued, and the dispatcher (`core.agent.dispatcher`) claims them
+once this is done; tool process groups that outlived their process die.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from core.agent.responders import safe_send
 from core.agent.runs import reconcile_runs, reopen_calls
 from core.chat import ConversationKey, Responder, previews
 from core.eventlog import EventLog
-from core.store import ApprovalRow, RunRow, Store
+from core.store import ApprovalRow, RunRow, SharedStore, Store
 from core.tools.reaper import kill_leftovers
 
 PREVIEW_RETRACTED = "(interrupted by a restart — the answer continues below)"
@@ -41,9 +42,9 @@ class RecoveryHost(Protocol):
 
     async def conversation_of(self, lane: Lane) -> Conversation: ...
 
-    async def resume_run(self, lane: Lane, responder: Responder, run_id: str) -> str | None: ...
-
-    async def requeue(self, run_id: str, conv: str, text: str) -> None: ...
+    async def resume_run(
+        self, lane: Lane, responder: Responder, run_id: str, *, since: float = 0.0
+    ) -> str | None: ...
 
 
 async def reconcile(host: RecoveryHost) -> list[str]:
@@ -62,8 +63,8 @@ async def reconcile(host: RecoveryHost) -> list[str]:
     await announce_interrupted(host, [run for run in interrupted if run.id not in waiting])
     await deliver_owed(host, None, None, host.started_at)
     for run in reversed(await host.store.runs(states=["queued"], limit=10_000)):
-        if run.created_at < host.started_at:
-            await host.requeue(run.id, run.conv, run.text or "")
+        if run.created_at < host.started_at:  # the dispatcher claims it next
+            host.events.emit("agent_run.requeued", {}, run_id=run.id, conv=run.conv)
     await host.store.flush()
     return [run.id for run in interrupted]
 
@@ -85,6 +86,7 @@ async def take_over(
     posted nothing: its first post waits until its start is committed (`core.agent.turn`),
     so one killed after a preview is gone on with here, never answered twice."""
     store, events = host.store, host.events
+    assert isinstance(store, SharedStore)  # several workers (`core.agent.workers`) only
     taken = await store.take_over_runs(
         dead, worker_id, created_before=created_before, silent_for=silent_for
     )
@@ -155,13 +157,14 @@ async def resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[
         key = parse_conv(run.conv)
         responder = host.responders(key)
         lane = await host.lane(key)
-        if responder is None or lane.working or lane.waiting:
+        later = await host.store.runs(conv=run.conv, states=["queued"], limit=10)
+        if responder is None or lane.working or any(r.created_at >= host.started_at for r in later):
             continue  # nobody to ask, or new input came first: it supersedes the run
         lane.answer_to(responder)
         conversation = await host.conversation_of(lane)
         if reopen_calls(conversation.messages, call_ids):  # a shutdown closed them
             host.store.save_messages(lane.conv_id, conversation.messages)
-        why = await host.resume_run(lane, responder, run.id)
+        why = await host.resume_run(lane, responder, run.id, since=host.started_at)
         if why is not None:
             await safe_send(responder, why)
             continue

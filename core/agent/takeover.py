@@ -86,7 +86,9 @@ class TakingWorker(Protocol):
 
     def publish(self, topic: str, payload: str) -> None: ...
 
-    def spawn_run(self, run_id: str, work: Coroutine[Any, Any, None], name: str) -> bool: ...
+    def spawn_run(
+        self, run_id: str, work: Coroutine[Any, Any, None], name: str
+    ) -> asyncio.Task[None] | None: ...
 
 
 class Takeovers:

@@ -53,6 +53,7 @@ from core.store.protocol import (
     MessageStore,
     PreferenceStore,
     RunStore,
+    SharedStore,
     Store,
     WorkerStore,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "RunStore",
     "Scope",
     "ScopeKind",
+    "SharedStore",
     "SqliteStore",
     "Store",
     "StoredEvent",

@@ -1,4 +1,5 @@
-"""Notices between workers on one store (docs/scale-out.md): PostgreSQL's `LISTEN/NOTIFY`.
+"""Notices to the dispatcher (docs/durability.md, docs/scale-out.md): in one process an
+in-process event (`LocalNotices`); between workers on one store PostgreSQL's `LISTEN/NOTIFY`.
 
 A notice is a topic and a short payload (a run or conversation id). `publish` sends it
 through the store's group commit, so it is delivered when what was queued before it is
@@ -50,6 +51,39 @@ class Notices(Protocol):
         """Deliver notices to `handler` until cancelled; `on_listening` is called each
         time listening (re)starts — notices sent before that were not heard."""
         ...
+
+
+class LocalNotices:
+    """`Notices` within one process (one store that no other process claims from): a
+    notice is handed to the listeners on the event loop's next turn, with no store and no
+    polling in between. What it announces (a queued run, a run that ended) is committed
+    before it is published, or is claimed by a statement that commits after it."""
+
+    def __init__(self) -> None:
+        self._handlers: list[Handler] = []
+
+    async def publish(self, topic: str, payload: str = "") -> None:
+        self.publish_soon(topic, payload)
+
+    def publish_soon(self, topic: str, payload: str = "") -> None:
+        loop = asyncio.get_running_loop()
+        for handler in self._handlers:
+            loop.call_soon(_deliver, handler, topic, payload)
+
+    async def listen(self, handler: Handler, on_listening: Callable[[], None]) -> None:
+        self._handlers.append(handler)
+        try:
+            on_listening()
+            await asyncio.Future()  # until cancelled
+        finally:
+            self._handlers.remove(handler)
+
+
+def _deliver(handler: Handler, topic: str, payload: str) -> None:
+    try:
+        handler(topic, payload)
+    except Exception:
+        log.exception("notice %s:%s was not handled", topic, payload)
 
 
 async def open_notices(store: Store) -> Notices:
@@ -120,4 +154,4 @@ class PostgresNotices:
                     await conn.close()
 
 
-__all__ = ["Handler", "Notices", "PostgresNotices", "open_notices"]
+__all__ = ["Handler", "LocalNotices", "Notices", "PostgresNotices", "open_notices"]

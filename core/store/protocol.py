@@ -29,6 +29,8 @@ from core.store import writes
 from core.store.audit_rows import AuditRow
 from core.store.grant_rows import GrantRow
 from core.store.memory_rows import MemoryRow, Scope
+from core.store.queue_protocol import SharedStore as SharedStore
+from core.store.queue_protocol import WorkerStore as WorkerStore
 from core.store.rows import (
     ApprovalRow,
     Checkpoint,
@@ -62,15 +64,6 @@ class RunStore(Protocol):
         no `started_at` until `start_run`; a child run names the run that delegated it. The
         run is this store's worker's (`set_worker`), unless it is `shared`: a queued run any
         worker may claim."""
-        ...
-
-    async def create_queued_run(
-        self, run_id: str, conv: str, text: str, *, channel: str, event_id: str
-    ) -> bool:
-        """A `shared` queued user run for a platform event, marked seen in the same commit;
-        False (and nothing created) if the event was seen already. Of several workers
-        taking one event in at once (a redelivery while the first still stores it),
-        exactly one creates the run."""
         ...
 
     def start_run(self, run_id: str) -> None:
@@ -449,104 +442,6 @@ class JobStore(Protocol):
 
     async def job_runs(self, job: str, limit: int = 1) -> list[JobRunRecord]:
         """At most `limit` of `job`'s fires, latest fire time first."""
-        ...
-
-
-class WorkerStore(Protocol):
-    """What several workers on one store coordinate through (docs/scale-out.md): queued runs handed
-    out one at a time per conversation, heartbeats, and leases on singletons. Times are the
-    store's clock (PostgreSQL's server clock), so workers' clocks need not agree.
-
-    Like the other `async` writes, each also commits what was queued before it."""
-
-    async def claim_queued_run(self, worker_id: str) -> RunRow | None:
-        """Committed: the oldest queued run of no worker (see `create_run`) whose
-        conversation has no running run, nor an answer still owed (`owe_reply`: the next
-        answer must not overtake it), nor a paused run (`waiting_on_human` and
-        resumable: an interrupted run that waits for `/resume` or `/skip` holds the
-        messages behind it), becomes `running` (`started_at` now) on
-        `worker_id`; None if there is none. No two claims,
-        from any workers, get the same run, nor two runs of one conversation while one
-        runs; a conversation's runs are handed out in the order they were stored (`seq`,
-        the store's own order, whatever the clocks of the workers that stored them)."""
-        ...
-
-    def set_worker(self, worker_id: str | None) -> None:
-        """Runs this store creates running or resumes, and the tool groups it lists,
-        are `worker_id`'s from now on (None: one process, nobody's)."""
-        ...
-
-    async def unclaim_run(self, run_id: str) -> None:
-        """Committed: a claimed run that never began goes back to the queue (`queued`,
-        no worker), unless it is no longer running."""
-        ...
-
-    async def take_over_runs(
-        self,
-        dead: str | None,
-        worker_id: str,
-        *,
-        created_before: float = math.inf,
-        silent_for: float | None = None,
-    ) -> list[RunRow]:
-        """Committed: the runs worker `dead` left running (None: runs of no worker, created
-        before `created_before`) become `worker_id`'s and stay `running` (reason
-        `taken_over`; resumable if their last checkpoint is not the final one), so that
-        nothing of their conversations runs before the taker has gone on with them or
-        paused them — except a user's or a goal's run with no checkpoint at all (it never
-        got going): it goes back to the queue, as a run any worker may claim; and a child
-        run, which becomes `timed_out` ("interrupted") for its parent to resume.
-
-        `dead`'s row in the worker list goes in the same commit; with `silent_for`, only
-        if `dead` has not beaten for that many seconds, else nothing is taken (a worker
-        that beat meanwhile keeps its runs). Returns the runs, oldest first. Of workers
-        taking over at once, each run goes to one."""
-        ...
-
-    async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
-        """Committed: the interrupted run `run_id` (resumable, neither running nor
-        queued) goes on: `running` on `worker_id`, no longer resumable — only if nothing
-        else of its conversation is running, nor (unless the run is paused:
-        `waiting_on_human`, holding its queue) queued; whether it did. Of several takers
-        at once, one gets it."""
-        ...
-
-    async def cancel_queued(
-        self, conv: str, reason: str, *, run_id: str | None = None
-    ) -> list[str]:
-        """Committed: `conv`'s queued runs (only `run_id`, if given) become `cancelled`
-        (`reason`); their ids, first stored first. A run claimed meanwhile is not among
-        them."""
-        ...
-
-    async def worker_heartbeat(self, worker_id: str) -> bool:
-        """Committed: `worker_id` is alive now. True if it was listed already; False if it
-        was not — a new worker, or one taken for dead since its last heartbeat (its runs
-        were taken over: `take_over_runs`), listed again from now."""
-        ...
-
-    async def dead_workers(self, older_than: float) -> list[str]:
-        """Workers not heard from for more than `older_than` seconds, longest silent
-        first."""
-        ...
-
-    async def forget_worker(self, worker_id: str) -> None:
-        """Committed: a dead worker's runs are reconciled; it is no longer listed."""
-        ...
-
-    async def take_lease(self, name: str, holder: str, ttl: float) -> bool:
-        """Committed: `holder` holds the lease `name` for the next `ttl` seconds if it was
-        free, expired or already `holder`'s; whether it holds it now. Of holders taking
-        one lease at once, one gets it."""
-        ...
-
-    async def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
-        """Committed: `holder` keeps its lease `name` for the next `ttl` seconds; False if
-        the lease is not `holder`'s (any more)."""
-        ...
-
-    async def release_lease(self, name: str, holder: str) -> None:
-        """Committed: `holder` gives the lease `name` up (nothing if it is not its)."""
         ...
 
 

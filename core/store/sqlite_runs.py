@@ -1,6 +1,6 @@
 """The SQLite tables of runs and jobs (`RunStore`, `JobStore`): the shared statements of
-`run_tables.py`, and what SQLite does its own way — a queued run taken in under the write
-lock, a fire claimed after a read, and the whole tool-group ledger emptied."""
+`run_tables.py`, and what SQLite does its own way — a fire claimed after a read, and the
+whole tool-group ledger emptied."""
 
 from __future__ import annotations
 
@@ -19,23 +19,6 @@ class SqliteRunTables(SqliteDatabase, RunTables):
     """`RunStore` and `JobStore` on SQLite (`SqliteStore` adds the rest)."""
 
     _sql = SQLITE_RUNS
-
-    async def create_queued_run(
-        self, run_id: str, conv: str, text: str, *, channel: str, event_id: str
-    ) -> bool:
-        """A shared queued run for an event not seen before, both in one transaction (it
-        holds the write lock from its start: no other process marks the event between)."""
-        self.write_soon(
-            "INSERT INTO runs (id, conv, state, trigger, created_at, text) "
-            "SELECT ?, ?, 'queued', 'user', ?, ? WHERE NOT EXISTS "
-            "(SELECT 1 FROM seen_events WHERE channel = ? AND event_id = ?)",
-            (run_id, conv, time.time(), text, channel, event_id),
-        )
-        await self.write(
-            "INSERT OR IGNORE INTO seen_events (channel, event_id, at) VALUES (?, ?, ?)",
-            (channel, event_id, time.time()),
-        )
-        return await self._one("SELECT 1 FROM runs WHERE id = ?", (run_id,)) is not None
 
     async def _take_all_tool_groups(self) -> list[Any]:
         rows = await self._all("SELECT pgid, start_ticks, boot_id FROM tool_groups")

@@ -1,9 +1,9 @@
 """`WorkerStore` written once for both backends: runs given back or cancelled while
-queued, `/resume` taking a paused run, heartbeats and leases. Each backend's class
-(`sqlite_workers.py`, `postgres_workers.py`) adds the two it does its own way: handing
-out a queued run and taking over a dead worker's runs. Times are the dialect's clock,
-read when a statement takes effect (the server's, on PostgreSQL: workers' clocks may
-differ)."""
+queued, and `/resume` taking a paused run. Each backend's class
+(`sqlite_workers.py`, `postgres_workers.py`) adds the hand-out of a queued run, which it
+does its own way; PostgreSQL's adds what only a shared store does (`SharedStore`). Times
+are the dialect's clock, read when a statement takes effect (the server's, on PostgreSQL:
+workers' clocks may differ)."""
 
 from __future__ import annotations
 
@@ -11,21 +11,14 @@ from core.store.dialect import POSTGRES, SQLITE, Dialect
 from core.store.rows import RUN_COLUMNS
 from core.store.run_tables import RunTables
 
-_HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
-# A message (or a goal's turn) that never got going: back to the queue, for any worker.
-_REQUEUE = f"(runs.trigger IN ('user', 'goal') AND NOT {_HAS_CHECKPOINT})"
-_CHILD = "(runs.parent_run_id IS NOT NULL)"  # goes on when its parent is resumed
 
-
-def claim_queued_run(d: Dialect, *, also: str = "", lock: str = "") -> str:
-    """The hand-out of the oldest eligible queued run, for a backend's `claim_queued_run`
-    (parameters: `now`'s, then the worker): `also` narrows which runs are eligible, `lock`
-    ends the choosing subquery (PostgreSQL's `FOR UPDATE SKIP LOCKED`)."""
+def claimable(d: Dialect, *, also: str = "", lock: str = "") -> str:
+    """The id of the oldest eligible queued run (parameters: the worker, whether runs of
+    no worker count): `also` narrows which runs are eligible, `lock` ends it (PostgreSQL's
+    `FOR UPDATE SKIP LOCKED`)."""
     return d.sql(f"""
-UPDATE runs SET state = 'running', started_at = {d.now}, worker = ?
-WHERE id = (
     SELECT q.id FROM runs q
-    WHERE q.state = 'queued' AND q.worker IS NULL
+    WHERE q.state = 'queued' AND (q.worker {d.is_} {d.text_param} OR (? AND q.worker IS NULL))
       AND NOT EXISTS (
           SELECT 1 FROM runs r
           WHERE r.conv = q.conv
@@ -33,29 +26,16 @@ WHERE id = (
                  OR (r.state = 'waiting_on_human' AND r.resumable))
       ){also}
     ORDER BY q.seq
-    LIMIT 1{lock}
-)
-RETURNING {RUN_COLUMNS}
-""")
+    LIMIT 1{lock}""")
 
 
-def take_over_runs(d: Dialect, *, gone: str = "") -> str:
-    """The take-over of a dead worker's runs, for a backend's `take_over_runs`
-    (parameters: `now`'s, the taker, the dead worker, the creation time before which
-    runs of no worker count, then `gone`'s): `gone` is a condition that must also hold."""
+def claim_queued_run(d: Dialect, *, also: str = "", lock: str = "") -> str:
+    """The hand-out of the oldest eligible queued run (`claimable`), for a backend's
+    `claim_queued_run` (parameters: `now`'s, the worker, then `claimable`'s)."""
     return d.sql(f"""
-UPDATE runs SET
-    state = CASE WHEN {_REQUEUE} THEN 'queued' WHEN {_CHILD} THEN 'timed_out' ELSE state END,
-    reason = CASE WHEN {_REQUEUE} THEN reason WHEN {_CHILD} THEN 'interrupted'
-                  ELSE 'taken_over' END,
-    started_at = CASE WHEN {_REQUEUE} THEN NULL ELSE started_at END,
-    ended_at = CASE WHEN {_CHILD} THEN {d.now} ELSE NULL END,
-    worker = CASE WHEN {_REQUEUE} THEN NULL ELSE ? END,
-    resumable = COALESCE((
-        SELECT c.kind <> 'final' FROM checkpoints c WHERE c.run_id = runs.id
-        ORDER BY c.seq DESC LIMIT 1
-    ), FALSE)
-WHERE state = 'running' AND worker {d.is_} ? AND created_at < ?{gone}
+UPDATE runs SET state = 'running', started_at = {d.now}, worker = ?
+WHERE id = ({claimable(d, also=also, lock=lock)}
+)
 RETURNING {RUN_COLUMNS}
 """)
 
@@ -79,7 +59,8 @@ UPDATE runs SET state = 'running', resumable = FALSE, ended_at = NULL, worker = 
 WHERE id = ? AND resumable AND state NOT IN ('running', 'queued')
   AND NOT EXISTS (
       SELECT 1 FROM runs o WHERE o.conv = runs.conv
-        AND (o.state = 'running' OR (o.state = 'queued' AND runs.state <> 'waiting_on_human'))
+        AND (o.state = 'running' OR (o.state = 'queued' AND runs.state <> 'waiting_on_human'
+                                     AND o.created_at >= ?))
   )
 RETURNING id
 """
@@ -89,32 +70,6 @@ RETURNING id
             f"WHERE conv = ? AND state = 'queued' AND ({d.text_param} IS NULL OR id = ?) "
             "RETURNING id, seq"
         )
-        # Inserted (False) or beaten again (True): an inserted row starts when it beats
-        # (one reading of the clock for both). `WHERE TRUE`: SQLite's parser needs it
-        # before an upsert's ON CONFLICT.
-        self.heartbeat = q(
-            "INSERT INTO workers (id, beat_at, started_at) "
-            f"SELECT ?, clock.t, clock.t FROM (SELECT {d.now} AS t) AS clock WHERE TRUE "
-            "ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at "
-            "RETURNING started_at <> beat_at"
-        )
-        self.dead_workers = q(
-            f"SELECT id FROM workers WHERE beat_at < {d.now} - ? ORDER BY beat_at, id"
-        )
-        self.forget_worker = q("DELETE FROM workers WHERE id = ?")
-        self.take_lease = q(
-            f"""
-INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, {d.now} + ?)
-ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
-WHERE leases.expires_at <= {d.now} OR leases.holder = EXCLUDED.holder
-RETURNING holder
-"""
-        )
-        self.renew_lease = q(
-            f"UPDATE leases SET expires_at = {d.now} + ? WHERE name = ? AND holder = ? "
-            "RETURNING holder"
-        )
-        self.release_lease = q("DELETE FROM leases WHERE name = ? AND holder = ?")
 
 
 SQLITE_WORKERS = WorkerSql(SQLITE)
@@ -123,7 +78,7 @@ POSTGRES_WORKERS = WorkerSql(POSTGRES)
 
 class WorkerTables(RunTables):
     """`WorkerStore` over a database whose statements `_worker_sql` spells (but for the
-    hand-out and the take-over, which each backend's class adds)."""
+    hand-out, which each backend's class adds)."""
 
     _worker_sql: WorkerSql
 
@@ -133,8 +88,12 @@ class WorkerTables(RunTables):
     async def unclaim_run(self, run_id: str) -> None:
         await self.write(self._worker_sql.unclaim_run, (run_id,))
 
-    async def take_resumable_run(self, run_id: str, worker_id: str | None) -> bool:
-        rows = await self._write_now(self._worker_sql.take_resumable, lambda: (worker_id, run_id))
+    async def take_resumable_run(
+        self, run_id: str, worker_id: str | None, *, since: float = 0.0
+    ) -> bool:
+        rows = await self._write_now(
+            self._worker_sql.take_resumable, lambda: (worker_id, run_id, since)
+        )
         return bool(rows)
 
     async def cancel_queued(
@@ -145,33 +104,3 @@ class WorkerTables(RunTables):
             self._worker_sql.cancel_queued, lambda: (reason, *clock(), conv, run_id, run_id)
         )
         return [str(r[0]) for r in sorted(rows, key=lambda r: int(r[1]))]
-
-    async def worker_heartbeat(self, worker_id: str) -> bool:
-        clock = self._worker_sql.dialect.clock
-        rows = await self._write_now(self._worker_sql.heartbeat, lambda: (worker_id, *clock()))
-        return bool(rows and rows[0][0])
-
-    async def dead_workers(self, older_than: float) -> list[str]:
-        clock = self._worker_sql.dialect.clock
-        rows = await self._all(self._worker_sql.dead_workers, (*clock(), older_than))
-        return [str(r[0]) for r in rows]
-
-    async def forget_worker(self, worker_id: str) -> None:
-        await self.write(self._worker_sql.forget_worker, (worker_id,))
-
-    async def take_lease(self, name: str, holder: str, ttl: float) -> bool:
-        def params() -> tuple[object, ...]:
-            now = self._worker_sql.dialect.clock()  # one reading for both
-            return (name, holder, *now, ttl, *now)
-
-        return bool(await self._write_now(self._worker_sql.take_lease, params))
-
-    async def renew_lease(self, name: str, holder: str, ttl: float) -> bool:
-        clock = self._worker_sql.dialect.clock
-        rows = await self._write_now(
-            self._worker_sql.renew_lease, lambda: (*clock(), ttl, name, holder)
-        )
-        return bool(rows)
-
-    async def release_lease(self, name: str, holder: str) -> None:
-        await self.write(self._worker_sql.release_lease, (name, holder))

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from core.context.transcript import is_valid
+from core.store import SharedStore
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 
@@ -216,3 +217,27 @@ async def test_a_full_queue_turns_a_message_away_and_says_so(
         assert chat.finals == ["answer"] * 4
         asked = [m["content"] for r in fake_llm.requests for m in r.json["messages"][-1:]]
         assert "m4" not in asked
+
+
+async def test_waiting_messages_are_queued_runs_in_the_store_not_in_the_lane(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """One queue (docs/durability.md#the-queue): what waits is a queued run in the store,
+    claimed in order by the one dispatcher; an SQLite store has nothing of a shared one."""
+    fake_llm.responder = lambda _r: Reply(text="answer", chunk_size=2, chunk_delay=0.02)
+    async with running_agent(fake_llm, tmp_path) as agent:
+        assert not isinstance(agent.store, SharedStore)
+        assert agent.workers is None
+        chat = RecordingResponder()
+        for i in range(3):
+            await agent.submit(inbound(f"m{i}"), chat)
+        queued = await agent.store.runs(conv="test:c1:", states=["queued"])
+        texts = [r.text for r in reversed(queued)]
+        assert texts in (["m1", "m2"], ["m0", "m1", "m2"])  # m0 may be claimed already
+        await agent.wait_idle()
+        assert chat.finals == ["answer"] * 3
+        assert await agent.store.runs(conv="test:c1:", states=["queued"]) == []
+        stored = list(reversed(await agent.store.runs(conv="test:c1:")))  # as they came
+        started = sorted(stored, key=lambda r: r.started_at or 0.0)
+        assert [r.id for r in started] == [r.id for r in stored]
+        assert [r.state for r in stored] == ["completed"] * 3

@@ -92,6 +92,11 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+shared_only = pytest.mark.parametrize("reopen", ["postgres"], indirect=True)
+"""A test of what only a store several workers share does (`core.store.SharedStore`):
+PostgreSQL alone."""
+
+
 @pytest.fixture(params=sorted(BACKENDS))
 async def reopen(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Reopen]:
     """Opens this test's store (again): a new `Store` on the same data each call."""

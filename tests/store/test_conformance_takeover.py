@@ -9,7 +9,7 @@ import asyncio
 
 from core.messages import Message
 from core.store import Store
-from tests.store.conftest import Reopen
+from tests.store.conftest import Reopen, shared_only
 from tests.store.samples import CONV, OTHER, checkpoint
 
 # --- whose runs ----------------------------------------------------------------------------
@@ -62,6 +62,7 @@ async def test_a_resumed_run_becomes_the_resuming_worker_s(store: Store) -> None
 # --- dead workers ------------------------------------------------------------------------
 
 
+@shared_only
 async def test_a_dead_worker_s_running_runs_are_taken_over_once(reopen: Reopen) -> None:
     dead, first, second = await reopen(), await reopen(), await reopen()
     try:
@@ -112,6 +113,7 @@ async def test_a_dead_worker_s_running_runs_are_taken_over_once(reopen: Reopen) 
             await opened.aclose()
 
 
+@shared_only
 async def test_a_worker_that_beats_again_keeps_its_runs(reopen: Reopen) -> None:
     """The takeover and the dead worker's heartbeat cannot both win: the worker is struck
     off with its runs in one commit, only while it is still silent, and its next
@@ -139,6 +141,7 @@ async def test_a_worker_that_beats_again_keeps_its_runs(reopen: Reopen) -> None:
         await taker.aclose()
 
 
+@shared_only
 async def test_a_worker_taken_for_dead_writes_nothing_over_its_taken_runs(
     reopen: Reopen,
 ) -> None:
@@ -175,6 +178,7 @@ async def test_a_worker_taken_for_dead_writes_nothing_over_its_taken_runs(
         await taker.aclose()
 
 
+@shared_only
 async def test_runs_of_no_worker_are_taken_over_only_if_older(store: Store) -> None:
     await store.create_run("old", CONV, "user")
     store.checkpoint(checkpoint("old", 1, "input"))
@@ -281,6 +285,7 @@ async def test_one_queued_run_is_withdrawn_unless_claimed(store: Store) -> None:
 # --- the tool process-group ledger ------------------------------------------------------
 
 
+@shared_only
 async def test_tool_groups_are_taken_only_from_this_machine_s_silent_workers(
     reopen: Reopen,
 ) -> None:
@@ -340,6 +345,7 @@ async def test_a_fire_is_its_claimer_s_and_only_it_finishes_it(reopen: Reopen) -
         await second.aclose()
 
 
+@shared_only
 async def test_the_fires_of_a_gone_worker_are_taken_over_once(reopen: Reopen) -> None:
     """A fire is taken over when its worker is no longer listed, or listed again only
     since the claim (it was taken for dead meanwhile); a live worker's fire stays."""

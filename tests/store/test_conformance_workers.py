@@ -9,7 +9,7 @@ import asyncio
 import time
 
 from core.store import Store
-from tests.store.conftest import Reopen
+from tests.store.conftest import Reopen, shared_only
 from tests.store.samples import CONV, OTHER
 
 # --- queued runs -------------------------------------------------------------------------
@@ -103,6 +103,7 @@ async def test_workers_claiming_at_once_keep_each_conversation_to_one_run_in_ord
             await worker.aclose()
 
 
+@shared_only
 async def test_a_queued_run_for_an_event_is_created_once_and_marks_it_seen(
     store: Store,
 ) -> None:
@@ -124,6 +125,7 @@ async def test_a_queued_run_for_an_event_is_created_once_and_marks_it_seen(
     assert await store.create_queued_run("r4", CONV, "hi", channel="discord", event_id="ev1")
 
 
+@shared_only
 async def test_workers_taking_one_event_in_at_once_create_one_run(reopen: Reopen) -> None:
     first, second = await reopen(), await reopen()
     try:
@@ -144,6 +146,7 @@ async def test_workers_taking_one_event_in_at_once_create_one_run(reopen: Reopen
 # --- heartbeats ------------------------------------------------------------------------
 
 
+@shared_only
 async def test_workers_not_heard_from_are_dead_longest_silent_first(store: Store) -> None:
     assert await store.dead_workers(0) == []
     await store.worker_heartbeat("w1")
@@ -159,6 +162,7 @@ async def test_workers_not_heard_from_are_dead_longest_silent_first(store: Store
 # --- leases ----------------------------------------------------------------------------
 
 
+@shared_only
 async def test_a_lease_is_held_by_one_holder_until_released(store: Store) -> None:
     assert await store.take_lease("telegram", "w1", 60)
     assert not await store.take_lease("telegram", "w2", 60)
@@ -170,6 +174,7 @@ async def test_a_lease_is_held_by_one_holder_until_released(store: Store) -> Non
     assert await store.take_lease("telegram", "w2", 60)
 
 
+@shared_only
 async def test_an_expired_lease_goes_to_the_next_taker(store: Store) -> None:
     assert await store.take_lease("telegram", "w1", 0.2)
     await asyncio.sleep(0.4)
@@ -177,6 +182,7 @@ async def test_an_expired_lease_goes_to_the_next_taker(store: Store) -> None:
     assert not await store.renew_lease("telegram", "w1", 60)
 
 
+@shared_only
 async def test_a_renewed_lease_stays_with_its_holder(store: Store) -> None:
     assert not await store.renew_lease("telegram", "w1", 60)  # nobody holds it
     assert await store.take_lease("telegram", "w1", 0.2)
@@ -186,6 +192,7 @@ async def test_a_renewed_lease_stays_with_its_holder(store: Store) -> None:
     assert not await store.renew_lease("telegram", "w2", 60)
 
 
+@shared_only
 async def test_holders_taking_one_lease_at_once_get_it_once(reopen: Reopen) -> None:
     first, second = await reopen(), await reopen()
     try:
@@ -239,6 +246,7 @@ async def test_a_reply_is_owed_only_by_the_worker_whose_run_it_is(store: Store) 
     assert owed.text == "hello"
 
 
+@shared_only
 async def test_an_owed_reply_of_a_listed_worker_stays_its_own(store: Store) -> None:
     """A worker that beats (say, one a sweep found silent a moment ago, that beat since)
     is posting its answers itself: nobody takes them."""

@@ -64,7 +64,7 @@ class Where:
             await pg.rollback()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["postgres"])  # leases are a shared store's (`SharedStore`)
 async def where(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Where]:
     if request.param == "sqlite":
         yield Where("sqlite", tmp_path / "parley.db")
