@@ -105,12 +105,14 @@ class Commands:
         site = site_for(conversation.executor.ctx.sandbox, lane.conv_id)
         goal = lane.goal
         goal_text = f"{goal.text} ({goal.state}{', auto' if goal.auto else ''})" if goal else "none"
-        run = "running" if lane.working else "idle"  # a queued turn whose worker is starting counts
+        # a claimed run whose turn is about to begin counts
+        claimed, waiting = await self.agent.dispatcher.waiting(lane)
+        run = "running" if lane.working or claimed else "idle"
         if lane.busy and lane.run_id:
             run += f" (run {lane.run_id})"
         elif lane.last_state:
             run += f" (last run: {lane.last_state})"
-        if waiting := await self.agent.dispatcher.waiting(lane):
+        if waiting:
             run += f", {waiting} queued"
         subgoal = context.subgoal_status() if context is not None else None
         focus = context.focus_status(conversation.messages) if context is not None else None

@@ -206,6 +206,8 @@ class Dispatcher(Intake):
                     break
                 if row is None:
                     break
+                # claimed here from now on: a /stop before the task begins reaches it
+                self._starting[row.conv] = row.id
                 task = spawn(self._run_claimed(row), f"run {row.id}")
                 self._running[row.id], self._convs[row.id] = task, row.conv
                 task.add_done_callback(self._finished)
@@ -343,9 +345,14 @@ class Dispatcher(Intake):
 
     # --- /stop, /status and /resume -------------------------------------------------------
 
-    async def waiting(self, lane: Lane) -> int:
-        """How many runs of the lane's conversation are queued (`/status`)."""
-        return len(await self.host.store.runs(conv=lane.conv_id, states=["queued"], limit=1000))
+    async def waiting(self, lane: Lane) -> tuple[bool, int]:
+        """`/status`: whether a run of the lane's conversation is claimed (by any worker,
+        its turn maybe not begun yet), and how many are queued."""
+        rows = await self.host.store.runs(
+            conv=lane.conv_id, states=["queued", "running"], limit=1000
+        )
+        queued = sum(row.state == "queued" for row in rows)
+        return queued < len(rows), queued
 
     async def stop(self, lane: Lane) -> tuple[int, bool]:
         """`/stop`: cancel the conversation's queued runs (wherever they were taken in),

@@ -91,13 +91,13 @@ class Intake:
         if waiting >= most:
             return await self._turn_away(inbound, responder, conv, waiting, done)
         waiter = Queued(inbound, responder, new_run_id(), done)
-        if inbound.user_id:  # committed with the run: whoever claims it knows the sender
-            store.add_sender(waiter.run_id, inbound.user_id, inbound.user_name, inbound.groups)
         if not await self._create(waiter, conv, self.shares(inbound.key)):
             event = {"channel": inbound.channel, "id": inbound.event_id}
             self.host.events.emit("channel.event.duplicate", event)
             waiter.settle(RunReport("", "cancelled", "", stop_reason="duplicate"))
             return False
+        if inbound.user_id:  # whoever claims it knows the sender (docs/governance.md#roles)
+            store.add_sender(waiter.run_id, inbound.user_id, inbound.user_name, inbound.groups)
         self._announce(waiter, conv)
         return True
 

@@ -403,8 +403,8 @@ class Lane:
 class LaneQueue(Protocol):
     """The store's queue as commands see it (`core.agent.dispatcher.Dispatcher`)."""
 
-    async def waiting(self, lane: Lane) -> int:
-        """How many runs of the lane's conversation are queued."""
+    async def waiting(self, lane: Lane) -> tuple[bool, int]:
+        """Whether a run of the lane's conversation is claimed, and how many are queued."""
         ...
 
     async def status(self, lane: Lane) -> str:
