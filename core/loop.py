@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from core import metrics
 from core.context.tokens import TokenCounter
-from core.errors import ContextLengthError
+from core.errors import ContextLengthError, ProviderError
 from core.events import (
     EventSink,
     LLMCallStarted,
@@ -31,6 +32,7 @@ from core.events import (
     Usage,
 )
 from core.messages import CANCELLED_RESULT, Message, ToolCall
+from core.metrics import error_kind
 from core.providers.base import Provider
 from core.resilience import (
     HARD_LIMIT_TEXT,
@@ -330,12 +332,16 @@ async def _call(run: _Run, iteration: int, tools: Sequence[ToolSpec]) -> Message
     and one retry."""
     run.sink(LLMCallStarted(iteration, run.provider.name, run.provider.model))
     try:
-        done = await run.provider.complete(run.messages, tools, run.sink)
-    except ContextLengthError:
-        if run.guards.context is None:
-            raise
-        await run.guards.context.compact(run.messages, sink=run.sink)
-        done = await run.provider.complete(run.messages, tools, run.sink)
+        try:
+            done = await run.provider.complete(run.messages, tools, run.sink)
+        except ContextLengthError:
+            if run.guards.context is None:
+                raise
+            await run.guards.context.compact(run.messages, sink=run.sink)
+            done = await run.provider.complete(run.messages, tools, run.sink)
+    except ProviderError as exc:
+        metrics.llm_error(run.provider.name, error_kind(exc))
+        raise
     usage = done.usage
     if usage is None:
         usage = _estimate(run.counter, run.messages, done.message)
