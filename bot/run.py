@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from pydantic import BaseModel
 
+from bot.operate import admin_token, start_server, start_telemetry, stop_server, stop_telemetry
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels import PLATFORMS
 from core.chat import ConversationKey, Responder
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from bot.app import App
     from bot.config import ParleyConfig
     from bot.jobs import Scheduler
+    from bot.server import OpsServer
     from channels.base import Channel
     from channels.console import ConsoleChannel
     from core.agent import Agent
@@ -107,7 +109,11 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
     loop.add_signal_handler(signal.SIGHUP, lambda: _reload(app, out))
     started: list[Channel] = []
     leased: Singletons | None = None
+    server: OpsServer | None = None
+    telemetry = None
     try:
+        admin_token(app)  # a missing token stops start-up before anything connects
+        telemetry = start_telemetry(app)
         out.write(f"parley: provider {app.default_provider}; store {agent.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
         out.write(f"parley: {describe_places(app.config.tools)}\n")
@@ -125,6 +131,9 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
             scheduler.validate()  # a bad job stops start-up before anything connects
             agent.cron = scheduler  # fires a dead worker left are taken over (any worker)
         leased = _singletons(app, agent, all_channels, scheduler, out)  # before channels start
+        server = await start_server(app, agent, all_channels, leased)
+        if server is not None:
+            out.write(f"parley: operator's endpoint on {server.url} ({_pages(server)})\n")
         for channel in all_channels.values():
             await channel.start(agent)
             started.append(channel)
@@ -149,6 +158,8 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
         for channel in reversed(started):
             with contextlib.suppress(Exception):
                 await channel.stop()
+        await stop_server(server)
+        stop_telemetry(telemetry)
         out.write("parley: stopped\n")
         out.flush()
     return 0
@@ -215,3 +226,8 @@ async def _serve(stop: asyncio.Event, console_channel: ConsoleChannel | None, ou
         waiter.cancel()
     out.write("parley: stopping (letting running turns reach a checkpoint)\n")
     out.flush()
+
+
+def _pages(server: OpsServer) -> str:
+    page = "the operator's page at /" if server.has_page else "no page: no admin_token_env"
+    return f"/healthz, /readyz, /metrics; {page}"
