@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from bot.singletons import worker_id
 from core import metrics, tracing
 from core.errors import ConfigError
 
@@ -75,9 +76,10 @@ async def start_server(
     """The operator's endpoint, listening (None: `[server] listen` is unset). Metrics are
     counted only while it serves them."""
     settings = app.config.server
-    tracing.WORKER[0] = (
-        leased.worker if leased else agent.workers.id if agent.workers is not None else ""
-    )
+    if leased is not None:
+        tracing.WORKER[0] = leased.worker
+    else:
+        tracing.WORKER[0] = agent.workers.id if agent.workers is not None else worker_id()
     if not settings.listen:
         return None
     from bot.server import OpsServer

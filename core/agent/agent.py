@@ -11,6 +11,7 @@ on an approver goes on by itself after a restart (`core.agent.approvals`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -33,6 +34,7 @@ from core.audit import AuditLog
 from core.chat import ApprovalRequest, ConversationKey, GrantScope, Inbound, Responder
 from core.clock import Clock, SystemClock
 from core.config import GoalsConfig
+from core.errors import StoreError
 from core.eventlog import EventLog
 from core.fence import HELD, Fence
 from core.messages import Message
@@ -41,6 +43,8 @@ from core.store import RunRow, Store
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
 from core.tools.site import site_for
+
+log = logging.getLogger(__name__)
 
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
 
@@ -515,8 +519,11 @@ class Agent:
                 await asyncio.wait({lane.worker})
             for queued in lane.drop_queue():  # stored: they run after the restart, not here
                 queued.settle(_not_run(queued.run_id, "closing"))
-        await self.audit.flush()
-        await self.store.flush()
+        try:
+            await self.audit.flush()
+            await self.store.flush()
+        except StoreError as exc:  # already logged as it failed: shut down all the same
+            log.error("at shutdown: %s", exc)
         if self.workers is not None:
             await self.workers.close()
 
