@@ -63,9 +63,9 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     """`rows` cells are HTML already (escaped by the caller)."""
     if not rows:
         return "<p class=muted>none</p>"
-    top = "".join(f"<th>{e(h)}</th>" for h in head)
+    top = "<tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>" if any(head) else ""
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{top}</tr>{body}</table>"
+    return f"<table>{top}{body}</table>"
 
 
 def login_form(problem: str = "") -> str:

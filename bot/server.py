@@ -161,7 +161,7 @@ class OpsServer:
         given = str(form.get("token", ""))
         if not hmac.compare_digest(given.encode(), self._token.encode()):
             return _html(admin_page.login_form("That is not the token."), status=401)
-        response = web.HTTPSeeOther("/")
+        response = web.Response(status=303, headers={"Location": "/"})
         response.set_cookie(COOKIE, self._session, httponly=True, samesite="Strict", path="/")
         return response
 
