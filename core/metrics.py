@@ -78,6 +78,7 @@ class _Metrics:
 
         self.registry = r = CollectorRegistry()
         self.sources: list[GaugeSource] = []
+        self._kids: dict[tuple[Any, ...], Any] = {}  # labelled children: labels() is slow
         self.runs = Counter("parley_runs", "Run state changes.", ["state", "channel"], registry=r)
         self.runs_started = Counter(
             "parley_runs_started",
@@ -169,29 +170,37 @@ class _Metrics:
         )
         r.register(_Gauges(self.sources))
 
+    def kid(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, remembered (the labels are bounded, so is this)."""
+        key = (id(metric), *labels)
+        child = self._kids.get(key)
+        if child is None:
+            child = self._kids[key] = metric.labels(*labels)
+        return child
+
     def event(self, name: str, data: Mapping[str, Any], conv: str | None) -> None:
         if (state := RUN_STATES.get(name)) is not None:
-            self.runs.labels(state, channel_of(conv)).inc()
+            self.kid(self.runs, state, channel_of(conv)).inc()
         elif name == "agent_run.started":
-            self.runs_started.labels(channel_of(conv), str(data.get("trigger", ""))).inc()
+            self.kid(self.runs_started, channel_of(conv), str(data.get("trigger", ""))).inc()
         elif name == "agent.compaction.run":
-            self.compactions.labels(str(data.get("kind", "compact"))).inc()
+            self.kid(self.compactions, str(data.get("kind", "compact"))).inc()
         elif name == "agent.recovery.fired":
-            self.compactions.labels("recovery").inc()
+            self.kid(self.compactions, "recovery").inc()
         elif name == "agent.loop.detected":
             if data.get("stops"):
-                self.guard_stops.labels("loop").inc()
+                self.kid(self.guard_stops, "loop").inc()
         elif name == "agent.exhaustion.hard_limit":
-            self.guard_stops.labels("hard_limit").inc()
+            self.kid(self.guard_stops, "hard_limit").inc()
         elif name == "agent.exhaustion.soft_limit":
-            self.guard_stops.labels("soft_limit").inc()
+            self.kid(self.guard_stops, "soft_limit").inc()
         elif name.startswith("lease."):
             change = name.removeprefix("lease.")
-            self.lease_changes.labels(str(data.get("lease", "")), change).inc()
+            self.kid(self.lease_changes, str(data.get("lease", "")), change).inc()
         elif name == "job.finished":
-            self.cron.labels(str(data.get("job", "")), str(data.get("state", ""))).inc()
+            self.kid(self.cron, str(data.get("job", "")), str(data.get("state", ""))).inc()
         elif name == "job.skipped":
-            self.cron.labels(str(data.get("job", "")), "skipped").inc()
+            self.kid(self.cron, str(data.get("job", "")), "skipped").inc()
 
 
 class _Gauges:
@@ -249,52 +258,52 @@ def llm_call(provider: str, model: str, seconds: float, tokens: Mapping[str, int
     """An LLM call answered in `seconds`, with its tokens by type (input, cached, output)."""
     if (m := _m) is None:
         return
-    m.llm_calls.labels(provider, model).inc()
-    m.llm_seconds.labels(provider, model).observe(seconds)
+    m.kid(m.llm_calls, provider, model).inc()
+    m.kid(m.llm_seconds, provider, model).observe(seconds)
     for kind, count in tokens.items():
         if count:
-            m.llm_tokens.labels(provider, model, kind).inc(count)
+            m.kid(m.llm_tokens, provider, model, kind).inc(count)
 
 
 def llm_first_token(provider: str, model: str, seconds: float) -> None:
     if (m := _m) is not None:
-        m.llm_ttft.labels(provider, model).observe(seconds)
+        m.kid(m.llm_ttft, provider, model).observe(seconds)
 
 
 def llm_error(provider: str, kind: str) -> None:
     """A failed LLM call: `kind` is a small fixed word (rate_limited, unavailable, auth,
     context_length, retried, other)."""
     if (m := _m) is not None:
-        m.llm_errors.labels(provider, kind).inc()
+        m.kid(m.llm_errors, provider, kind).inc()
 
 
 def llm_cost(provider: str, model: str, usd: float) -> None:
     """Priced usage of one call, where usage is priced (the seam for cost metrics)."""
     if (m := _m) is not None and usd > 0:
-        m.cost.labels(provider, model).inc(usd)
+        m.kid(m.cost, provider, model).inc(usd)
 
 
 def tool_call(tool: str, outcome: str, category: str, seconds: float) -> None:
     if (m := _m) is not None:
-        m.tool_calls.labels(tool, outcome, category).inc()
-        m.tool_seconds.labels(tool).observe(seconds)
+        m.kid(m.tool_calls, tool, outcome, category).inc()
+        m.kid(m.tool_seconds, tool).observe(seconds)
 
 
 def approval(outcome: str) -> None:
     """asked, granted, denied or timed_out."""
     if (m := _m) is not None:
-        m.approvals.labels(outcome).inc()
+        m.kid(m.approvals, outcome).inc()
 
 
 def channel_call(platform: str, outcome: str) -> None:
     """One try of a platform API call: ok, rate_limited, unavailable or refused."""
     if (m := _m) is not None:
-        m.channel_calls.labels(platform, outcome).inc()
+        m.kid(m.channel_calls, platform, outcome).inc()
 
 
 def channel_retry(platform: str, why: str) -> None:
     if (m := _m) is not None:
-        m.channel_retries.labels(platform, why).inc()
+        m.kid(m.channel_retries, platform, why).inc()
 
 
 def store_commit(seconds: float) -> None:
@@ -309,4 +318,4 @@ def store_failed_write() -> None:
 
 def heartbeat(ok: bool) -> None:
     if (m := _m) is not None:
-        m.heartbeats.labels("ok" if ok else "failed").inc()
+        m.kid(m.heartbeats, "ok" if ok else "failed").inc()

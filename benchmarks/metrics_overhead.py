@@ -1,0 +1,166 @@
+"""What instrumentation costs per loop iteration: metrics (and traces) on versus off, in
+the same process, interleaved (docs/operations.md#what-it-costs).
+
+The real agent (`App.open_agent`, SQLite store, events log) answers turns from the fake
+LLM (`tests.fakes.llm`, zero latency): a K turn makes K `read_file` calls, one per LLM
+call, then answers. Per-iteration figure = (median turn time at K - at K=0) / K, wall and
+process CPU, per mode; modes alternate within every rep (off, on, on, off, …) so a loaded
+machine slows them alike. Modes: `off` (no registry: every hook is one global read), `metrics`
+(`core.metrics.enable()`, as with `[server] listen`), and `traces` (metrics plus an
+OpenTelemetry SDK tracer whose spans go to an in-memory exporter; only with the
+`parley[otel]` extra installed).
+
+Usage (from the repo root)::
+
+    .venv/bin/python benchmarks/metrics_overhead.py [--reps 5] [--k 20] [--inner 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bot.app import App, build_registry  # noqa: E402
+from bot.config import parse_config  # noqa: E402
+from core import metrics, tracing  # noqa: E402
+from core.chat import Inbound  # noqa: E402
+from tests.agentkit import RecordingResponder  # noqa: E402
+from tests.fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec  # noqa: E402
+
+
+def _responder(k: int) -> Callable[[RecordedRequest], Reply]:
+    def answer(request: RecordedRequest) -> Reply:
+        done = sum(1 for m in request.json["messages"] if m["role"] == "tool")
+        if done < k:
+            return Reply(tool_calls=[ToolCallSpec("read_file", {"path": "data.txt"})])
+        return Reply(text="done " * 50, chunk_size=40)
+
+    return answer
+
+
+def _tracer() -> tuple[Any, Any] | None:
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+    except ImportError:
+        return None
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider.get_tracer("parley"), exporter
+
+
+def _mode(name: str, tracer: tuple[Any, Any] | None) -> None:
+    metrics.disable()
+    tracing.disable()
+    if name in ("metrics", "traces"):
+        metrics.enable()
+    if name == "traces" and tracer is not None:
+        tracer[1].clear()
+        tracing.enable(tracer[0])
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--k", type=int, default=20)
+    parser.add_argument("--inner", type=int, default=3)
+    args = parser.parse_args()
+    tracer = _tracer()
+    modes = ["off", "metrics"] + (["traces"] if tracer is not None else [])
+    seq = itertools.count()
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp)
+        (state / "ws").mkdir()
+        (state / "ws" / "data.txt").write_text("some data\n" * 20)
+        async with FakeLLM() as fake:
+            config = parse_config(
+                {
+                    "default_provider": "fake",
+                    "providers": {
+                        "fake": {
+                            "kind": "openai_chat",
+                            "base_url": fake.base_url,
+                            "model": "fake-model",
+                        }
+                    },
+                    "agent": {"max_iterations": args.k + 1, "loop_detection": False},
+                    "store": {
+                        "path": str(state / "parley.db"),
+                        "events_log": str(state / "events.jsonl"),
+                    },
+                    "tools": {
+                        "workspace": str(state / "ws"),
+                        "workspace_scope": "shared",
+                        "artifacts_dir": str(state / "artifacts"),
+                        "tools_file": None,
+                    },
+                }
+            )
+            app = App(config, {}, build_registry(config, {}))
+            agent = await app.open_agent(None)
+
+            async def turn(k: int) -> tuple[float, float]:
+                fake.responder = _responder(k)
+                inbound = Inbound(
+                    "bench", f"c{next(seq)}", "", text="go", user_id="u", user_name="u",
+                    is_dm=True,
+                )  # fmt: skip
+                wall, cpu = time.perf_counter(), time.process_time()
+                report = await agent.run(inbound, RecordingResponder())
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                assert report.state == "completed", report
+                return wall, cpu
+
+            for name in modes:  # warm-up
+                _mode(name, tracer)
+                await turn(2)
+            figures: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+            for rep in range(args.reps):
+                order = modes if rep % 2 == 0 else list(reversed(modes))
+                for name in order:
+                    _mode(name, tracer)
+                    zero = [await turn(0) for _ in range(args.inner)]
+                    many = [await turn(args.k) for _ in range(args.inner)]
+                    per = tuple(
+                        (statistics.median(t[i] for t in many) - statistics.median(t[i] for t in zero))  # noqa: E501
+                        / args.k
+                        for i in (0, 1)
+                    )  # fmt: skip
+                    figures[name].append(per)  # type: ignore[arg-type]
+            _mode("off", tracer)
+            await app.close_agent(agent, grace=5)
+            await app.aclose()
+
+    base_wall = statistics.median(f[0] for f in figures["off"])
+    base_cpu = statistics.median(f[1] for f in figures["off"])
+    print(
+        f"per-iteration figure, K={args.k}, {args.reps} interleaved reps ({args.inner} turns each)"
+    )
+    print(f"{'mode':<8} {'wall ms':>8} {'cpu ms':>8} {'wall vs off':>12} {'cpu vs off':>11}")
+    for name in modes:
+        wall = statistics.median(f[0] for f in figures[name])
+        cpu = statistics.median(f[1] for f in figures[name])
+        print(
+            f"{name:<8} {wall * 1000:8.3f} {cpu * 1000:8.3f} "
+            f"{(wall / base_wall - 1) * 100:+11.1f}% {(cpu / base_cpu - 1) * 100:+10.1f}%"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
