@@ -80,9 +80,11 @@ async def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--inner", type=int, default=3)
+    parser.add_argument("--modes", default="off,metrics,traces", help="from off,metrics,traces")
     args = parser.parse_args()
     tracer = _tracer()
-    modes = ["off", "metrics"] + (["traces"] if tracer is not None else [])
+    modes = [m for m in args.modes.split(",") if m != "traces" or tracer is not None]
+    assert modes[0] == "off", "the first mode is the baseline: off"
     seq = itertools.count()
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp)

@@ -19,22 +19,20 @@ if TYPE_CHECKING:
 
 
 def admin_token(app: App) -> str | None:
-    """The page's bearer token (None: no page).
+    """The page's bearer token: the value of `[server] admin_token_env` (None, and no
+    page, when the key or the variable is unset)."""
+    name = app.config.server.admin_token_env
+    return (app.environ.get(name) or None) if name else None
 
-    Raises:
-        ConfigError: `admin_token_env` names a variable that is not set.
-    """
+
+def page_note(app: App) -> str:
+    """Whether the page is served, for the start-up banner."""
     name = app.config.server.admin_token_env
     if not name:
-        return None
-    token = app.environ.get(name, "")
-    if not token:
-        raise ConfigError(
-            "server.admin_token_env",
-            f"the environment variable {name} is not set",
-            f"export {name}=<a long random token>, or remove `admin_token_env` (no page)",
-        )
-    return token
+        return "no operator's page: no [server] admin_token_env"
+    if admin_token(app) is None:
+        return f"no operator's page: {name} is not set"
+    return "the operator's page at /"
 
 
 def start_telemetry(app: App) -> Any:

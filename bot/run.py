@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from pydantic import BaseModel
 
-from bot.operate import admin_token, start_server, start_telemetry, stop_server, stop_telemetry
+from bot.operate import page_note, start_server, start_telemetry, stop_server, stop_telemetry
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels import PLATFORMS
 from core.chat import ConversationKey, Responder
@@ -112,7 +112,6 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
     server: OpsServer | None = None
     telemetry = None
     try:
-        admin_token(app)  # a missing token stops start-up before anything connects
         telemetry = start_telemetry(app)
         out.write(f"parley: provider {app.default_provider}; store {agent.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
@@ -133,7 +132,10 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
         leased = _singletons(app, agent, all_channels, scheduler, out)  # before channels start
         server = await start_server(app, agent, all_channels, leased)
         if server is not None:
-            out.write(f"parley: operator's endpoint on {server.url} ({_pages(server)})\n")
+            out.write(
+                f"parley: operator's endpoint on {server.url}: /healthz, /readyz, /metrics; "
+                f"{page_note(app)}\n"
+            )
         for channel in all_channels.values():
             await channel.start(agent)
             started.append(channel)
@@ -226,8 +228,3 @@ async def _serve(stop: asyncio.Event, console_channel: ConsoleChannel | None, ou
         waiter.cancel()
     out.write("parley: stopping (letting running turns reach a checkpoint)\n")
     out.flush()
-
-
-def _pages(server: OpsServer) -> str:
-    page = "the operator's page at /" if server.has_page else "no page: no admin_token_env"
-    return f"/healthz, /readyz, /metrics; {page}"

@@ -57,7 +57,6 @@ class OpsServer:
         ).hexdigest()
         self._runner: web.AppRunner | None = None
         self.url = ""
-        self.has_page = bool(token)
         metrics.gauges(self._gauges)
 
     def app(self) -> web.Application:
