@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.inspect import runs_command
 from core import tracing
-from tests.agentkit import RecordingResponder, inbound, running_agent
+from tests.agentkit import RecordingResponder, agent_config, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 
 sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="the parley[otel] extra")
@@ -34,7 +35,10 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 
 async def test_a_tool_using_run_is_one_trace_of_llm_and_tool_spans(
-    fake_llm: FakeLLM, tmp_path: Path, spans: InMemorySpanExporter
+    fake_llm: FakeLLM,
+    tmp_path: Path,
+    spans: InMemorySpanExporter,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_llm.script(
         Reply(tool_calls=[ToolCallSpec("write_file", {"path": "a.txt", "content": "hi"})]),
@@ -80,6 +84,11 @@ async def test_a_tool_using_run_is_one_trace_of_llm_and_tool_spans(
     started = [d for _, name, _, d in events if name == "agent_run.started"]
     assert started
     assert started[0]["trace_id"] == f"{trace_id:032x}"
+
+    # `parley runs show` names the trace
+    config = agent_config(fake_llm, tmp_path)
+    assert await runs_command(config, "show", report.run_id, 20, {}) == 0
+    assert f"Trace: {trace_id:032x}\n" in capsys.readouterr().out
 
 
 async def test_without_a_tracer_runs_carry_no_trace_id(fake_llm: FakeLLM, tmp_path: Path) -> None:
