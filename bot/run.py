@@ -148,8 +148,12 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
             await scheduler.take_over_fires()
         if leased is not None:
             leased.start()
+        if server is not None:
+            server.serving = True
         await _serve(stop, console_channel, out)
     finally:
+        if server is not None:
+            server.serving = False  # /readyz: 503 while stopping, so traffic moves away
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         if leased is not None:

@@ -57,6 +57,7 @@ class OpsServer:
         ).hexdigest()
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.serving = False  # channels started and no shutdown begun (`parley run` sets it)
         metrics.gauges(self._gauges)
 
     def app(self) -> web.Application:
@@ -94,8 +95,10 @@ class OpsServer:
         return web.json_response(body, status=503 if problems else 200)
 
     async def not_ready(self) -> dict[str, str]:
-        """What is not ready, by part: `store`, `channel:<name>`, `heartbeat`."""
+        """What is not ready, by part: `process`, `store`, `channel:<name>`, `heartbeat`."""
         problems: dict[str, str] = {}
+        if not self.serving:
+            problems["process"] = "starting or stopping"
         try:
             async with asyncio.timeout(STORE_TIMEOUT):
                 await self.agent.store.run("readiness-probe")  # one real read

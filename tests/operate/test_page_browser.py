@@ -62,6 +62,7 @@ async def page(fake_llm: FakeLLM, tmp_path: Path) -> AsyncIterator[tuple[OpsServ
             token=TOKEN,
         )
         await server.start()
+        server.serving = True
         try:
             yield server, agent, report.run_id
         finally:
