@@ -145,6 +145,7 @@ async def main() -> None:
                         for i in (0, 1)
                     )  # fmt: skip
                     figures[name].append(per)  # type: ignore[arg-type]
+            accounted = await _account(turn, args.k)
             _mode("off", tracer)
             await app.close_agent(agent, grace=5)
             await app.aclose()
@@ -162,6 +163,67 @@ async def main() -> None:
             f"{name:<8} {wall * 1000:8.3f} {cpu * 1000:8.3f} "
             f"{(wall / base_wall - 1) * 100:+11.1f}% {(cpu / base_cpu - 1) * 100:+10.1f}%"
         )
+
+    print()
+    print("metrics hooks per loop iteration, counted, each timed alone (timeit):")
+    total = 0.0
+    for hook, (calls, micros) in sorted(accounted.items()):
+        total += calls * micros
+        print(f"  {hook:<16} {calls:5.2f} calls x {micros:6.2f} us")
+    share = total / 1000 / (base_cpu * 1000) * 100
+    print(f"  = {total:.1f} us per iteration: {share:.2f} % of the per-iteration CPU (off)")
+
+
+HOOKS = (
+    "event", "llm_call", "llm_first_token", "llm_error", "tool_call", "approval",
+    "channel_call", "channel_retry", "store_commit", "store_failed_write", "heartbeat",
+)  # fmt: skip
+
+
+async def _account(
+    turn: Callable[[int], Any], k: int, turns: int = 3
+) -> dict[str, tuple[float, float]]:
+    """Per hook: calls per loop iteration (metrics on) and the cost of one call."""
+    import timeit
+
+    metrics.disable()
+    tracing.disable()
+    metrics.enable()
+    calls: dict[str, list[tuple[Any, ...]]] = {h: [] for h in HOOKS}
+    originals = {h: getattr(metrics, h) for h in HOOKS}
+
+    def counting(hook: str) -> Callable[..., None]:
+        def call(*a: Any) -> None:
+            calls[hook].append(a)
+            originals[hook](*a)
+
+        return call
+
+    for hook in HOOKS:
+        setattr(metrics, hook, counting(hook))
+    try:
+        counts = []
+        for kk in (0, k):
+            for c in calls.values():
+                c.clear()
+            for _ in range(turns):
+                await turn(kk)
+            counts.append({h: (len(c), c[0] if c else None) for h, c in calls.items()})
+    finally:
+        for hook, fn in originals.items():
+            setattr(metrics, hook, fn)
+    found: dict[str, tuple[float, float]] = {}
+    for hook in HOOKS:
+        per = (counts[1][hook][0] - counts[0][hook][0]) / (turns * k)
+        sample = counts[1][hook][1]
+        if per <= 0 or sample is None:
+            continue
+        fn = originals[hook]
+        n = 20000
+        micros = timeit.timeit(lambda fn=fn, a=sample: fn(*a), number=n) / n * 1e6
+        found[hook] = (per, micros)
+    metrics.disable()
+    return found
 
 
 if __name__ == "__main__":
