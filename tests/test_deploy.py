@@ -35,6 +35,7 @@ def test_compose_runs_two_workers_of_one_image_on_one_postgres() -> None:
         assert worker["depends_on"]["db"]["condition"] == "service_healthy"
         assert "./config.toml:/app/config.toml:ro" in worker["volumes"]
         assert "PARLEY_DB_PASSWORD" in worker["environment"]
+        assert "/readyz" in " ".join(worker["healthcheck"]["test"])
     volumes = [services[n]["volumes"][1] for n in ("worker-1", "worker-2")]
     assert len(set(volumes)) == 2  # each worker its own state volume
 

@@ -72,7 +72,7 @@ async def start(
     proc = await start_parley("--config", str(config), "run", env=env, stdin=False)
     parley = Parley(proc)
     await parley.until(lambda: b"parley: ready" in parley.err, "start-up", timeout=60)
-    found = re.search(rb"operator's endpoint on (http://[0-9.:]+)", parley.err)
+    found = re.search(rb"operator's endpoint on (http://[0-9.]+:[0-9]+)", parley.err)
     assert found, parley.err.decode()
     return parley, found.group(1).decode()
 
