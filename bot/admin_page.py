@@ -3,8 +3,8 @@ script and no build step. Every text that reaches the page passes through `e()` 
 escaping, quotes included); nothing else is interpolated but fixed markup and numbers.
 
 Read-only: it shows this worker, its heartbeat and leases, the recent runs by state (each
-opening to its transcript, tool calls and events) and the pending approvals. Usage and
-cost per day and the audit log are not on it yet.
+opening to its transcript, tool calls and events), the pending approvals and the last
+entries of the audit log. Usage and cost per day is not on it yet.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from core.agent import Agent
 
 RECENT = 50  # runs listed on the overview
+AUDIT = 50  # audit log entries listed on the overview
 TEXT_CAP = 4000  # characters of one message or result shown
 
 
@@ -49,6 +50,10 @@ th{background:#f3f3f3} pre{white-space:pre-wrap;margin:0;max-width:70em}
 .state-failed,.state-timed_out{color:#b00}.state-completed{color:#070}
 .muted{color:#777}
 """
+
+
+def _pre(text: str) -> str:
+    return f"<pre>{e(_cap(text))}</pre>"
 
 
 def _page(title: str, body: str) -> str:
@@ -108,9 +113,21 @@ async def overview(agent: Agent, leased: Singletons | None) -> str:
             ],
         )
     )
+    parts.append(f"<h2>Audit log (the last {AUDIT})</h2>")
+    head = await store.audit_head()
+    rows = await store.audit_rows(after=max(0, (head or (0, ""))[0] - AUDIT), limit=AUDIT)
     parts.append(
-        "<h2>Not on this page yet</h2><p class=muted>Usage and cost per day (once usage is "
-        "priced) and the audit log.</p>"
+        _table(
+            ["#", "at", "kind", "who", "conversation", "detail"],
+            [
+                [e(r.seq), e(_when(r.at)), e(r.kind), e(r.actor), e(r.conv), _pre(r.detail)]
+                for r in reversed(rows)
+            ],
+        )
+    )
+    parts.append(
+        "<p class=muted>Not on this page yet: usage and cost per day (once usage is "
+        "priced). The whole audit log, verified: <code>parley audit --verify</code>.</p>"
     )
     return _page("Parley", "".join(parts))
 

@@ -53,6 +53,7 @@ async def page(fake_llm: FakeLLM, tmp_path: Path) -> AsyncIterator[tuple[OpsServ
     async with running_agent(fake_llm, tmp_path) as agent:
         report = await agent.run(inbound(f"please write {HOSTILE}"), RecordingResponder())
         assert report.state == "completed"
+        await agent.store.append_audit("command", "slack:U1", "test:c1:", f'"{HOSTILE}"')
         registry = metrics.enable()
         server = OpsServer(
             ServerConfig(listen="127.0.0.1:0", admin_token_env="X"),
@@ -86,6 +87,10 @@ async def test_the_page_needs_the_token(page: tuple[OpsServer, Agent, str]) -> N
         allowed = await http.get("/", headers={"Authorization": f"Bearer {TOKEN}"})
         assert allowed.status_code == 200
         assert run_id in allowed.text
+        assert "Audit log" in allowed.text
+        assert "slack:U1" in allowed.text
+        assert "<script>" not in allowed.text  # the audit entry's detail, escaped
+        assert "&lt;script&gt;" in allowed.text
         # the probes stay open
         assert (await http.get("/healthz")).status_code == 200
         assert (await http.get("/metrics")).status_code == 200
@@ -100,6 +105,7 @@ async def test_log_in_open_a_run_and_see_its_tool_calls_in_a_browser(
     result = await asyncio.to_thread(_browse, chromium, driver_path, server.url, run_id)
     assert result["login_title"] == "Parley: log in"
     assert run_id in result["overview"]
+    assert HOSTILE in result["overview"]  # the audit entry, shown as text
     assert "write_file" in result["tool_calls"]
     assert HOSTILE in result["tool_calls"]  # the arguments, shown as text
     assert HOSTILE in result["transcript"]  # the user's message, shown as text
