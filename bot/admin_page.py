@@ -52,6 +52,10 @@ th{background:#f3f3f3} pre{white-space:pre-wrap;margin:0;max-width:70em}
 """
 
 
+def _json(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
 def _pre(text: str) -> str:
     return f"<pre>{e(_cap(text))}</pre>"
 
@@ -120,7 +124,7 @@ async def overview(agent: Agent, leased: Singletons | None) -> str:
         _table(
             ["#", "at", "kind", "who", "conversation", "detail"],
             [
-                [e(r.seq), e(_when(r.at)), e(r.kind), e(r.actor), e(r.conv), _pre(r.detail)]
+                [e(r.seq), e(_when(r.at)), e(r.kind), e(r.actor), e(r.conv), _pre(_json(r.detail))]
                 for r in reversed(rows)
             ],
         )
