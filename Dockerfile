@@ -21,7 +21,7 @@ COPY pyproject.toml README.md ./
 COPY core ./core
 COPY channels ./channels
 COPY bot ./bot
-RUN pip install '.[postgres,mcp]'  # the shared store (workers scale out) and MCP servers
+RUN pip install '.[postgres,mcp,otel]'  # the shared store (workers scale out), MCP servers, traces
 COPY config.toml tools.yaml ./
 
 USER parley
@@ -30,4 +30,6 @@ USER parley
 # `docker stop` sends SIGTERM: running turns reach a checkpoint before Parley exits.
 STOPSIGNAL SIGTERM
 VOLUME ["/home/parley/.parley"]
+# The operator's endpoint when [server] listen = "0.0.0.0:9464": probes, /metrics, the page.
+EXPOSE 9464
 ENTRYPOINT ["parley", "run"]

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint browser bench clean
 
 # Each stamp is rebuilt only when pyproject.toml changes, so both targets are idempotent.
 $(VENV)/.installed: pyproject.toml
@@ -24,8 +24,17 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The operator's page is tested in Debian's headless chromium (tests/operate/test_page_browser.py):
+# installed here when missing and running as root (CI); elsewhere the test says how, and skips.
+browser:
+	@if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "make: no chromium/chromedriver (apt-get install chromium chromium-driver): the browser test will skip"; fi; \
+	fi
+
 # pytest exits 5 when it collects nothing; that must fail, and it does because make stops on any non-zero status.
-test: lint
+test: lint browser
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed-dev

@@ -295,6 +295,10 @@ def _command(args: argparse.Namespace) -> int:
         app = _build_app(_config_path(args.config))
     except ConfigError as exc:
         return _fail(f"configuration problem\n{exc}")
+    if app.config.log.format == "json":
+        from bot.logs import use_json_lines
+
+        use_json_lines()
     if args.command == "runs":
         from bot.inspect import runs_command
 

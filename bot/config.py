@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, create_model, field_validator
 
+from bot.ops_config import LogConfig, ServerConfig, TelemetryConfig
 from channels import PLATFORMS
 from channels.gate import AccessConfig
 from core import config as core_config
@@ -35,6 +36,9 @@ class ParleyConfig(CoreConfig):
 
     # Built from the registry, so the type checker cannot see its fields: use `channel()`.
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
     @field_validator("roles")
     @classmethod

@@ -110,8 +110,11 @@ async def _show(store: Store, run_id: str | None) -> int:
         for child in children:
             answer = " ".join((child.text or "").split())[:80]
             out.write(f"  {child.id}  {child.state}  it={child.iterations}  {answer}\n")
-    out.write("\nEvents:\n")
     events = await store.events(run.id)
+    trace = next((str(d["trace_id"]) for _, _, _, d in events if d.get("trace_id")), None)
+    if trace:
+        out.write(f"Trace: {trace}\n")
+    out.write("\nEvents:\n")
     start = events[0][0] if events else 0.0
     for at, name, iteration, data in events:
         detail = json.dumps(data, ensure_ascii=False, default=str)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from pydantic import BaseModel
 
+from bot.operate import page_note, start_server, start_telemetry, stop_server, stop_telemetry
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels import PLATFORMS
 from core.chat import ConversationKey, Responder
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from bot.app import App
     from bot.config import ParleyConfig
     from bot.jobs import Scheduler
+    from bot.server import OpsServer
     from channels.base import Channel
     from channels.console import ConsoleChannel
     from core.agent import Agent
@@ -108,7 +110,10 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
     loop.add_signal_handler(signal.SIGHUP, lambda: _reload(app, out))
     started: list[Channel] = []
     leased: Singletons | None = None
+    server: OpsServer | None = None
+    telemetry = None
     try:
+        telemetry = start_telemetry(app)
         out.write(f"parley: provider {app.default_provider}; store {agent.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
         out.write(f"parley: {describe_places(app.config.tools)}\n")
@@ -126,6 +131,12 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
             scheduler.validate()  # a bad job stops start-up before anything connects
             agent.cron = scheduler  # fires a dead worker left are taken over (any worker)
         leased = _singletons(app, agent, all_channels, scheduler, out)  # before channels start
+        server = await start_server(app, agent, all_channels, leased)
+        if server is not None:
+            out.write(
+                f"parley: operator's endpoint on {server.url}: /healthz, /readyz, /metrics; "
+                f"{page_note(app)}\n"
+            )
         for channel in all_channels.values():
             await channel.start(agent)
             started.append(channel)
@@ -138,8 +149,12 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
             await scheduler.take_over_fires()
         if leased is not None:
             leased.start()
+        if server is not None:
+            server.serving = True
         await _serve(stop, console_channel, out)
     finally:
+        if server is not None:
+            server.serving = False  # /readyz: 503 while stopping, so traffic moves away
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         if leased is not None:
@@ -150,6 +165,8 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
         for channel in reversed(started):
             with contextlib.suppress(Exception):
                 await channel.stop()
+        await stop_server(server)
+        stop_telemetry(telemetry)
         out.write("parley: stopped\n")
         out.flush()
     return 0

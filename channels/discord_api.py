@@ -13,6 +13,7 @@ import aiohttp
 import yarl
 
 from channels.discord_config import DiscordConfig
+from channels.retry import counting
 from core.errors import ChannelRateLimited, ChannelRefused, ChannelUnavailable
 from core.fence import admit
 
@@ -61,6 +62,7 @@ def _retry_after(exc: discord.HTTPException) -> float:
         return 5.0
 
 
+@counting("discord")
 async def discord_call(awaitable: Awaitable[T]) -> T:
     """Await one discord.py call; its failures become channel errors (`core.errors`): 429
     → `ChannelRateLimited`, 5xx and network trouble → `ChannelUnavailable`, any other

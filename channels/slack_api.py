@@ -10,6 +10,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+from channels.retry import counting
 from channels.text import to_slack_mrkdwn, utf8_len
 from core.errors import ChannelError, ChannelRateLimited, ChannelRefused, ChannelUnavailable
 from core.fence import admit
@@ -42,6 +43,7 @@ def _error_code(exc: SlackApiError) -> str:
     return str(data.get("error", "")) if isinstance(data, dict) else ""
 
 
+@counting("slack")
 async def slack_call(call: Awaitable[T]) -> T:
     """Run one Web API call; Slack's failures become channel errors (`core.errors`): 429
     (or `ratelimited`) → `ChannelRateLimited`, 5xx and network trouble →

@@ -20,6 +20,7 @@ from telegram.error import (
     TelegramError,
 )
 
+from channels.retry import counting
 from core.errors import ChannelRateLimited, ChannelRefused, ChannelUnavailable
 from core.fence import admit
 
@@ -44,6 +45,7 @@ _REFUSALS: tuple[tuple[type[TelegramError], int], ...] = (
 )
 
 
+@counting("telegram")
 async def telegram_call(call: Awaitable[_T]) -> _T:
     """Await a Bot API call; PTB's errors become channel errors (`core.errors`): 429 →
     `ChannelRateLimited`, 5xx and network trouble → `ChannelUnavailable`, any other

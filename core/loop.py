@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from core import metrics
 from core.context.tokens import TokenCounter
 from core.cost.call import CURRENT_RUN, complete_call
-from core.errors import BudgetExceeded, ContextLengthError
+from core.errors import BudgetExceeded, ContextLengthError, ProviderError
 from core.events import (
     EventSink,
     LLMCallStarted,
@@ -31,6 +32,7 @@ from core.events import (
     ToolStarted,
 )
 from core.messages import CANCELLED_RESULT, Message, ToolCall
+from core.metrics import error_kind
 from core.providers.base import Provider
 from core.resilience import (
     HARD_LIMIT_TEXT,
@@ -351,12 +353,20 @@ async def _call(run: _Run, iteration: int, tools: Sequence[ToolSpec]) -> Message
     and one retry."""
     run.sink(LLMCallStarted(iteration, run.provider.name, run.provider.model))
     try:
-        done, usage = await complete_call(run.provider, run.messages, tools, run.ctx, run.counter)
-    except ContextLengthError:
-        if run.guards.context is None:
-            raise
-        await run.guards.context.compact(run.messages, sink=run.sink)
-        done, usage = await complete_call(run.provider, run.messages, tools, run.ctx, run.counter)
+        try:
+            done, usage = await complete_call(
+                run.provider, run.messages, tools, run.ctx, run.counter
+            )
+        except ContextLengthError:
+            if run.guards.context is None:
+                raise
+            await run.guards.context.compact(run.messages, sink=run.sink)
+            done, usage = await complete_call(
+                run.provider, run.messages, tools, run.ctx, run.counter
+            )
+    except ProviderError as exc:
+        metrics.llm_error(run.provider.name, error_kind(exc))
+        raise
     if done.usage is None:
         run.sink(TokensEstimated(usage))
     run.input_tokens += usage.input_tokens

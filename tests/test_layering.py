@@ -137,6 +137,8 @@ CHANNEL_CONTRACT = {
     "core.clock": "time for throttles and retries (tests inject one)",
     "core.secrets": "the scrub applied to everything posted",
     "core.fence": "admit: no platform call for a run this worker no longer holds",
+    "core.metrics": "platform API calls and retries counted (channels/retry.py)",
+    "core.tracing": "a span per platform call under the run's trace (channels/retry.py)",
 }
 
 

@@ -13,6 +13,7 @@ on an approver goes on by itself after a restart (`core.agent.approvals`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
@@ -38,6 +39,7 @@ from core.chat import ApprovalRequest, ConversationKey, GrantScope, Inbound, Res
 from core.clock import Clock, SystemClock
 from core.config import GoalsConfig
 from core.cost.meter import Ledger
+from core.errors import StoreError
 from core.eventlog import EventLog
 from core.fence import Fence
 from core.messages import Message
@@ -46,6 +48,8 @@ from core.store import RunRow, Store
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
 from core.tools.site import site_for
+
+log = logging.getLogger(__name__)
 
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
 
@@ -465,8 +469,11 @@ class Agent:
             if lane.worker and not lane.worker.done():
                 lane.worker.cancel()
                 await asyncio.wait({lane.worker})
-        await self.audit.flush()
-        await self.store.flush()
+        try:
+            await self.audit.flush()
+            await self.store.flush()
+        except StoreError as exc:  # already logged as it failed: shut down all the same
+            log.error("at shutdown: %s", exc)
         await self.dispatcher.close()  # what is queued stays: it runs after the restart
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core import metrics, tracing
 from core.agent.grants import grant_keys, new_grant
 from core.agent.lane import Lane
 from core.audit import AuditLog
@@ -138,6 +139,7 @@ class ApprovalDesk:
             if self.audit is not None:
                 detail = {**data, "call": call.arguments, "run": run_id}
                 self.audit.record("approval.granted", grant.granted_by, detail, conv=conv)
+            metrics.approval("granted")
             return True
         try:
             row = await self._take_up(conv, run_id, call, summary, reason, answer_within, asker)
@@ -152,6 +154,7 @@ class ApprovalDesk:
             self._waiting.discard(row.id)
             self.store.approval_resolved(row.id, "denied")
             return False
+        metrics.approval("asked")
         record = _Record(
             self.store, row.id, self._closing, self.events, conv, run_id, call.name, self.audit
         )
@@ -166,10 +169,11 @@ class ApprovalDesk:
             grantable=grantable,
         )
         try:
-            if self.notices is None:
-                allowed = await responder.approve(request)
-            else:
-                allowed = await self._approve_shared(responder, request, record)
+            with tracing.span(f"approval {call.name}", {"gen_ai.tool.name": call.name}):
+                if self.notices is None:
+                    allowed = await responder.approve(request)
+                else:
+                    allowed = await self._approve_shared(responder, request, record)
         except asyncio.CancelledError:
             if _lost():
                 pass  # the run went on with another worker, which takes the request up
@@ -190,6 +194,8 @@ class ApprovalDesk:
             kind = "approval.granted" if allowed else "approval.denied"
             detail = {"request": row.id, "tool": call.name, "call": summary, "run": run_id}
             self.audit.record(kind, record.answered_by or "unknown", detail, conv=conv)
+        late = not allowed and time.time() >= (row.deadline or 0.0)
+        metrics.approval("granted" if allowed else "timed_out" if late else "denied")
         return allowed
 
     async def _grant(self, conv: str, tool: str) -> GrantRow | None:

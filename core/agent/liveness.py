@@ -23,6 +23,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
+from core import metrics
 from core.errors import StoreError
 from core.store import SharedStore
 
@@ -114,7 +115,12 @@ class Liveness:
 
     async def _beat(self) -> None:
         sent = time.monotonic()
-        kept = await self.store.worker_heartbeat(self.worker_id)
+        try:
+            kept = await self.store.worker_heartbeat(self.worker_id)
+        except Exception:
+            metrics.heartbeat(False)
+            raise
+        metrics.heartbeat(True)
         if not kept and self.joined:
             self.incarnation += 1
             log.warning(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from core import tracing
 from core.agent.approvals import ApprovalDesk
 from core.agent.conversation import Conversation
 from core.agent.lane import Lane, RunReport, RunState
@@ -187,7 +188,11 @@ class Turn:
         Its platform calls and its writes are fenced: once another worker has taken the
         run over (this one was taken for dead), the run stops where it is and nothing
         more is posted, edited, deleted or written for it here."""
-        with self.host.holding(self.run_id) as fence, entered(fence):
+        with (
+            self.host.holding(self.run_id) as fence,
+            entered(fence),
+            tracing.run_scope(self.run_id, self.lane.conv_id, self.trigger),
+        ):
             self.fence = fence
             task = asyncio.current_task()
             fence.on_lost(lambda: self._cut_short(task))

@@ -21,9 +21,11 @@ import abc
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
+from core import metrics
 from core.errors import StoreError
 from core.secrets import SECRETS
 from core.store import writes
@@ -135,7 +137,9 @@ class GroupCommit(abc.ABC):
                 continue
             self._inflight = asyncio.get_running_loop().create_future()
             try:
+                began = time.perf_counter()
                 errors = await self._commit([entry[1] for entry in batch])
+                metrics.store_commit(time.perf_counter() - began)
                 self.commits += 1
             except Exception as exc:  # not a statement's fault (e.g. the disk): all hear it
                 errors = dict.fromkeys(range(len(batch)), exc)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextvars
 
+from core import metrics
+
 _OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("store_writer", default=None)
 _failed = 0
 
@@ -24,6 +26,7 @@ def count_failed_write() -> None:
     """A backend reports one failed write (it has also logged it)."""
     global _failed
     _failed += 1
+    metrics.store_failed_write()
 
 
 def failed_writes() -> int:

@@ -306,6 +306,10 @@ class FakeTelegram(LogsCalls):
         error: 429 carries `parameters.retry_after`, others `description`."""
         self._failures.add(method, Failure(status, retry_after, description, where, times))
 
+    def clear_failures(self) -> None:
+        """Forget the failures `fail_next` queued and not yet spent."""
+        self._failures._queues.clear()
+
     # ------------------------------------------------------------------ injecting updates
 
     def add_chat(self, chat_id: int, *, title: str = "Team", forum: bool = False) -> None:

@@ -1,0 +1,152 @@
+"""The operator's page in a real headless browser (Debian's chromium and chromedriver,
+driven by selenium): log in with the token, open a run, see its tool calls; without the
+token it answers 401; a message text holding `<script>` is shown as text.
+
+Where chromium or chromedriver is missing the test skips, saying how to install them —
+unless PARLEY_REQUIRE_BROWSER=1 (CI, where `make test` installs them), where it fails.
+With PARLEY_SCREENSHOT=<path> it also saves a screenshot of the run's page there (the
+README's picture is made so)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.ops_config import ServerConfig
+from bot.server import OpsServer
+from core import metrics
+from core.agent import Agent
+from tests.agentkit import RecordingResponder, inbound, running_agent
+from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+
+TOKEN = "operator-token-5b1e0c"
+HOSTILE = "<script>alert('pwned')</script> & <b>bold?</b>"
+
+
+def browser_paths() -> tuple[str, str]:
+    """(chromium, chromedriver), or the test skips/fails saying why there are none."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if chromium and driver:
+        return chromium, driver
+    reason = (
+        "no headless browser: apt-get install chromium chromium-driver "
+        "(`make test` does so where it runs as root)"
+    )
+    if os.environ.get("PARLEY_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"{reason}, and PARLEY_REQUIRE_BROWSER=1")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+async def page(fake_llm: FakeLLM, tmp_path: Path) -> AsyncIterator[tuple[OpsServer, Agent, str]]:
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("write_file", {"path": "x.txt", "content": HOSTILE})]),
+        Reply(text=f"I wrote {HOSTILE}"),
+    )
+    async with running_agent(fake_llm, tmp_path) as agent:
+        report = await agent.run(inbound(f"please write {HOSTILE}"), RecordingResponder())
+        assert report.state == "completed"
+        await agent.store.append_audit("command", "slack:U1", "test:c1:", f'"{HOSTILE}"')
+        registry = metrics.enable()
+        server = OpsServer(
+            ServerConfig(listen="127.0.0.1:0", admin_token_env="X"),
+            agent,
+            {},
+            registry=registry,
+            token=TOKEN,
+        )
+        await server.start()
+        server.serving = True
+        try:
+            yield server, agent, report.run_id
+        finally:
+            await server.stop()
+            metrics.disable()
+
+
+async def test_the_page_needs_the_token(page: tuple[OpsServer, Agent, str]) -> None:
+    server, _, run_id = page
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        for path in ("/", f"/runs/{run_id}"):
+            denied = await http.get(path)
+            assert denied.status_code == 401
+            assert run_id not in denied.text
+            wrong = await http.get(path, headers={"Authorization": "Bearer not-it"})
+            assert wrong.status_code == 401
+            forged = await http.get(path, headers={"Cookie": f"parley_admin={TOKEN}"})
+            assert forged.status_code == 401
+        login = await http.post("/login", data={"token": "not-it"})
+        assert login.status_code == 401
+        allowed = await http.get("/", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert allowed.status_code == 200
+        assert run_id in allowed.text
+        assert "Audit log" in allowed.text
+        assert "slack:U1" in allowed.text
+        assert "<script>" not in allowed.text  # the audit entry's detail, escaped
+        assert "&lt;script&gt;" in allowed.text
+        # the probes stay open
+        assert (await http.get("/healthz")).status_code == 200
+        assert (await http.get("/metrics")).status_code == 200
+
+
+async def test_log_in_open_a_run_and_see_its_tool_calls_in_a_browser(
+    page: tuple[OpsServer, Agent, str],
+) -> None:
+    chromium, driver_path = browser_paths()
+    server, _, run_id = page
+    # selenium is synchronous: it runs in a thread while this loop serves the page
+    result = await asyncio.to_thread(_browse, chromium, driver_path, server.url, run_id)
+    assert result["login_title"] == "Parley: log in"
+    assert run_id in result["overview"]
+    assert HOSTILE in result["overview"]  # the audit entry, shown as text
+    assert "write_file" in result["tool_calls"]
+    assert HOSTILE in result["tool_calls"]  # the arguments, shown as text
+    assert HOSTILE in result["transcript"]  # the user's message, shown as text
+    assert result["scripts"] == 0  # nothing the texts held became an element
+    assert result["bold"] == 0
+    assert not result["alert"]
+
+
+def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str, object]:
+    from selenium import webdriver
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    options.add_argument("--window-size=1280,1400")
+    browser = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    try:
+        browser.set_page_load_timeout(30)
+        browser.get(url + "/")
+        found: dict[str, object] = {"login_title": browser.title}
+        browser.find_element(By.NAME, "token").send_keys(TOKEN)
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        found["overview"] = browser.find_element(By.TAG_NAME, "body").text
+        browser.find_element(By.LINK_TEXT, run_id).click()
+        tables = browser.find_elements(By.TAG_NAME, "table")
+        headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
+        found["tool_calls"] = tables[1 + headings.index("Tool calls")].text
+        found["transcript"] = tables[1 + headings.index("Transcript of its conversation")].text
+        found["scripts"] = len(browser.find_elements(By.TAG_NAME, "script"))
+        found["bold"] = len(browser.find_elements(By.CSS_SELECTOR, "td b:not(.state-failed)"))
+        try:
+            browser.switch_to.alert  # noqa: B018
+            found["alert"] = True
+        except NoAlertPresentException:
+            found["alert"] = False
+        if shot := os.environ.get("PARLEY_SCREENSHOT"):
+            browser.save_screenshot(shot)
+        return found
+    finally:
+        browser.quit()
