@@ -22,10 +22,7 @@ its own explorations into a pinned Knowledge block, which compaction keeps.
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +32,9 @@ from core.context.eviction import PROTECTED, ranked_render_async
 from core.context.focus import FocusTracker, is_knowledge
 from core.context.settings import ContextSettings
 from core.context.subgoals import TIER_SCORE, SubgoalTracker, block_start
-from core.context.summarize import (
-    SUMMARY_PROMPT,
-    SUMMARY_PROMPT_OVERHEAD,
-    TACO_PROMPT,
-    ProviderSummarizer,
-    Summarizer,
-)
+from core.context.summarize import SUMMARY_PROMPT, SUMMARY_PROMPT_OVERHEAD, Summarizer
+from core.context.taco import TACO_HEADER as TACO_HEADER
+from core.context.taco import ToolOutputs
 from core.context.tokens import TokenCounter
 from core.context.transcript import (
     SUMMARY_HEADER,
@@ -64,8 +57,6 @@ Pressure = Literal["ok", "ask_human", "stop"]
 Stage = Literal["R1", "R2", "R3"]
 
 DEEP_MARKER = "(deep pruned)"
-TACO_HEADER = "[compressed tool output]"
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 log = logging.getLogger(__name__)
 
 
@@ -83,7 +74,7 @@ def _with_content(message: Message, text: str) -> Message:
     return message.model_copy(update={"content": text})  # with no cached count or JSON
 
 
-class ContextManager:
+class ContextManager(ToolOutputs):
     """Keeps one conversation under its model's context window (see the module doc)."""
 
     def __init__(
@@ -414,14 +405,6 @@ class ContextManager:
         entry = self._originals.get(m.tool_call_id or "") if m.role == "tool" else None
         return entry[1] if entry is not None and entry[0] is m else m
 
-    def _summary_input_tokens(self) -> int:
-        """`summary_max_input_tokens`, or less if the summary model's window is smaller
-        (the summarizer still clips what it sends: this cut drops the oldest part first)."""
-        budget = self.settings.summary_max_input_tokens
-        if isinstance(self.summarizer, ProviderSummarizer):
-            budget = min(budget, self.summarizer.max_input_tokens)
-        return budget
-
     async def _summary_text(
         self, head: list[Message], deep: bool, ranked: str | None = None
     ) -> tuple[str, Literal["llm", "truncation"]]:
@@ -447,67 +430,3 @@ class ContextManager:
         if self.after_summary is not None and (extra := self.after_summary()):
             parts.append(extra)
         return "\n\n".join(parts), source
-
-    async def process_tool_result(self, result: Message, *, approved: bool) -> Message:
-        """TACO: shrink a big tool output before it enters the history (best effort).
-
-        The full text goes to a file in `artifacts_dir` (if set) and the result is replaced
-        by a compressed version (or its start) plus a note where the full output is.
-        Results of user-approved calls are never summarised; any failure returns `result`.
-        """
-        if approved or result.role != "tool":
-            return result
-        try:
-            threshold = self.settings.taco_threshold
-            if self.counter.upper_bound(result) <= threshold:
-                return result  # cheap check first: most outputs are small
-            if self.counter.message(result) <= threshold:
-                return result
-            # A sandbox-capped output already has its full text in an artifact: point to
-            # that one instead of writing a second file of the capped text.
-            kept = result.artifacts
-            path = Path(kept[0]) if kept else await self._offload(result)
-            text = await self._compress(result)
-            if text is None and path is None:
-                return result
-            if text is None:
-                text = clip(result.content, self.settings.taco_target)
-            else:
-                text = f"{TACO_HEADER}\n{text}"
-            if path is not None:
-                text += f"\n[full output: {path}; read it with read_file]"
-            return _with_content(result, text)
-        except Exception:  # best effort: the raw output is still a correct result
-            log.warning("TACO failed for %s; keeping the raw output", result.name, exc_info=True)
-            return result
-
-    async def _compress(self, result: Message) -> str | None:
-        if self.summarizer is None:
-            return None
-        prompt = TACO_PROMPT.format(
-            name=result.name or "tool",
-            target=self.settings.taco_target,
-            body=clip(result.content, self._summary_input_tokens() - SUMMARY_PROMPT_OVERHEAD),
-        )
-        try:
-            text = (await self.summarizer(prompt)).strip()
-        except Exception:
-            log.warning("TACO summary failed for %s", result.name, exc_info=True)
-            return None
-        if not text or self.counter.text(text) >= self.settings.taco_threshold:
-            return None  # no gain: the cut raw output serves better
-        return text
-
-    async def _offload(self, result: Message) -> Path | None:
-        if self.artifacts_dir is None:
-            return None
-        digest = hashlib.sha256(result.content.encode()).hexdigest()[:12]
-        stem = _SAFE.sub("_", result.name or "tool")[:40]
-        path = self.artifacts_dir / f"{stem}-{digest}.txt"
-
-        def write() -> None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(result.content, encoding="utf-8")
-
-        await asyncio.to_thread(write)  # a big output: keep the event loop free
-        return path
