@@ -54,6 +54,11 @@ class AuditLog:
             log.exception("audit: %s by %s not recorded", kind, actor)
             return None
 
+    def budget_event(self, name: str, data: dict[str, Any]) -> None:
+        """A budget refusal or change (`core.cost.meter.BudgetEvent`), recorded as `name`."""
+        actor = str(data.get("by") or data.get("user") or data.get("job") or "parley")
+        self.record(name, actor, data, conv=str(data.get("conv", "")))
+
     def record(
         self, kind: str, actor: str, detail: dict[str, Any] | None = None, *, conv: str = ""
     ) -> None:

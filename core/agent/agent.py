@@ -83,11 +83,10 @@ class Agent:
         # approvers are admins and everyone else a member, as before roles existed.
         self.roles = roles or Roles(None, factory.approvers)
         self.audit = AuditLog(store)
-        # What calls cost and the budgets that cap it (docs/cost.md); by default the
-        # calls are priced and recorded, and no budget is enforced.
+        # What calls cost and the budgets that cap it (docs/cost.md; by default priced and
+        # recorded, no budget enforced); refusals and changes are audited.
         self.ledger = ledger or Ledger(store)
-        # Budget refusals and changes are audited (docs/governance.md#the-audit-log).
-        self.ledger.on_event = self._budget_audited
+        self.ledger.on_event = self.audit.budget_event
         self.max_queued = max_queued  # messages waiting per conversation; more are turned away
         self.factory = factory
         self.prefs = ProviderPrefs(store, factory)  # each channel's provider, kept
@@ -115,10 +114,6 @@ class Agent:
     def workers(self) -> Workers | None:
         """The dispatcher when several workers share the store; None in one process."""
         return self.dispatcher if isinstance(self.dispatcher, Workers) else None
-
-    def _budget_audited(self, name: str, data: dict[str, Any]) -> None:
-        actor = str(data.get("by") or data.get("user") or data.get("job") or "parley")
-        self.audit.record(name, actor, data, conv=str(data.get("conv", "")))
 
     # --- input ------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
-"""TACO (docs/context.md#big-tool-outputs-taco): a tool output too big for the history is compressed by
-the summary model, or cut, before it enters it, and its full text kept in an artifact.
-`ContextManager` shrinks each result through `ToolOutputs.process_tool_result`."""
+"""TACO (docs/context.md#big-tool-outputs-taco): a tool output too big for the history
+is compressed by the summary model, or cut, before it enters it, and its full text kept
+in an artifact. `ContextManager` shrinks each result through
+`ToolOutputs.process_tool_result`."""
 
 from __future__ import annotations
 
