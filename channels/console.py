@@ -78,8 +78,9 @@ class ConsoleRenderer:
             self.at_line_start = text.endswith("\n")
 
     def _err_line(self, text: str) -> None:
-        self.finish()
-        self.err.write(text + "\n")
+        # Mid-answer (a retry notice), the line is broken on stderr, not stdout: stdout
+        # carries the answer's text and nothing else (docs/channels.md#terminal).
+        self.err.write(("" if self.at_line_start else "\n") + text + "\n")
         self.err.flush()
 
     def _text(self, text: str) -> None:
