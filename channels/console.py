@@ -29,6 +29,7 @@ from core.chat import (
 )
 from core.errors import ContextLimitExceeded, ProviderError, StoreError
 from core.events import (
+    CompactionProgress,
     LLMCallStarted,
     LoopEvent,
     Notice,
@@ -119,6 +120,8 @@ class ConsoleRenderer:
                 self._err_line(f"⟳ retry {attempt} in {delay:.1f}s ({_one_line(reason, 80)})")
             case Notice(text=text):
                 self._err_line(text)
+            case CompactionProgress(after=after) as progress if after is not None:
+                self._err_line(self._dim(progress.line))
             case _:
                 pass
 

@@ -222,6 +222,11 @@ class ReplyStreamer:
         """Ids of the messages this reply currently occupies, in order."""
         return list(self._ids)
 
+    def adopt(self, message_id: str, shown: str) -> None:
+        """Go on with an answer begun by other means (Slack's native stream, which failed):
+        message `message_id` shows `shown`; later text edits it and continues below."""
+        self._ids, self._shown = [message_id], [(shown, False)]
+
     def __call__(self, event: LoopEvent) -> None:
         if self._closed:
             return
