@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.llm import Fault, FakeLLM, Reply, ToolCallSpec
+from tests.fakes.llm import FakeLLM, Fault, Reply, ToolCallSpec
 from tests.process import REPO, child_env, parley, start_parley, write_config
 
 

@@ -390,7 +390,8 @@ async def test_stop_as_slash_command_and_as_bang_text_in_a_thread(
         await fake.until(lambda: [m for m in fake.thread("C1", root.ts) if m.text == "Stopped."])
         # The stopped stream was ended and edited to say so: one message, no stream open.
         (answer,) = fake.thread("C1", root.ts)
-        assert answer.native and not answer.streaming
+        assert answer.native
+        assert not answer.streaming
 
     assert llm_inputs(fake_llm) == ["write a lot", "write a lot more"]
 
