@@ -362,9 +362,9 @@ class SlackChannel:
             team = str(event.get("user_team") or event.get("team") or self.team_id)
             recipient = (inbound.user_id, team)
         if reply_in is not None and inbound.command is None:
+            self._spawn(self.assistant.title(inbound.channel_id, reply_in, inbound.text))
             if line := self.assistant.context_line(inbound.channel_id, reply_in):
                 inbound = replace(inbound, text=f"{line}\n{inbound.text}")
-            self._spawn(self.assistant.title(inbound.channel_id, reply_in, inbound.text))
         responder = SlackResponder(self, inbound.channel_id, reply_in, recipient=recipient)
         return Taken(inbound, responder, raw, unnamed, before, turn)
 

@@ -93,6 +93,7 @@ class NativeStream:
         self._status, self._unsupported = status, unsupported
         self._text = ""  # the answer so far, as the model wrote it
         self._sent = ""  # what of it (scrubbed) the stream shows
+        self._segment = 0  # where the text of the current model call starts in `_text`
         self._chunks: list[dict[str, Any]] = []  # task chunks not sent yet
         self._ts: str | None = None
         self._native = native  # False: edits from the start (statuses still show)
@@ -138,7 +139,10 @@ class NativeStream:
             case TextDelta(text=text):
                 self._text += text
             case StreamRestarted(discard=True):
-                self._text = ""
+                self._text = self._text[: self._segment]
+            case LLMCallStarted():
+                self._segment = len(self._text)
+                return
             case ToolStarted(call=call):
                 self._chunks.append(_task(call.id, call.name, "in_progress"))
             case ToolFinished(call=call, result=result):
@@ -272,11 +276,20 @@ class NativeStream:
         """End the stream with the rest of `text`; False if the edit fallback must finish."""
         t, ts = self._target, self._ts
         assert ts is not None
-        final = scrub(text)
         if is_silent(text):
             await self._stop_quietly(ts)
             return False  # the fallback (which adopts the message) deletes it
-        if not final.startswith(self._sent) or len(final) > NATIVE_LIMIT:
+        # The answer is the last model call's text; the stream also shows the words that
+        # came before the tool steps (a timeline), which stay.
+        final = next(
+            (
+                full
+                for full in (scrub(self._text[: self._segment] + text), scrub(text))
+                if full.startswith(self._sent)
+            ),
+            None,
+        )
+        if final is None or len(final) > NATIVE_LIMIT:
             return False
         rest, chunks = final[len(self._sent) :], self._chunks
         body = self._body(rest, chunks) if rest or chunks else {}
