@@ -6,9 +6,11 @@ against the fake LLM."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.slack_api import slack_call
@@ -17,7 +19,7 @@ from channels.slack_status import APPROVAL, THINKING, ThreadStatus, running
 from core.chat import ConversationKey, Inbound, Responder
 from core.events import CompactionProgress
 from tests.agentkit import running_agent
-from tests.channels.test_slack import config, fake, slack_channel  # noqa: F401  (fixture)
+from tests.channels.test_slack import config, slack_channel
 from tests.fakes.clock import ManualClock
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.fakes.slack import TEAM_ID, FakeSlack, Posted
@@ -25,6 +27,12 @@ from tests.fakes.slack import TEAM_ID, FakeSlack, Posted
 READ = "sleep 0.4; cat note.txt"
 LIST = "sleep 0.4; ls"
 ANSWER = "Both **tools** ran: the note says hello, and the folder holds it."
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as slack:
+        yield slack
 
 
 def _two_tools(tmp_path: Path) -> list[Reply]:
