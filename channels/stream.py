@@ -222,6 +222,10 @@ class ReplyStreamer:
         """Ids of the messages this reply currently occupies, in order."""
         return list(self._ids)
 
+    @property
+    def surface(self) -> Surface:
+        return self._surface
+
     def adopt(self, message_id: str, shown: str) -> None:
         """Go on with an answer begun by other means (Slack's native stream, which failed):
         message `message_id` shows `shown`; later text edits it and continues below."""
