@@ -11,10 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from core.agent.recovery import PREVIEW_RETRACTED
-from tests.channels.test_stored_before_ack import free_port, parley_run
+from tests.channels.test_stored_before_ack import (
+    ALICE,
+    TELEGRAM_TOKEN,
+    free_port,
+    parley_run,
+    telegram_config,
+)
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack
-from tests.process import slack_run_config
+from tests.fakes.telegram import FakeTelegram
+from tests.process import child_env, slack_run_config
 from tests.workerskit import INTERRUPTED
 
 ANSWER = "pong " * 60
@@ -64,5 +71,37 @@ async def test_slack_native_stream_killed_mid_answer_is_finished_after_restart(
     assert len(notices) == 1
     answers = [m for m in slack.thread("D1", THREAD) if m.text.startswith("pong")]
     assert answers == []  # not answered again
+    asked = [r for r in fake_llm.requests if r.json["messages"][-1]["content"] == "ping"]
+    assert len(asked) == 1
+
+
+async def test_telegram_draft_killed_mid_answer_is_announced_after_restart(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.responder = _answer
+    async with FakeTelegram(token=TELEGRAM_TOKEN) as telegram:
+        config = telegram_config(tmp_path, fake_llm, telegram, "edit_interval_seconds = 0.1\n")
+        env = child_env(TELEGRAM_BOT_TOKEN=TELEGRAM_TOKEN)
+        async with parley_run(config, env) as parley:
+            telegram.dm(ALICE, "ping")
+            await telegram.wait_until(
+                lambda: any("pong" in text for _, text in telegram.drafts.get(ALICE.id, [])),
+                timeout=30,
+                what="the draft",
+            )
+            await parley.kill()
+        assert telegram.texts(ALICE.id) == []  # a draft is not a message: nothing to clean up
+
+        async with parley_run(config, env) as parley:
+            await telegram.wait_until(
+                lambda: any(INTERRUPTED.search(t) for t in telegram.texts(ALICE.id)),
+                timeout=30,
+                what="the interrupted notice",
+            )
+            await asyncio.sleep(1.0)  # anything more would come now
+            assert await parley.stop() == 0
+
+    texts = telegram.texts(ALICE.id)
+    assert len(texts) == 1, texts  # the notice, once; not answered again
     asked = [r for r in fake_llm.requests if r.json["messages"][-1]["content"] == "ping"]
     assert len(asked) == 1

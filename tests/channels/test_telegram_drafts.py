@@ -6,16 +6,19 @@ Telegram, the real agent against the fake LLM."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+import pytest
 
 from core.events import CompactionProgress, TextDelta
 from tests.channels.test_telegram import (
     ALICE,
+    ENV,
     GROUP,
     EchoAgent,
     agent_on_telegram,
     button,
-    fake,  # noqa: F401  (the fixture)
     junk_dir,
     prompt_in,
     script_rm,
@@ -24,6 +27,13 @@ from tests.channels.test_telegram import (
 )
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.fakes.telegram import FakeTelegram
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram(token=ENV["TELEGRAM_BOT_TOKEN"]) as server:
+        yield server
+
 
 ANSWER = "Both tools ran: the note says hello, and the folder holds it."
 RUNNING = "⚙️ running `bash`…"
@@ -45,7 +55,7 @@ def drafts(fake: FakeTelegram, chat_id: int) -> list[str]:
 
 
 async def test_private_answer_with_two_tool_steps_streams_as_a_draft(
-    fake: FakeTelegram,  # noqa: F811
+    fake: FakeTelegram,
     fake_llm: FakeLLM,
     tmp_path: Path,
 ) -> None:
@@ -65,7 +75,7 @@ async def test_private_answer_with_two_tool_steps_streams_as_a_draft(
 
 
 async def test_without_drafts_the_answer_streams_by_edits_with_two_tool_steps(
-    fake: FakeTelegram,  # noqa: F811
+    fake: FakeTelegram,
     fake_llm: FakeLLM,
     tmp_path: Path,
 ) -> None:
@@ -85,7 +95,7 @@ async def test_without_drafts_the_answer_streams_by_edits_with_two_tool_steps(
 
 
 async def test_groups_keep_edits(
-    fake: FakeTelegram,  # noqa: F811
+    fake: FakeTelegram,
     fake_llm: FakeLLM,
     tmp_path: Path,
 ) -> None:
@@ -98,7 +108,7 @@ async def test_groups_keep_edits(
 
 
 async def test_a_draft_refused_mid_answer_goes_on_by_edits(
-    fake: FakeTelegram,  # noqa: F811
+    fake: FakeTelegram,
     fake_llm: FakeLLM,
     tmp_path: Path,
 ) -> None:
@@ -116,7 +126,7 @@ async def test_a_draft_refused_mid_answer_goes_on_by_edits(
 
 
 async def test_stop_mid_draft_is_answered_once(
-    fake: FakeTelegram,  # noqa: F811
+    fake: FakeTelegram,
     fake_llm: FakeLLM,
     tmp_path: Path,
 ) -> None:
@@ -132,7 +142,7 @@ async def test_stop_mid_draft_is_answered_once(
 
 
 async def test_an_approval_inside_a_drafted_answer(
-    fake: FakeTelegram,  # noqa: F811
+    fake: FakeTelegram,
     fake_llm: FakeLLM,
     tmp_path: Path,
 ) -> None:
@@ -153,7 +163,7 @@ async def test_an_approval_inside_a_drafted_answer(
 
 
 async def test_compaction_status_shows_in_the_draft_and_is_removed(
-    fake: FakeTelegram,  # noqa: F811
+    fake: FakeTelegram,
 ) -> None:
     async with telegram(fake, EchoAgent(), drafts=True) as channel:
         fake.chats.setdefault(ALICE.id, {"id": ALICE.id, "type": "private"})
