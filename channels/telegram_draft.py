@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from telegram import Bot
 
+from channels.status import status_line
 from channels.stream import EditBudget, ReplyStreamer, deliver
 from channels.telegram_api import telegram_call
 from core.chat import SILENT_REPLIES
@@ -40,19 +41,6 @@ log = logging.getLogger(__name__)
 
 DRAFT_LIMIT = 4096  # characters of a draft's text
 _draft_ids = itertools.count(1)
-
-
-def status_line(event: LoopEvent) -> str | None:
-    """The one status line a preview shows for `event`: "" clears it, None leaves it."""
-    match event:
-        case ToolStarted(call=call):
-            return f"⚙️ running `{call.name}`…"
-        case CompactionProgress() as progress:
-            return f"🗜 {progress.line}"
-        case ToolFinished() | LLMCallStarted():
-            return ""
-        case _:
-            return None
 
 
 def _with_status(text: str, status: str, limit: int) -> str:

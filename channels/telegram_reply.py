@@ -147,6 +147,7 @@ class TelegramResponder:
             clock=channel.clock,
             min_interval=channel.config.edit_interval_seconds,
             typing=self._send_typing,
+            status_lines=True,  # a tool step or a compaction: one line under the preview
         )
         private = self._place.chat_id > 0  # Telegram's private chats have positive ids
         if not (private and channel.config.drafts and channel.drafts_supported):
