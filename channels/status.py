@@ -1,5 +1,5 @@
 """The one status line a streamed preview shows under the answer while the run works
-(docs/channels.md#status-lines): the tool running, a compaction. Telegram's drafts and
+(docs/channels.md#answering): the tool running, a compaction. Telegram's drafts and
 Discord's previews show it; it is never part of the final answer."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Discord's streamed previews (docs/channels.md#status-lines): a tool step or a compaction
+"""Discord's streamed previews (docs/channels.md#answering): a tool step or a compaction
 shows as one status line under the preview and is gone from the answer; headings below ###
 are bold while streaming too; a long final answer is posted as a new message. Real
 discord.py against the fake Discord, the real agent against the fake LLM."""
