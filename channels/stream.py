@@ -272,9 +272,7 @@ class ReplyStreamer:
         """Show the current text (plain) if it changed; failures are left to `finish`."""
         text = self._text
         if _may_become_silent(text):
-            if not self._status:
-                return
-            text = ""
+            return  # a status alone posts nothing: the typing indicator says as much
         pieces = _pieces(self._surface, with_status(text, self._status))
         for i, piece in enumerate(pieces):
             final = i < len(pieces) - 1  # earlier messages are complete
