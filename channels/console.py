@@ -29,6 +29,7 @@ from core.chat import (
 )
 from core.errors import ContextLimitExceeded, ProviderError, StoreError
 from core.events import (
+    CompactionProgress,
     LLMCallStarted,
     LoopEvent,
     Notice,
@@ -78,8 +79,9 @@ class ConsoleRenderer:
             self.at_line_start = text.endswith("\n")
 
     def _err_line(self, text: str) -> None:
-        self.finish()
-        self.err.write(text + "\n")
+        # Mid-answer (a retry notice), the line is broken on stderr, not stdout: stdout
+        # carries the answer's text and nothing else (docs/channels.md#terminal).
+        self.err.write(("" if self.at_line_start else "\n") + text + "\n")
         self.err.flush()
 
     def _text(self, text: str) -> None:
@@ -118,6 +120,8 @@ class ConsoleRenderer:
                 self._err_line(f"⟳ retry {attempt} in {delay:.1f}s ({_one_line(reason, 80)})")
             case Notice(text=text):
                 self._err_line(text)
+            case CompactionProgress(after=after) as progress if after is not None:
+                self._err_line(self._dim(progress.line))
             case _:
                 pass
 

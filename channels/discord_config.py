@@ -21,3 +21,9 @@ class DiscordConfig(AccessConfig):
         description="Gateway shards (Discord requires one per 2,500 guilds). With several "
         "workers each shard is leased (`discord:shard:<n>`) and may sit on any worker.",
     )
+    repost_final_over: int | None = Field(
+        1000,
+        ge=0,
+        description="A final answer longer than this (characters) is posted as a new message "
+        "(the channel shows it unread) and the preview removed; none: always edited in place.",
+    )

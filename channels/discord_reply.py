@@ -12,7 +12,7 @@ from typing import Protocol
 from channels.discord_api import discord_call
 from channels.discord_config import DiscordConfig
 from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
-from channels.text import to_discord
+from channels.text import bold_deep_headings, to_discord
 from core.chat import ApprovalRequest, PreviewStream
 from core.clock import Clock
 from core.errors import ChannelError, ChannelRefused, DeliveryFailed
@@ -59,7 +59,7 @@ class DiscordSurface:
         return len(text)
 
     async def post(self, text: str, *, final: bool) -> str:
-        content = to_discord(text) if final else text
+        content = to_discord(text) if final else bold_deep_headings(text)
         try:
             message = await discord_call(self._channel.send(content))
         except ChannelRefused:
@@ -69,7 +69,7 @@ class DiscordSurface:
         return str(message.id)
 
     async def edit(self, message_id: str, text: str, *, final: bool) -> None:
-        content = to_discord(text) if final else text
+        content = to_discord(text) if final else bold_deep_headings(text)
         partial = self._channel.get_partial_message(int(message_id))
         try:
             await discord_call(partial.edit(content=content))
@@ -107,6 +107,8 @@ class DiscordResponder:
             min_interval=adapter.config.edit_interval_seconds,
             budget=adapter.edit_budget(self._target),
             typing=self._send_typing,
+            status_lines=True,  # a tool step or a compaction: one line under the preview
+            repost_over=adapter.config.repost_final_over,
         )
 
     async def approve(self, request: ApprovalRequest) -> bool:

@@ -20,8 +20,8 @@ again; the store drops the copy if the first one was committed after all. A cras
 the commit therefore never loses a message. Commands act at once and store nothing, so
 they are acknowledged at once.
 
-Slack has no typing indicator for bots outside assistant threads; receipt is shown with
-`ack_reaction` instead, so `typing()` does nothing.
+Receipt is shown with `ack_reaction`, work with the thread's status (`slack_status`);
+answers stream natively where Slack can (`slack_stream`); assistant threads: `slack_assistant`.
 
 This module is the adapter's lifecycle and its bolt listeners; beside it are the Web API
 edge and its error mapping (`slack_api`), where answers go (`slack_reply`), the approval
@@ -50,15 +50,24 @@ from channels.gate import Gate
 from channels.inbound import slack_markdown, slack_user_ids
 from channels.retry import call_with_retry
 from channels.slack_api import escape, failure_detail, slack_call
+from channels.slack_assistant import AssistantThreads
 from channels.slack_blocks import ACTIONS, approval_blocks
-from channels.slack_config import SlackConfig
-from channels.slack_events import HANDLED_SUBTYPES, Recent, Taken, UserNames, command_text
+from channels.slack_config import SlackConfig, secret_of
+from channels.slack_events import (
+    HANDLED_SUBTYPES,
+    Recent,
+    Taken,
+    UserNames,
+    command_text,
+    react,
+)
 from channels.slack_groups import UserGroups
 from channels.slack_reply import SlackResponder
+from channels.slack_status import ThreadStatus
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, Deciders, Inbound
 from core.clock import Clock, SystemClock
 from core.command_table import CHANNEL_WIDE
-from core.errors import ChannelError, ConfigError
+from core.errors import ChannelError
 from core.lease import Singleton
 
 log = logging.getLogger(__name__)
@@ -85,12 +94,12 @@ class SlackChannel:
     ) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
-        self._bot_token = _secret(environ, config.bot_token_env, "bot_token_env", "xoxb-…")
+        self._bot_token = secret_of(environ, config.bot_token_env, "bot_token_env", "xoxb-…")
         self._app_token = self._signing_secret = ""
         if config.mode == "socket":
-            self._app_token = _secret(environ, config.app_token_env, "app_token_env", "xapp-…")
+            self._app_token = secret_of(environ, config.app_token_env, "app_token_env", "xapp-…")
         else:
-            self._signing_secret = _secret(
+            self._signing_secret = secret_of(
                 environ, config.signing_secret_env, "signing_secret_env", "the signing secret"
             )
         self.client = AsyncWebClient(token=self._bot_token, base_url=config.base_url)
@@ -107,7 +116,9 @@ class SlackChannel:
         self._threads = Recent(10_000)
         self._names = UserNames(self.client, self._spawn)
         self._turns: dict[ConversationKey, asyncio.Future[None]] = {}  # see _take
-        self.bot_user_id = self.bot_id = ""
+        self.assistant = AssistantThreads(self.client, config, self.clock)
+        self.streaming_supported = True  # until Slack says this workspace or token cannot
+        self.bot_user_id = self.bot_id = self.team_id = ""
         self.http_url = ""  # HTTP mode: where Slack posts events, once started
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -116,6 +127,7 @@ class SlackChannel:
         self._agent = agent
         auth = await self._checked("auth.test", self.config.bot_token_env, self.client.auth_test)
         self.bot_user_id, self.bot_id = str(auth.get("user_id", "")), str(auth.get("bot_id", ""))
+        self.team_id = str(auth.get("team_id", ""))
         app = AsyncApp(
             client=self.client,
             signing_secret=self._signing_secret,
@@ -127,6 +139,8 @@ class SlackChannel:
         )
         app.event("message")(self._on_event)
         app.event("app_mention")(self._on_event)
+        app.event("assistant_thread_started")(self._on_thread_started)
+        app.event("assistant_thread_context_changed")(self._on_context_changed)
         app.command(re.compile(r"^/.+"))(self._on_command)
         app.action(re.compile(f"^({'|'.join(ACTIONS)})$"))(self._on_action)
         try:
@@ -198,6 +212,17 @@ class SlackChannel:
         a load balancer like any web service."""
         return []
 
+    def thread_status(self, channel_id: str, thread_ts: str) -> ThreadStatus:
+        return self.assistant.status(channel_id, thread_ts)
+
+    def no_streaming(self) -> None:
+        if self.streaming_supported:
+            log.warning(
+                "slack: this workspace or token cannot stream answers (chat.startStream); "
+                "answers are streamed by edits (see docs/channels.md#slack-native-streaming)"
+            )
+        self.streaming_supported = False
+
     def remember_thread(self, channel_id: str, thread_ts: str) -> None:
         if not channel_id.startswith("D"):
             self._threads.add((channel_id, thread_ts))
@@ -240,6 +265,12 @@ class SlackChannel:
             why,
         )
         return BoltResponse(status=503, body="")
+
+    async def _on_thread_started(self, event: dict[str, Any]) -> None:
+        self._spawn(self.assistant.started(event))
+
+    async def _on_context_changed(self, event: dict[str, Any]) -> None:
+        self.assistant.context_changed(event)
 
     async def _on_command(
         self, ack: Callable[[], Awaitable[None]], command: dict[str, Any]
@@ -331,7 +362,15 @@ class SlackChannel:
         turn = asyncio.get_running_loop().create_future()
         self._turns[inbound.key] = turn
         turn.add_done_callback(functools.partial(self._turn_taken, inbound.key))
-        responder = SlackResponder(self, inbound.channel_id, reply_in)
+        recipient = None
+        if not inbound.is_dm:  # a channel stream names its reader (Slack Connect: their team)
+            team = str(event.get("user_team") or event.get("team") or self.team_id)
+            recipient = (inbound.user_id, team)
+        if reply_in is not None and inbound.command is None:
+            self._spawn(self.assistant.title(inbound.channel_id, reply_in, inbound.text))
+            if line := self.assistant.context_line(inbound.channel_id, reply_in):
+                inbound = replace(inbound, text=f"{line}\n{inbound.text}")
+        responder = SlackResponder(self, inbound.channel_id, reply_in, recipient=recipient)
         return Taken(inbound, responder, raw, unnamed, before, turn)
 
     def _turn_taken(self, key: ConversationKey, turn: asyncio.Future[None]) -> None:
@@ -359,7 +398,9 @@ class SlackChannel:
             raise
         if submitted and self.config.ack_reaction:
             reaction = self.config.ack_reaction
-            self._spawn(self._react(inbound.channel_id, inbound.message_id, reaction))
+            self._spawn(
+                react(self.client, self.clock, inbound.channel_id, inbound.message_id, reaction)
+            )
         if inbound.user_id not in self._names:
             self._spawn(self._names.learn(inbound.user_id))
 
@@ -465,28 +506,3 @@ class SlackChannel:
             clock=self.clock,
             what="slack approval settle",
         )
-
-    async def _react(self, channel_id: str, ts: str, name: str) -> None:
-        try:
-            await call_with_retry(
-                lambda: slack_call(
-                    self.client.reactions_add(channel=channel_id, timestamp=ts, name=name)
-                ),
-                clock=self.clock,
-                attempts=2,  # a receipt, not worth holding on to
-                rate_limits=1,
-                what="slack reactions.add",
-            )
-        except ChannelError as exc:
-            log.debug("slack: no ack reaction (%s)", type(exc).__name__)
-
-
-def _secret(environ: Mapping[str, str], var: str, key: str, what: str) -> str:
-    value = environ.get(var, "").strip()
-    if not value:
-        raise ConfigError(
-            f"channels.slack.{key}",
-            f"environment variable {var} is not set",
-            f"export {var}={what} (or point `{key}` at the variable that holds it)",
-        )
-    return value

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from channels.gate import AccessConfig
+from core.errors import ConfigError
+
+
+class SuggestedPrompt(BaseModel):
+    """One suggested prompt of an assistant thread: its button `title` and the `message`
+    it sends."""
+
+    title: str = Field(min_length=1)
+    message: str = Field(min_length=1)
 
 
 class SlackConfig(AccessConfig):
@@ -20,3 +30,32 @@ class SlackConfig(AccessConfig):
     http_listen: str = "127.0.0.1"
     http_port: int = Field(3000, ge=0, le=65535)
     ack_reaction: str | None = Field("eyes", description="Reaction that acknowledges receipt.")
+    streaming: Literal["native", "edits"] = Field(
+        "native",
+        description="chat.startStream streaming (edits where Slack cannot), or edits only.",
+    )
+    thread_status: bool = Field(
+        True,
+        description="Show what the bot is doing under the thread (assistant.threads.setStatus).",
+    )
+    status_refresh_seconds: float = Field(
+        90.0, gt=0, description="Re-send a lasting status this often (Slack drops it after ~2 min)."
+    )
+    suggested_prompts: list[SuggestedPrompt] = Field(
+        default_factory=list,
+        max_length=4,
+        description="Offered when someone opens an assistant thread (Slack shows up to 4).",
+    )
+
+
+def secret_of(environ: Mapping[str, str], var: str, key: str, what: str) -> str:
+    """The secret in environment variable `var` (named by setting `key`), or a config
+    error that says how to set it."""
+    value = environ.get(var, "").strip()
+    if not value:
+        raise ConfigError(
+            f"channels.slack.{key}",
+            f"environment variable {var} is not set",
+            f"export {var}={what} (or point `{key}` at the variable that holds it)",
+        )
+    return value

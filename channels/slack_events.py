@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from channels.retry import call_with_retry
 from channels.slack_api import failure_detail, slack_call
 from core.chat import Inbound
+from core.clock import Clock
 from core.command_table import COMMANDS
 from core.errors import ChannelError
 
@@ -134,3 +136,17 @@ class UserNames:
         )
         self._names[user_id] = name
         return name
+
+
+async def react(client: AsyncWebClient, clock: Clock, channel_id: str, ts: str, name: str) -> None:
+    """Add reaction `name` to message `ts` (a receipt: best effort)."""
+    try:
+        await call_with_retry(
+            lambda: slack_call(client.reactions_add(channel=channel_id, timestamp=ts, name=name)),
+            clock=clock,
+            attempts=2,  # a receipt, not worth holding on to
+            rate_limits=1,
+            what="slack reactions.add",
+        )
+    except ChannelError as exc:
+        log.debug("slack: no ack reaction (%s)", type(exc).__name__)

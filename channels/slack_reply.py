@@ -1,10 +1,12 @@
 """Where the bot's output goes in Slack: a `Surface` for the reply streamer (one thread,
 DM or channel top level) and the `Responder` of one conversation, with its approval
-prompts and the `response_url` fallback for slash commands."""
+prompts, its thread status (`channels.slack_status`), native streaming where it can
+(`channels.slack_stream`) and the `response_url` fallback for slash commands."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -15,6 +17,8 @@ from channels.retry import call_with_retry
 from channels.slack_api import LIMIT_BYTES, escape, slack_call, slack_size
 from channels.slack_blocks import approval_blocks
 from channels.slack_config import SlackConfig
+from channels.slack_status import APPROVAL, THINKING, ThreadStatus
+from channels.slack_stream import NativeStream, StreamTarget
 from channels.stream import ReplyStreamer, deliver
 from channels.text import split_message, to_slack_mrkdwn
 from core.chat import ApprovalRequest, PreviewStream, PromptRef
@@ -32,7 +36,13 @@ class SlackHost(Protocol):
     config: SlackConfig
     approvals: Approvals
 
+    streaming_supported: bool
+
     def remember_thread(self, channel_id: str, thread_ts: str) -> None: ...
+
+    def thread_status(self, channel_id: str, thread_ts: str) -> ThreadStatus: ...
+
+    def no_streaming(self) -> None: ...
 
     async def settle_prompt(self, request: ApprovalRequest, outcome: str) -> None: ...
 
@@ -92,9 +102,11 @@ class SlackResponder:
         thread_ts: str | None,
         *,
         response_url: str | None = None,
+        recipient: tuple[str, str] | None = None,
     ) -> None:
         self._slack, self._channel_id, self._thread_ts = slack, channel_id, thread_ts
         self._response_url = response_url
+        self._recipient = recipient  # (user id, team id) a channel stream is streamed to
 
     def _surface(self) -> SlackSurface:
         return SlackSurface(self._slack, self._channel_id, self._thread_ts)
@@ -118,15 +130,54 @@ class SlackResponder:
             if response.status_code != 200:
                 raise DeliveryFailed(f"response_url answered {response.status_code}")
 
+    def _status(self) -> ThreadStatus | None:
+        if self._thread_ts is None or not self._slack.config.thread_status:
+            return None  # Slack shows statuses in threads only
+        return self._slack.thread_status(self._channel_id, self._thread_ts)
+
+    def _target(self) -> StreamTarget | None:
+        """Where a native stream can go, or None if this answer cannot stream natively."""
+        slack = self._slack
+        if slack.config.streaming != "native" or not slack.streaming_supported:
+            return None
+        if self._thread_ts is None:
+            return None  # a stream is always a reply in a thread
+        is_dm = self._channel_id.startswith("D")
+        if not is_dm and self._recipient is None:
+            return None  # in a channel Slack needs the reader (a restart's responder has none)
+        user, team = self._recipient or (None, None)
+        return StreamTarget(slack.client, self._channel_id, self._thread_ts, user, team)
+
     def stream(self) -> PreviewStream:
-        return ReplyStreamer(
-            self._surface(),
-            clock=self._slack.clock,
-            min_interval=self._slack.config.edit_interval_seconds,
+        slack = self._slack
+        interval = slack.config.edit_interval_seconds
+        edits = ReplyStreamer(self._surface(), clock=slack.clock, min_interval=interval)
+        target, status = self._target(), self._status()
+        if target is None and status is None:
+            return edits
+        return NativeStream(
+            target or StreamTarget(slack.client, self._channel_id, self._thread_ts or ""),
+            edits,
+            clock=slack.clock,
+            min_interval=interval,
+            status=status,
+            unsupported=slack.no_streaming,
+            native=target is not None,
         )
 
-    def typing(self) -> contextlib.nullcontext[None]:
-        return contextlib.nullcontext()
+    @contextlib.asynccontextmanager
+    async def typing(self) -> AsyncIterator[None]:
+        """Slack has no typing indicator for bots: the thread's status says "is thinking…"
+        instead (and the tool running, an approval awaited), cleared at the end."""
+        status = self._status()
+        if status is None:
+            yield
+            return
+        status.show(THINKING)
+        try:
+            yield
+        finally:
+            await status.clear()
 
     async def approve(self, request: ApprovalRequest) -> bool:
         client, clock = self._slack.client, self._slack.clock
@@ -146,4 +197,11 @@ class SlackResponder:
             )
             return PromptRef(self._channel_id, str(response["ts"]))
 
-        return await self._slack.approvals.request(request, show, self._slack.settle_prompt)
+        status = self._status()
+        if status is not None:
+            status.show(APPROVAL)
+        try:
+            return await self._slack.approvals.request(request, show, self._slack.settle_prompt)
+        finally:
+            if status is not None and status.status == APPROVAL:
+                status.show(THINKING)

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Protocol, TypeVar
 
 from channels.retry import call_with_retry
+from channels.status import status_line, with_status
 from channels.text import split_message
 from core.chat import SILENT_REPLIES, is_silent
 from core.clock import Clock, SystemClock
@@ -185,8 +186,12 @@ class ReplyStreamer:
         min_interval: float = 1.0,
         budget: EditBudget | None = None,
         typing: Callable[[], Awaitable[None]] | None = None,
+        status_lines: bool = False,
+        repost_over: int | None = None,
     ) -> None:
         self._surface = surface
+        self._status_lines, self._status = status_lines, ""  # channels.status
+        self._repost_over = repost_over  # a longer final answer is posted anew
         self._clock = clock or SystemClock()
         self._min_interval = min_interval
         self._budget = budget
@@ -222,6 +227,15 @@ class ReplyStreamer:
         """Ids of the messages this reply currently occupies, in order."""
         return list(self._ids)
 
+    @property
+    def surface(self) -> Surface:
+        return self._surface
+
+    def adopt(self, message_id: str, shown: str) -> None:
+        """Go on with an answer begun by other means (Slack's native stream, which failed):
+        message `message_id` shows `shown`; later text edits it and continues below."""
+        self._ids, self._shown = [message_id], [(shown, False)]
+
     def __call__(self, event: LoopEvent) -> None:
         if self._closed:
             return
@@ -231,7 +245,10 @@ class ReplyStreamer:
             case StreamRestarted(discard=True):
                 self._text = ""
             case _:
-                return
+                status = status_line(event) if self._status_lines else None
+                if status is None or status == self._status:
+                    return
+                self._status = status
         self._wake.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="reply stream")
@@ -255,8 +272,8 @@ class ReplyStreamer:
         """Show the current text (plain) if it changed; failures are left to `finish`."""
         text = self._text
         if _may_become_silent(text):
-            return
-        pieces = _pieces(self._surface, text)
+            return  # a status alone posts nothing: the typing indicator says as much
+        pieces = _pieces(self._surface, with_status(text, self._status))
         for i, piece in enumerate(pieces):
             final = i < len(pieces) - 1  # earlier messages are complete
             if i < len(self._ids):
@@ -329,6 +346,15 @@ class ReplyStreamer:
                 await self._delete_from(0)
                 return
             pieces = _pieces(self._surface, text)
+            if self._repost_over is not None and self._ids and len(text) > self._repost_over:
+                # A long answer comes as a new message (an edit does not mark the channel
+                # unread); the previews go once it is there.
+                previews, self._ids, self._shown = self._ids, [], []
+                await self._finish_pieces(pieces)
+                self._ids, kept = previews, self._ids
+                await self._delete_from(0)
+                self._ids, self._shown = kept, [(piece, True) for piece in pieces]
+                return
             await self._finish_pieces(pieces)
         finally:
             await self.aclose()

@@ -49,6 +49,7 @@ from telegram.ext import (
 from channels.approvals import Approvals, parse_approval_button
 from channels.gate import Gate
 from channels.retry import call_with_retry
+from channels.stream import EditBudget
 from channels.telegram_api import bot_id_of, telegram_call
 from channels.telegram_config import TelegramConfig
 from channels.telegram_reply import Place, TelegramResponder, approval_prompt
@@ -71,6 +72,7 @@ log = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ("message", "callback_query")
+DRAFTS_PER_SECOND = 25  # draft updates across the bot's chats (Telegram allows ~30 calls/s)
 POLL_TIMEOUT = timedelta(seconds=10)  # long poll
 HANDOVER_WAIT = 1.0  # seconds to wait for unfinished hand-overs before polling again
 POLL_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # waits while getUpdates fails; 30 s repeats
@@ -132,6 +134,11 @@ class TelegramChannel:
         self._reader = MessageReader()  # who the bot is: known once started
         self._leased = False  # polling is a leased singleton, run by `singletons()`' caller
         self._bot_id = bot_id_of(token)
+        self.drafts_supported = True  # until Telegram refuses a private chat's draft
+        self.draft_budget = EditBudget(DRAFTS_PER_SECOND, 1.0, self.clock)
+
+    def no_drafts(self) -> None:
+        self.drafts_supported = False
 
     @staticmethod
     def _webhook_secret(config: TelegramConfig, environ: Mapping[str, str]) -> str:

@@ -19,3 +19,6 @@ class TelegramConfig(AccessConfig):
     webhook_listen: str = "127.0.0.1"
     webhook_port: int = Field(8443, ge=0, le=65535)
     webhook_secret_env: str = "TELEGRAM_WEBHOOK_SECRET"
+    drafts: bool = Field(
+        True, description="Stream private-chat answers as a draft (sendMessageDraft)."
+    )

@@ -14,9 +14,10 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, R
 from telegram.constants import ChatAction, ParseMode
 
 from channels.approvals import ALWAYS_LABELS, approval_button_id
-from channels.stream import ReplyStreamer, Typing, deliver
+from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
 from channels.telegram_api import says, telegram_call
 from channels.telegram_config import TelegramConfig
+from channels.telegram_draft import DraftStream
 from channels.text import to_telegram_html
 from core.chat import ApprovalRequest, PreviewStream, is_silent
 from core.clock import Clock
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 MESSAGE_LIMIT = 4096  # characters after entity parsing (counted in UTF-16 units here)
 _PROMPT_SUMMARY_LIMIT = 3000
+APPROVAL_STATUS = "🔐 waiting for approval"
 _T = TypeVar("_T")
 
 
@@ -38,6 +40,10 @@ class TelegramHost(Protocol):
 
     clock: Clock
     config: TelegramConfig
+    drafts_supported: bool
+    draft_budget: EditBudget
+
+    def no_drafts(self) -> None: ...
 
     @property
     def bot(self) -> Bot:
@@ -128,21 +134,45 @@ class TelegramResponder:
         self._channel = channel
         self._place = place
         self._surface = TelegramSurface(channel.bot, place)
+        self._draft: DraftStream | None = None  # the latest answer's draft (approvals show)
 
     async def send(self, text: str) -> None:
         if not is_silent(text):
             await deliver(self._surface, text, clock=self._channel.clock)
 
     def stream(self) -> PreviewStream:
-        return ReplyStreamer(
+        channel = self._channel
+        edits = ReplyStreamer(
             self._surface,
-            clock=self._channel.clock,
-            min_interval=self._channel.config.edit_interval_seconds,
+            clock=channel.clock,
+            min_interval=channel.config.edit_interval_seconds,
             typing=self._send_typing,
+            status_lines=True,  # a tool step or a compaction: one line under the preview
         )
+        private = self._place.chat_id > 0  # Telegram's private chats have positive ids
+        if not (private and channel.config.drafts and channel.drafts_supported):
+            return edits  # groups keep edits
+        self._draft = DraftStream(
+            channel.bot,
+            self._place.chat_id,
+            self._place.thread_id,
+            edits,
+            clock=channel.clock,
+            min_interval=channel.config.edit_interval_seconds,
+            budget=channel.draft_budget,
+            unsupported=channel.no_drafts,
+        )
+        return self._draft
 
     async def approve(self, request: ApprovalRequest) -> bool:
-        return await self._channel.ask_approval(self._place, request)
+        draft = self._draft
+        if draft is not None:
+            draft.show_status(APPROVAL_STATUS)
+        try:
+            return await self._channel.ask_approval(self._place, request)
+        finally:
+            if draft is not None:
+                draft.show_status("")
 
     def typing(self) -> AbstractAsyncContextManager[None]:
         return Typing(self._send_typing, clock=self._channel.clock)

@@ -447,7 +447,12 @@ _DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 def to_discord(md: str) -> str:
     """Markdown → Discord Markdown: the same, except headings below ### become bold
     lines (Discord renders only #, ## and ###) and tables are laid out."""
-    md = render_tables(md)
+    return bold_deep_headings(render_tables(md))
+
+
+def bold_deep_headings(md: str) -> str:
+    """Headings below ### as bold lines, outside code fences (Discord shows `####` as
+    typed): for streamed previews as well as the final text."""
     out: list[str] = []
     pos = 0
     for fence in find_fences(md):

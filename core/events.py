@@ -205,8 +205,38 @@ class TokensEstimated:
     kind: Literal["tokens_estimated"] = "tokens_estimated"
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionProgress:
+    """A hard compaction (recovery stage R1 or R2, docs/context.md#compaction-progress):
+    sent as it starts (`after` is None) and once it is done. Channels show it as a
+    transient status and remove it when the run goes on."""
+
+    stage: str
+    before: int
+    after: int | None = None
+    kind: Literal["compaction_progress"] = "compaction_progress"
+
+    @property
+    def line(self) -> str:
+        """The status as people read it: "Compacting: 120k → 40k tokens"."""
+        if self.after is None:
+            return f"Compacting: {_k(self.before)} tokens…"
+        return f"Compacting: {_k(self.before)} → {_k(self.after)} tokens"
+
+
+def _k(tokens: int) -> str:
+    return f"{tokens / 1000:.0f}k" if tokens >= 1000 else str(tokens)
+
+
 LoopEvent = (
-    StreamEvent | LLMCallStarted | ToolStarted | ToolFinished | Notice | Observed | TokensEstimated
+    StreamEvent
+    | LLMCallStarted
+    | ToolStarted
+    | ToolFinished
+    | Notice
+    | Observed
+    | TokensEstimated
+    | CompactionProgress
 )
 
 EventSink = Callable[[LoopEvent], None]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
+from tests.fakes.llm import FakeLLM, Fault, Reply, ToolCallSpec
 from tests.process import REPO, child_env, parley, start_parley, write_config
 
 
@@ -294,3 +294,21 @@ async def test_run_with_a_missing_channel_token_names_the_variable(
     assert code == 2
     assert "SLACK_BOT_TOKEN" in err
     assert "Traceback" not in err
+
+
+async def test_chat_m_stdout_is_only_the_answer_when_a_cut_stream_is_retried(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A provider stream cut mid-answer is retried: the retry notice goes to stderr and
+    nothing of the failed attempt (no line break either) stays in stdout."""
+    answer = "alpha beta gamma delta epsilon."
+    fake_llm.script(
+        Reply(text=answer, chunk_size=5, fault=Fault(cut_after=3)),
+        Reply(text=answer, chunk_size=5),
+    )
+    config = write_config(tmp_path)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    code, out, err = await parley("--config", str(config), "chat", "-m", "go", env=env)
+    assert code == 0, err
+    assert "retry" in err
+    assert out == answer + "\n"

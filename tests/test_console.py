@@ -295,3 +295,22 @@ async def test_a_message_the_store_refused_is_reported_and_the_terminal_goes_on(
     assert b"database is locked" in term.err
     assert b"Traceback" not in term.err
     assert term.out == b"stored this time\n"
+
+
+def test_compaction_progress_is_a_stderr_line_and_stdout_keeps_only_the_answer() -> None:
+    import io
+
+    from channels.console import ConsoleRenderer
+    from core.events import CompactionProgress, StreamRestarted, TextDelta
+
+    out, err = io.StringIO(), io.StringIO()
+    renderer = ConsoleRenderer(out, err, color=False)
+    renderer(CompactionProgress("R1", 120_000))  # started: nothing to show on a terminal
+    renderer(CompactionProgress("R1", 120_000, 40_000))
+    renderer(TextDelta("Hello wo"))
+    renderer(StreamRestarted(1, "cut", 0.5, discard=True))
+    renderer(TextDelta("Hello world."))
+    renderer.finish()
+    assert out.getvalue() == "Hello world.\n"
+    assert "Compacting: 120k → 40k tokens\n" in err.getvalue()
+    assert err.getvalue().count("Compacting") == 1

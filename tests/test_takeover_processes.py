@@ -74,6 +74,7 @@ def config(
         base_url = "{telegram.url}"
         allow_users = [{allowed}]
         allow_channels = ["{REPORTS}"]
+        drafts = false  # previews are edited messages: what a taker retracts
         """
         + textwrap.dedent(extra),
     )

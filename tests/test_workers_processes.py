@@ -156,6 +156,7 @@ def telegram_config(tmp_path: Path, n: int, llm: FakeLLM, telegram: FakeTelegram
         enabled = true
         base_url = "{telegram.url}"
         allow_users = [{allowed}]
+        drafts = false  # previews are edited messages: what a taker retracts
         """,
     )
     config = state / "config.toml"

@@ -50,7 +50,7 @@ from core.context.transcript import (
 )
 from core.context.watermark import Watermark
 from core.errors import ContextLimitExceeded
-from core.events import EventSink, Observed
+from core.events import CompactionProgress, EventSink, Observed
 from core.messages import Message
 
 Pressure = Literal["ok", "ask_human", "stop"]
@@ -305,7 +305,16 @@ class ContextManager(ToolOutputs):
                 sink(Observed("agent.recovery.fired", data))
                 return ("ask_human" if self.session == "interactive" else "stop"), used
             keep = self.settings.keep_tail if stage == "R1" else self.settings.deep_keep
+            sink(CompactionProgress(stage, used))  # a transient status while it runs
             report = await self._summarise(messages, keep, stage, sink, deep=stage == "R2")
+            sink(CompactionProgress(stage, report.before, report.after))
+            log.info(
+                "compaction %s: %d → %d tokens (saved %d)",
+                stage,
+                report.before,
+                report.after,
+                report.before - report.after,
+            )
             data = {"stage": stage, "before": report.before, "after": report.after}
             sink(Observed("agent.recovery.fired", data))
             used = report.after

@@ -384,10 +384,14 @@ async def test_stop_as_slash_command_and_as_bang_text_in_a_thread(
         await fake.slash("/stop")
         await fake.until(lambda: [m for m in fake.thread("D1", None) if m.text == "Stopped."])
 
-        root = await fake.mention("write a lot more")
-        await fake.wait_for("chat.postMessage", where=lambda c: c.params["channel"] == "C1")
+        root = await fake.mention("write a lot more")  # a thread: streamed natively
+        await fake.wait_for("chat.appendStream", where=lambda c: c.params["channel"] == "C1")
         await fake.channel_message("!stop", thread_ts=root.ts)
         await fake.until(lambda: [m for m in fake.thread("C1", root.ts) if m.text == "Stopped."])
+        # The stopped stream was ended and edited to say so: one message, no stream open.
+        (answer,) = fake.thread("C1", root.ts)
+        assert answer.native
+        assert not answer.streaming
 
     assert llm_inputs(fake_llm) == ["write a lot", "write a lot more"]
 

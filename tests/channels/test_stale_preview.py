@@ -34,7 +34,8 @@ async def test_a_preview_left_by_a_crash_is_retracted_and_resume_answers_below(
 ) -> None:
     fake_llm.script(Reply(text=SLOW, chunk_size=8, chunk_delay=0.05))
     async with FakeTelegram(token=TELEGRAM_TOKEN) as telegram:
-        extra = "edit_interval_seconds = 0.2"
+        # Edited previews (a draft is no message: tests/test_crash_native_stream.py).
+        extra = "edit_interval_seconds = 0.2\ndrafts = false"
         config = telegram_run_config(tmp_path, fake_llm.base_url, telegram.url, ALICE.id, extra)
         env = child_env(TELEGRAM_BOT_TOKEN=TELEGRAM_TOKEN)
         async with parley_run(config, env) as first:

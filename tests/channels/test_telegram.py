@@ -75,6 +75,9 @@ def config(fake: FakeTelegram, **overrides: Any) -> TelegramConfig:
         "allow_users": [str(ALICE.id), str(BOB.id), str(OTHER_BOT.id), str(BOT.id)],
         "approvers": [str(ALICE.id)],
         "edit_interval_seconds": 0.05,
+        # These tests are about the edit streamer (groups, and private chats without
+        # drafts); tests/channels/test_telegram_drafts.py covers drafts.
+        "drafts": False,
     }
     values.update(overrides)
     return TelegramConfig(**values)

@@ -3,6 +3,8 @@ soft 600, compact 700, hard 950), with message sizes known exactly via `WordCoun
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from core.context.manager import (
@@ -13,6 +15,7 @@ from core.context.manager import (
 )
 from core.context.transcript import PINNED_HEADER, is_valid
 from core.errors import ContextLimitExceeded
+from core.events import CompactionProgress
 from core.messages import Message, ToolCall
 from tests.context import Sink, WordCounter, reply, system, tool_turn, user
 
@@ -302,3 +305,30 @@ async def test_masking_rewrites_history_in_batches(batch: int, masks: int) -> No
         if batch > 1:
             assert all(x is y for x, y in zip(messages, before, strict=True))  # untouched
     assert len(sink.named("agent.compaction.run")) == 1 + masks
+
+
+async def test_each_hard_compaction_reports_progress_and_logs_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """R1 and R2 each tell the channel as they start and when done (a transient status),
+    and log one INFO line with the tokens before, after and saved (docs/context.md)."""
+    cm, sink = manager(Recorder()), Sink()
+    messages = sized([*chat(2), *chat(5, size=75)], 900)
+    with caplog.at_level(logging.INFO, logger="core.context.manager"):
+        assert await cm.preflight(messages, sink) == "ok"
+    progress = [e for e in sink.events if isinstance(e, CompactionProgress)]
+    fired = sink.named("agent.recovery.fired")
+    assert [(p.stage, p.after is None) for p in progress] == [
+        ("R1", True),
+        ("R1", False),
+        ("R2", True),
+        ("R2", False),
+    ]
+    assert [(p.before, p.after) for p in progress[1::2]] == [
+        (f["before"], f["after"]) for f in fired
+    ]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compaction R")]
+    before, after = fired[0]["before"], fired[0]["after"]
+    assert lines[0] == f"compaction R1: {before} → {after} tokens (saved {before - after})"  # type: ignore[operator]
+    assert len(lines) == 2
+    assert progress[1].line.startswith("Compacting: ")

@@ -34,6 +34,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.fakes.calls import Call, CallLog, Failure, FailureQueue, LogsCalls
+from tests.fakes.slack_ai import SlackAI
 
 __all__ = [
     "BOT_ID",
@@ -105,6 +106,9 @@ class Posted:
     blocks: list[dict[str, Any]] | None = None
     deleted: bool = False
     first_blocks: list[dict[str, Any]] | None = None
+    streaming: bool = False  # a native stream still open (chat.startStream)
+    native: bool = False  # posted by chat.startStream (Markdown, not mrkdwn)
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # task chunks, in order
 
     def __post_init__(self) -> None:
         self.first_blocks = self.blocks
@@ -120,7 +124,7 @@ class _Sockets:
     hellos: int = 0
 
 
-class FakeSlack(LogsCalls):
+class FakeSlack(SlackAI, LogsCalls):
     """Fake Slack on a free port. Tokens are checked: bot methods want `bot_token`,
     `apps.connections.open` wants `app_token`. Calls (`fake.calls`) are Web API methods,
     `response_url` posts and `socket.ack`s."""
@@ -145,6 +149,7 @@ class FakeSlack(LogsCalls):
         self.before_answer: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {}
         self._failures = FailureQueue()
         self._sockets = _Sockets()
+        self.init_ai()
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -325,10 +330,15 @@ class FakeSlack(LogsCalls):
         message = {"type": "message", "user": BOT_USER_ID, "bot_id": BOT_ID, "text": text}
         return {"ok": True, "channel": channel, "ts": ts, "message": message | {"ts": ts}}
 
+    def _new_posted(self, channel: str, ts: str, thread_ts: str | None, text: str) -> Posted:
+        return Posted(channel, ts, thread_ts, [text])
+
     def _api_chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
         posted = self.messages.get((str(params.get("channel")), str(params.get("ts"))))
         if posted is None or posted.deleted:
             return {"ok": False, "error": "message_not_found"}
+        if posted.streaming:
+            return {"ok": False, "error": "cant_update_message"}
         if problem := self._text_problem(params):
             return {"ok": False, "error": problem}
         posted.texts.append(str(params.get("text") or ""))

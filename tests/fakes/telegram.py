@@ -230,6 +230,8 @@ class FakeTelegram(LogsCalls):
         self.webhook_secret: str | None = None
         self.deliveries: list[tuple[int, int]] = []  # (update_id, webhook HTTP status)
         self.callback_answers: dict[str, dict[str, Any]] = {}
+        self.drafts: dict[int, list[tuple[int, str]]] = {}  # chat → (draft_id, text) updates
+        self.drafts_enabled = True  # False: a Bot API before 9.3 (404 for sendMessageDraft)
         self._pending: list[_Pending] = []
         self._failures = FailureQueue()
         self._update_ids = itertools.count(1000)
@@ -658,6 +660,24 @@ class FakeTelegram(LogsCalls):
     async def _api_deleteMessage(self, params: dict[str, Any]) -> Any:
         message = self._own_message(params, "delete")
         self.deleted.add((message["chat"]["id"], message["message_id"]))
+        return True
+
+    async def _api_sendMessageDraft(self, params: dict[str, Any]) -> Any:
+        """Bot API 9.3 `sendMessageDraft`: a private chat only; `draft_id` non-zero;
+        `text` 0-4096 characters (empty: the "Thinking…" placeholder). Each update is
+        kept in `drafts[chat_id]` as (draft_id, text)."""
+        if not self.drafts_enabled:
+            raise _ApiError(404, "Not Found")
+        chat = self._chat(params)
+        if chat.get("type") != "private":
+            raise _ApiError(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        draft_id = _int(params.get("draft_id"))
+        if draft_id == 0:
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        text = str(params.get("text") or "")
+        if utf16_len(text) > MAX_TEXT:
+            raise _ApiError(400, "Bad Request: text is too long")
+        self.drafts.setdefault(chat["id"], []).append((draft_id, text))
         return True
 
     async def _api_sendChatAction(self, params: dict[str, Any]) -> Any:
