@@ -31,7 +31,7 @@ import aiohttp
 from aiohttp import web
 
 from core.agent.recovery import PREVIEW_RETRACTED
-from core.store import RunRow, Store, open_store
+from core.store import JobRunRecord, RunRow, Store, open_store
 from tests.channels.test_stored_before_ack import Parley, free_port
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from tests.fakes.telegram import FakeTelegram, TgUser
@@ -456,8 +456,13 @@ async def test_cron_fires_killed_mid_answer_are_gone_on_with_or_reported(
             await telegram.wait_until(
                 lambda: len(telegram.texts(REPORTS)) == 2, timeout=30, what="two reports"
             )
-            async with await open_store(url) as store:
-                rows = {job: (await store.job_runs(job))[0] for job in ("again", "tell")}
+
+            async def both_recorded(store: Store) -> dict[str, JobRunRecord] | None:
+                # the report is posted first, then its fire's row is closed
+                found = {job: (await store.job_runs(job))[0] for job in ("again", "tell")}
+                return None if any(r["state"] == "running" for r in found.values()) else found
+
+            rows = await until_store(url, both_recorded, "both fires' rows closed")
             assert await survivor.stop() == 0
         _, listed, _ = await parley("--config", str(configs[1]), "jobs", "runs", "tell", env=ENV)
     posts = telegram.texts(REPORTS)
