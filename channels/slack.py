@@ -20,13 +20,11 @@ again; the store drops the copy if the first one was committed after all. A cras
 the commit therefore never loses a message. Commands act at once and store nothing, so
 they are acknowledged at once.
 
-Receipt is shown with `ack_reaction`, work with the thread's status (`slack_status`);
-answers stream natively where Slack can (`slack_stream`); assistant threads: `slack_assistant`.
-
-This module is the adapter's lifecycle and its bolt listeners; beside it are the Web API
-edge and its error mapping (`slack_api`), where answers go (`slack_reply`), the approval
-prompt's blocks (`slack_blocks`), events on their way in and user names (`slack_events`)
-and the settings (`slack_config`).
+This module is the adapter's lifecycle and its bolt listeners. Beside it: the Web API
+edge (`slack_api`), where answers go (`slack_reply`), native streaming (`slack_stream`),
+the thread's status (`slack_status`), assistant threads (`slack_assistant`), approval
+blocks (`slack_blocks`), events on their way in (`slack_events`), settings (`slack_config`).
+Receipt is shown with `ack_reaction`.
 """
 
 from __future__ import annotations
@@ -52,7 +50,7 @@ from channels.retry import call_with_retry
 from channels.slack_api import escape, failure_detail, slack_call
 from channels.slack_assistant import AssistantThreads
 from channels.slack_blocks import ACTIONS, approval_blocks
-from channels.slack_config import SlackConfig, secret_of
+from channels.slack_config import SlackConfig, tokens
 from channels.slack_events import (
     HANDLED_SUBTYPES,
     Recent,
@@ -94,14 +92,7 @@ class SlackChannel:
     ) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
-        self._bot_token = secret_of(environ, config.bot_token_env, "bot_token_env", "xoxb-…")
-        self._app_token = self._signing_secret = ""
-        if config.mode == "socket":
-            self._app_token = secret_of(environ, config.app_token_env, "app_token_env", "xapp-…")
-        else:
-            self._signing_secret = secret_of(
-                environ, config.signing_secret_env, "signing_secret_env", "the signing secret"
-            )
+        self._bot_token, self._app_token, self._signing_secret = tokens(config, environ)
         self.client = AsyncWebClient(token=self._bot_token, base_url=config.base_url)
         self.approvals = Approvals(
             config.approvers, clock=self.clock, deciders=deciders, platform=self.name
@@ -428,17 +419,8 @@ class SlackChannel:
         if not inbound.is_dm and command_name not in CHANNEL_WIDE:
             # In a channel every conversation is a thread: a slash command typed at channel
             # level cannot say which one it means.
-            await call_with_retry(
-                lambda: slack_call(
-                    self.client.chat_postEphemeral(
-                        channel=channel_id,
-                        user=inbound.user_id,
-                        text=f"Type `!{command_name}` in the thread you mean.",
-                    )
-                ),
-                clock=self.clock,
-                what="slack chat.postEphemeral",
-            )
+            hint = f"Type `!{command_name}` in the thread you mean."
+            await self._tell_privately(channel_id, inbound.user_id, hint)
             return
         responder = SlackResponder(
             self, channel_id, None, response_url=command.get("response_url") or None
@@ -479,10 +461,16 @@ class SlackChannel:
             else "This request is no longer waiting for an answer."
         )
         thread_ts = (body.get("message") or {}).get("thread_ts")
+        await self._tell_privately(channel_id, user_id, note, thread_ts)
+
+    async def _tell_privately(
+        self, channel_id: str, user_id: str, text: str, thread_ts: str | None = None
+    ) -> None:
+        """An ephemeral message only `user_id` sees."""
         await call_with_retry(
             lambda: slack_call(
                 self.client.chat_postEphemeral(
-                    channel=channel_id, user=user_id, text=note, thread_ts=thread_ts
+                    channel=channel_id, user=user_id, text=text, thread_ts=thread_ts
                 )
             ),
             clock=self.clock,

@@ -59,3 +59,17 @@ def secret_of(environ: Mapping[str, str], var: str, key: str, what: str) -> str:
             f"export {var}={what} (or point `{key}` at the variable that holds it)",
         )
     return value
+
+
+def tokens(config: SlackConfig, environ: Mapping[str, str]) -> tuple[str, str, str]:
+    """The bot token, and the app token (Socket Mode) or the signing secret (HTTP mode);
+    "" for the one the mode does not use.
+
+    Raises:
+        ConfigError: a variable the mode needs is unset (see `secret_of`).
+    """
+    bot = secret_of(environ, config.bot_token_env, "bot_token_env", "xoxb-…")
+    if config.mode == "socket":
+        return bot, secret_of(environ, config.app_token_env, "app_token_env", "xapp-…"), ""
+    signing = "the signing secret"
+    return bot, "", secret_of(environ, config.signing_secret_env, "signing_secret_env", signing)

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -51,7 +50,7 @@ from channels.gate import Gate
 from channels.retry import call_with_retry
 from channels.stream import EditBudget
 from channels.telegram_api import bot_id_of, telegram_call
-from channels.telegram_config import TelegramConfig
+from channels.telegram_config import TelegramConfig, webhook_secret
 from channels.telegram_reply import Place, TelegramResponder, approval_prompt
 from channels.telegram_updates import Handover, MessageReader
 from core.chat import (
@@ -100,7 +99,7 @@ class TelegramChannel:
             )
         self._secret = ""
         if config.mode == "webhook":
-            self._secret = self._webhook_secret(config, environ)
+            self._secret = webhook_secret(config, environ)
         self.config = config
         self.clock: Clock = clock or SystemClock()
         self._gate = Gate(config, self.clock)
@@ -139,24 +138,6 @@ class TelegramChannel:
 
     def no_drafts(self) -> None:
         self.drafts_supported = False
-
-    @staticmethod
-    def _webhook_secret(config: TelegramConfig, environ: Mapping[str, str]) -> str:
-        if not config.webhook_url:
-            raise ConfigError(
-                "channels.telegram.webhook_url",
-                "mode = 'webhook' needs the public URL Telegram posts updates to",
-                "set webhook_url = 'https://bot.example.com/telegram', or use mode = 'polling'",
-            )
-        secret = environ.get(config.webhook_secret_env, "")
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", secret):
-            raise ConfigError(
-                "channels.telegram.webhook_secret_env",
-                f"the environment variable {config.webhook_secret_env} must hold 1-256 "
-                "characters A-Z, a-z, 0-9, _ or -",
-                f"export {config.webhook_secret_env}=$(openssl rand -hex 32)",
-            )
-        return secret
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field
 
 from channels.gate import AccessConfig
+from core.errors import ConfigError
 
 
 class TelegramConfig(AccessConfig):
@@ -22,3 +25,26 @@ class TelegramConfig(AccessConfig):
     drafts: bool = Field(
         True, description="Stream private-chat answers as a draft (sendMessageDraft)."
     )
+
+
+def webhook_secret(config: TelegramConfig, environ: Mapping[str, str]) -> str:
+    """The webhook's secret token (Telegram sends it in `X-Telegram-Bot-Api-Secret-Token`).
+
+    Raises:
+        ConfigError: no `webhook_url`, or the variable does not hold a valid token.
+    """
+    if not config.webhook_url:
+        raise ConfigError(
+            "channels.telegram.webhook_url",
+            "mode = 'webhook' needs the public URL Telegram posts updates to",
+            "set webhook_url = 'https://bot.example.com/telegram', or use mode = 'polling'",
+        )
+    secret = environ.get(config.webhook_secret_env, "")
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", secret):
+        raise ConfigError(
+            "channels.telegram.webhook_secret_env",
+            f"the environment variable {config.webhook_secret_env} must hold 1-256 "
+            "characters A-Z, a-z, 0-9, _ or -",
+            f"export {config.webhook_secret_env}=$(openssl rand -hex 32)",
+        )
+    return secret
