@@ -16,28 +16,23 @@ from urllib.parse import unquote, urlsplit
 
 from bot.config import ParleyConfig
 from channels import PLATFORMS
-from core.agent import Agent
 from core.agent.conversation import Conversation
 from core.agent.journal import JournalBox
-from core.agent.workers import SharedSettings
 from core.chat import ConversationKey, Responder
 from core.config import StoreConfig
 from core.context.manager import ContextManager
 from core.context.summarize import provider_summarizer
 from core.context.tokens import TokenCounter
 from core.errors import ConfigError
-from core.eventlog import EventLog
 from core.instructions import Guidance, GuidancePlaces, load_guidance, signature, under_root
 from core.instructions.tool import LoadSkillTool
 from core.loop import Guards, LoopConfig
 from core.mcp.config import check_env, command_files
-from core.memory.service import Memory
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
 from core.secrets import SECRETS
-from core.store import Store, open_store
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.cli import CliTool
 from core.tools.executor import ToolExecutor
@@ -49,7 +44,13 @@ from core.tools.search import with_search
 from core.tools.site import site_for
 
 if TYPE_CHECKING:
+    # The durable agent and its store are loaded by what opens them (`open_agent`): the
+    # one-shot `parley chat -m` uses neither (docs/benchmarks.md, "The CLI").
+    from core.agent import Agent
+    from core.agent.workers import SharedSettings
     from core.mcp.hub import McpHub
+    from core.memory.service import Memory
+    from core.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,8 @@ def shared_settings(config: StoreConfig, channels: Collection[str]) -> SharedSet
     of `channels` whichever of them took a message in; SQLite is one process's."""
     if config.backend() != "postgresql":
         return None
+    from core.agent.workers import SharedSettings
+
     return SharedSettings(
         heartbeat=config.heartbeat_seconds,
         timeout=config.worker_timeout_seconds,
@@ -128,6 +131,8 @@ async def open_configured_store(config: StoreConfig, environ: Mapping[str, str])
     Raises:
         ConfigError: see `core.store.open_store`.
     """
+    from core.store import open_store
+
     return await open_store(config.target(), password=config.password(environ))
 
 
@@ -474,6 +479,9 @@ class App:
         """The durable agent on the configured store (call `close_agent` when done). On a
         PostgreSQL store it is one of the workers sharing it; it claims the messages of
         `shared_channels` (the platforms `parley run` serves) taken in by any worker."""
+        from core.agent import Agent
+        from core.eventlog import EventLog
+        from core.memory.service import Memory
 
         store = await open_configured_store(self.config.store, self.environ)
         REAPER.ledger = store  # live tool process groups, for a start-up after a crash
