@@ -45,7 +45,7 @@ from core.tools.site import site_for
 
 if TYPE_CHECKING:
     # The durable agent and its store are loaded by what opens them (`open_agent`): the
-    # one-shot `parley chat -m` uses neither (docs/benchmarks.md, "The CLI").
+    # one-shot `parley chat -m` uses neither (docs/benchmarks.md).
     from core.agent import Agent
     from core.agent.workers import SharedSettings
     from core.mcp.hub import McpHub

@@ -264,7 +264,7 @@ ONE_SHOT_NEVER_LOADS = (
     "discord",
     "telegram",
     "apscheduler",
-    # the store: the one-shot turn is stateless (docs/benchmarks.md, "The CLI")
+    # the store: the one-shot turn is stateless (docs/benchmarks.md)
     "aiosqlite",
     "sqlite3",
     "core.store.sqlite",

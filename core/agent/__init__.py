@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from core.agent.responders import QuietResponder
 
 # Imported on first use (PEP 562): `parley chat -m` needs `core.agent.conversation` and
-# not the durable agent behind these names (docs/benchmarks.md, "The CLI").
+# not the durable agent behind these names (docs/benchmarks.md).
 _HOMES = {
     "MAX_LANES": "agent",
     "Agent": "agent",

@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 
 # Each name is imported from its module on first use (PEP 562): a process that needs only
 # a row type or a scope does not load the backends and their SQL (`parley chat -m` loads
-# no store at all; docs/benchmarks.md, "The CLI").
+# no store at all; docs/benchmarks.md).
 _HOMES = {
     "open_store": "backends",
     "GrantRow": "grant_rows",

@@ -82,7 +82,7 @@ CLONE_NEWPID = 0x20000000
 _CAPABILITY_VERSION_3 = 0x20080522
 
 # The C library this interpreter already runs on (dlopen(NULL)): `ctypes.util.find_library`
-# would run `ldconfig -p` in a subprocess, ~30 ms of every start-up (docs/benchmarks.md).
+# would run `ldconfig -p` in a subprocess, a subprocess per start-up (docs/benchmarks.md).
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
