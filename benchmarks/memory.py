@@ -17,9 +17,19 @@ words but answer no question): recall@1 and recall@5 (the answer is the first / 
 first five results), mean and p95 latency of one `recall` through the real store, and
 results from scopes the asker is not in (must be 0).
 
+**Idle conversations** (`--idle N`, default 10,000; `--quick`: 500): what a conversation
+costs the process once its turn is over. One process runs the real agent (`App` +
+`open_agent()` on a fresh SQLite store, the shipped defaults, the fake LLM in process
+answering each turn with a short text), N conversations each take one message (200 at a
+time, `agent.submit` then `agent.wait_idle()`), and the table gives the RSS before and
+after, per conversation, and how many of them still hold a lane in memory (`[agent]`
+keeps up to 1,000; older idle ones are evicted and reload from the store). The Python
+heap the conversations hold (`tracemalloc`) is printed beside it: RSS also holds what the
+allocator keeps after a turn's temporaries are freed, and SQLite's page cache.
+
 Usage (from the repo root)::
 
-    .venv/bin/python benchmarks/memory.py [--quick]
+    .venv/bin/python benchmarks/memory.py [--quick] [--idle N]
 """
 
 from __future__ import annotations
@@ -304,11 +314,80 @@ async def run(quick: bool) -> None:
     print(f"\n{QUERIES} questions with known answers; lexical recall, top 5 per question.")
 
 
+def rss_kb() -> int:
+    """This process's resident set now (Linux), in KB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+async def idle_conversations(n: int, batch: int = 200) -> None:
+    import gc
+    import tracemalloc
+
+    from bot.app import App, build_registry
+    from core.agent import QuietResponder
+    from tests.agentkit import agent_config, inbound
+    from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
+
+    def answer(_request: RecordedRequest) -> Reply:
+        return Reply(text="Noted: the release is on Thursday.")
+
+    with TemporaryDirectory() as tmp:
+        async with FakeLLM() as fake:
+            fake.responder = answer
+            config = agent_config(fake, Path(tmp))
+            app = App(config, {}, build_registry(config, {}))
+            agent = await app.open_agent()
+            responder = QuietResponder()
+
+            async def converse(first: int, count: int, prefix: str) -> None:
+                for i in range(first, first + count):
+                    key = ("bench", f"{prefix}{i}", "")
+                    message = inbound("When is the release?", key=key, event_id=f"{prefix}{i}")
+                    await agent.submit(message, responder)
+                await agent.wait_idle()
+                fake.requests.clear()  # the fake shares the process: keep only Parley's
+
+            try:
+                await converse(0, 20, "warm")  # imports, caches, the first connections
+                gc.collect()
+                before = rss_kb()
+                tracemalloc.start()
+                for first in range(0, n, batch):
+                    await converse(first, min(batch, n - first), "idle")
+                gc.collect()
+                after = rss_kb()
+                traced, _ = tracemalloc.get_traced_memory()
+                tracemalloc.stop()
+                held = len(agent.lanes)
+            finally:
+                await app.close_agent(agent)
+                await app.aclose()
+    print(
+        "| idle conversations | lanes held | RSS before (MB) | RSS after (MB) | "
+        "RSS per conversation (KB) | Python heap per conversation (KB) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"| {n:,} | {held:,} | {before / 1024:.1f} | {after / 1024:.1f} | "
+        f"{(after - before) / n:.1f} | {traced / 1024 / n:.1f} |"
+    )
+    print("\nGoal: an idle conversation (its lane evicted or not) costs ≤ 20 KB.")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the 200 memories only")
+    parser.add_argument(
+        "--idle", type=int, default=None, help="idle conversations to hold (default 10,000)"
+    )
     args = parser.parse_args(argv)
     asyncio.run(run(args.quick))
+    print()
+    asyncio.run(idle_conversations(args.idle or (500 if args.quick else 10_000)))
     return 0
 
 

@@ -29,7 +29,6 @@ from bot.wiring import (
     shared_settings,
 )
 from channels import PLATFORMS
-from core.agent import Agent
 from core.agent.conversation import Conversation
 from core.agent.journal import JournalBox
 from core.chat import ConversationKey, Responder
@@ -40,11 +39,9 @@ from core.context.tokens import TokenCounter
 from core.cost.meter import Ledger
 from core.cost.prices import PriceTable
 from core.errors import ConfigError
-from core.eventlog import EventLog
 from core.instructions import Guidance, load_guidance, signature
 from core.instructions.tool import LoadSkillTool
 from core.loop import Guards, LoopConfig
-from core.memory.service import Memory
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
 from core.providers.failover import Breakers, FailoverProvider
@@ -61,7 +58,11 @@ from core.tools.search import with_search
 from core.tools.site import site_for
 
 if TYPE_CHECKING:
+    # The durable agent and its store are loaded by what opens them (`open_agent`): the
+    # one-shot `parley chat -m` uses neither (docs/benchmarks.md).
+    from core.agent import Agent
     from core.mcp.hub import McpHub
+    from core.memory.service import Memory
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +295,9 @@ class App:
         """The durable agent on the configured store (call `close_agent` when done). On a
         PostgreSQL store it is one of the workers sharing it; it claims the messages of
         `shared_channels` (the platforms `parley run` serves) taken in by any worker."""
+        from core.agent import Agent
+        from core.eventlog import EventLog
+        from core.memory.service import Memory
 
         store = await open_configured_store(self.config.store, self.environ)
         REAPER.ledger = store  # live tool process groups, for a start-up after a crash

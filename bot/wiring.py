@@ -14,7 +14,6 @@ from urllib.parse import unquote, urlsplit
 
 from bot.config import ParleyConfig
 from channels import PLATFORMS
-from core.agent.workers import SharedSettings
 from core.config import StoreConfig
 from core.errors import ConfigError
 from core.instructions import Guidance, GuidancePlaces, load_guidance, under_root
@@ -22,14 +21,16 @@ from core.instructions.tool import LoadSkillTool
 from core.mcp.config import check_env, command_files
 from core.redact import Redactor
 from core.secrets import SECRETS
-from core.store import Store, open_store
 from core.tools.base import ToolRegistry
 from core.tools.cli import CliTool
 from core.tools.jail import Jail
 from core.tools.search import with_search
 
 if TYPE_CHECKING:
+    # loaded by what opens them: `parley chat -m` needs neither (docs/benchmarks.md)
+    from core.agent.workers import SharedSettings
     from core.mcp.hub import McpHub
+    from core.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ def shared_settings(config: StoreConfig, channels: Collection[str]) -> SharedSet
     of `channels` whichever of them took a message in; SQLite is one process's."""
     if config.backend() != "postgresql":
         return None
+    from core.agent.workers import SharedSettings
+
     return SharedSettings(
         heartbeat=config.heartbeat_seconds,
         timeout=config.worker_timeout_seconds,
@@ -104,6 +107,8 @@ async def open_configured_store(config: StoreConfig, environ: Mapping[str, str])
     Raises:
         ConfigError: see `core.store.open_store`.
     """
+    from core.store import open_store
+
     return await open_store(config.target(), password=config.password(environ))
 
 

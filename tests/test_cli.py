@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import signal
 import sys
@@ -217,18 +218,18 @@ def test_version_imports_no_platform_sdk_or_http_stack() -> None:
     assert result.stdout.startswith("parley ")
 
 
-async def test_a_turn_without_commands_loads_no_command_parser(
-    fake_llm: FakeLLM, tmp_path: Path
-) -> None:
-    """`bash`'s seatbelt (tree-sitter, ~30 ms to import) loads at the first `bash` call, so
-    a one-shot turn that runs no command starts without it."""
+async def _loaded_by_one_shot(
+    fake_llm: FakeLLM, tmp_path: Path, modules: tuple[str, ...]
+) -> list[str]:
+    """Which of `modules` a whole `parley chat -m` process (one turn, no tool call) has
+    imported by its end."""
     fake_llm.script(Reply(text="no commands needed"))
     config = write_config(tmp_path)
     code = (
         "import sys\n"
         "from bot.cli import main\n"
         f"status = main(['--config', {str(config)!r}, 'chat', '-m', 'hi'])\n"
-        "print(sorted(m for m in ('tree_sitter', 'tree_sitter_bash') if m in sys.modules))\n"
+        f"print(sorted(m for m in {modules!r} if m in sys.modules))\n"
         "sys.exit(status)\n"
     )
     proc = await asyncio.create_subprocess_exec(
@@ -244,7 +245,49 @@ async def test_a_turn_without_commands_loads_no_command_parser(
     assert proc.returncode == 0, err.decode()
     lines = out.decode().splitlines()
     assert "no commands needed" in lines[0]
-    assert lines[-1] == "[]"
+    loaded: list[str] = ast.literal_eval(lines[-1])
+    return loaded
+
+
+async def test_a_turn_without_commands_loads_no_command_parser(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """`bash`'s seatbelt (tree-sitter, ~30 ms to import) loads at the first `bash` call, so
+    a one-shot turn that runs no command starts without it."""
+    assert await _loaded_by_one_shot(fake_llm, tmp_path, ("tree_sitter", "tree_sitter_bash")) == []
+
+
+ONE_SHOT_NEVER_LOADS = (
+    # the platform SDKs and the scheduler: the one-shot turn has no channel and no job
+    "slack_bolt",
+    "slack_sdk",
+    "discord",
+    "telegram",
+    "apscheduler",
+    # the store: the one-shot turn is stateless (docs/benchmarks.md)
+    "aiosqlite",
+    "sqlite3",
+    "core.store.sqlite",
+    "core.store.protocol",
+    "core.store.rows",
+    "core.eventlog",
+    # the durable agent around conversations: lanes, runs, workers, commands, recovery
+    "core.agent.agent",
+    "core.agent.lane",
+    "core.agent.turn",
+    "core.agent.workers",
+    "core.agent.commands",
+    "core.agent.recovery",
+)
+
+
+async def test_a_one_shot_turn_loads_no_store_agent_or_channel_sdk(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """`parley chat -m` starts as fast as its libraries allow: each of these is imported by
+    what needs it (opening a store, `parley run`, a channel), not by the one-shot path.
+    A module that shows up here is an eager import that came back."""
+    assert await _loaded_by_one_shot(fake_llm, tmp_path, ONE_SHOT_NEVER_LOADS) == []
 
 
 async def test_run_without_channels_talks_in_the_console(fake_llm: FakeLLM, tmp_path: Path) -> None:

@@ -8,9 +8,37 @@ of the tool loop; `recovery.py` picks up what a crash left; `commands.py`
 (with the one `command_table.py`) and `goals.py` see the agent only as a `LaneHost`.
 """
 
-from core.agent.agent import MAX_LANES, Agent, conv_id
-from core.agent.lane import Lane, RunReport
-from core.agent.recovery import parse_conv
-from core.agent.responders import QuietResponder
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.agent.agent import MAX_LANES, Agent, conv_id
+    from core.agent.lane import Lane, RunReport
+    from core.agent.recovery import parse_conv
+    from core.agent.responders import QuietResponder
+
+# Imported on first use (PEP 562): `parley chat -m` needs `core.agent.conversation` and
+# not the durable agent behind these names (docs/benchmarks.md).
+_HOMES = {
+    "MAX_LANES": "agent",
+    "Agent": "agent",
+    "conv_id": "agent",
+    "Lane": "lane",
+    "RunReport": "lane",
+    "parse_conv": "recovery",
+    "QuietResponder": "responders",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["MAX_LANES", "Agent", "Lane", "QuietResponder", "RunReport", "conv_id", "parse_conv"]

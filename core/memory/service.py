@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from core.chat import Asker
 from core.memory.scopes import scope_for, visible_scopes
-from core.store import MemoryRow, MemoryStore, ScopeKind
 
 if TYPE_CHECKING:
     from core.eventlog import EventLog
+    from core.store import MemoryRow, MemoryStore, ScopeKind
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,8 @@ import contextlib
 import functools
 import random
 import ssl
+import weakref
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -34,6 +36,79 @@ POOL_STREAMS = 64
 pool looks at each of its connections on every request, so with one connection per
 concurrent conversation that bookkeeping grows with their square: at 1,000 at once it
 took most of the CPU (docs/benchmarks.md, 1,000 concurrent conversations)."""
+
+
+STARTS_PER_TICK = 2
+"""LLM requests that start per turn of the event loop (`SendGate`)."""
+
+
+class SendGate:
+    """Paces the start of LLM requests: at most `per_tick` start in one turn of the event
+    loop, the others wait their turn in order (docs/providers.md, "Pacing").
+
+    An answer already streaming is someone waiting to read it; a new request is not yet.
+    When the loop is saturated (hundreds of conversations in their tool loops at once),
+    requests started without pacing were answered together, and every answer then waited
+    behind all the others' work in one long turn of the loop: the first streamed text
+    took a quarter of a second at 200 conversations and seconds at 1,000. Paced, each
+    turn of the loop stays short, and an answer is read as it arrives. An idle loop never
+    makes a request wait: the first `per_tick` of a turn pass at once.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, per_tick: int = STARTS_PER_TICK) -> None:
+        self._loop = loop
+        self.per_tick = per_tick
+        self._left = per_tick
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._refill_due = False
+
+    async def enter(self) -> None:
+        """Return when this request may start (at once, unless this turn's are used up)."""
+        if self._left > 0 and not self._waiters:
+            self._left -= 1
+            self._schedule_refill()
+            return
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        self._schedule_refill()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._left += 1  # its place goes to the next waiter, at the next refill
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
+
+    def _schedule_refill(self) -> None:
+        if not self._refill_due:
+            self._refill_due = True
+            self._loop.call_soon(self._refill)
+
+    def _refill(self) -> None:
+        """The next turn of the loop: new places, the first waiters take them."""
+        self._refill_due = False
+        self._left = self.per_tick
+        while self._left > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                self._left -= 1
+        if self._waiters or self._left < self.per_tick:
+            self._schedule_refill()
+
+
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SendGate] = weakref.WeakKeyDictionary()
+
+
+def send_gate() -> SendGate:
+    """The running loop's gate, shared by every endpoint (the loop is what they share)."""
+    loop = asyncio.get_running_loop()
+    gate = _gates.get(loop)
+    if gate is None:
+        gate = _gates[loop] = SendGate(loop)
+    return gate
 
 
 def pool_limits(max_connections: int | None) -> httpx2.Limits:
@@ -131,6 +206,7 @@ class Endpoint:
                 or reading (`ProviderUnavailable`).
         """
         name, cap = self.settings.name, self.settings.max_connections
+        await send_gate().enter()
         client = self._pool()
         self._streams[client] = self._streams.get(client, 0) + 1
         try:

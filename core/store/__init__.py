@@ -37,40 +37,106 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
                     backends; the reservation's transaction is each backend's own)
 """
 
-from core.store.audit_rows import AuditRow
-from core.store.backends import open_store
-from core.store.grant_rows import GrantRow, GrantScope
-from core.store.memory_rows import MemoryRow, Scope, ScopeKind
-from core.store.protocol import (
-    ApprovalStore,
-    AuditStore,
-    DedupeStore,
-    EventStore,
-    GrantStore,
-    JobStore,
-    JournalStore,
-    MemoryStore,
-    MessageStore,
-    PreferenceStore,
-    RunStore,
-    SharedStore,
-    Store,
-    WorkerStore,
-)
-from core.store.rows import (
-    ApprovalRow,
-    Checkpoint,
-    ConversationRow,
-    GoalRow,
-    JobRunRecord,
-    OwedReply,
-    RunRow,
-    StoredEvent,
-    ToolCallRow,
-)
-from core.store.sqlite import SqliteStore
-from core.store.usage_rows import LlmCall, Refused, UsageStore
-from core.store.writes import failed_writes, write_for
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.store.audit_rows import AuditRow
+    from core.store.backends import open_store
+    from core.store.grant_rows import GrantRow, GrantScope
+    from core.store.memory_rows import MemoryRow, Scope, ScopeKind
+    from core.store.protocol import (
+        ApprovalStore,
+        AuditStore,
+        DedupeStore,
+        EventStore,
+        GrantStore,
+        JobStore,
+        JournalStore,
+        MemoryStore,
+        MessageStore,
+        PreferenceStore,
+        RunStore,
+        SharedStore,
+        Store,
+        WorkerStore,
+    )
+    from core.store.rows import (
+        ApprovalRow,
+        Checkpoint,
+        ConversationRow,
+        GoalRow,
+        JobRunRecord,
+        OwedReply,
+        RunRow,
+        StoredEvent,
+        ToolCallRow,
+    )
+    from core.store.sqlite import SqliteStore
+    from core.store.usage_rows import LlmCall, Refused, UsageStore
+    from core.store.writes import failed_writes, write_for
+
+# Each name is imported from its module on first use (PEP 562): a process that needs only
+# a row type or a scope does not load the backends and their SQL (`parley chat -m` loads
+# no store at all; docs/benchmarks.md).
+_HOMES = {
+    "AuditRow": "audit_rows",
+    "open_store": "backends",
+    "GrantRow": "grant_rows",
+    "GrantScope": "grant_rows",
+    "MemoryRow": "memory_rows",
+    "Scope": "memory_rows",
+    "ScopeKind": "memory_rows",
+    **dict.fromkeys(
+        (
+            "ApprovalStore",
+            "AuditStore",
+            "DedupeStore",
+            "EventStore",
+            "GrantStore",
+            "JobStore",
+            "JournalStore",
+            "MemoryStore",
+            "MessageStore",
+            "PreferenceStore",
+            "RunStore",
+            "SharedStore",
+            "Store",
+            "WorkerStore",
+        ),
+        "protocol",
+    ),
+    **dict.fromkeys(
+        (
+            "ApprovalRow",
+            "Checkpoint",
+            "ConversationRow",
+            "GoalRow",
+            "JobRunRecord",
+            "OwedReply",
+            "RunRow",
+            "StoredEvent",
+            "ToolCallRow",
+        ),
+        "rows",
+    ),
+    "SqliteStore": "sqlite",
+    **dict.fromkeys(("LlmCall", "Refused", "UsageStore"), "usage_rows"),
+    "failed_writes": "writes",
+    "write_for": "writes",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ApprovalRow",

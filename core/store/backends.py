@@ -5,12 +5,13 @@ workers share (docs/scale-out.md). The PostgreSQL driver is imported only when o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qs, urlsplit
 
 from core.errors import ConfigError
-from core.store.protocol import Store
-from core.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from core.store.protocol import Store
 
 KEY = "store.url"
 _FIX = (
@@ -41,6 +42,8 @@ async def open_store(target: str | Path, *, password: str | None = None) -> Stor
     """
     scheme, location = parse_target(target)
     if scheme == "sqlite":
+        from core.store.sqlite import SqliteStore  # loaded when a store is opened
+
         return await SqliteStore.open(location)
     try:
         from core.store.postgres import PostgresStore

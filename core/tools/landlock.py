@@ -14,7 +14,6 @@ same on every architecture (they were allocated after the syscall tables were un
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import platform
@@ -82,7 +81,9 @@ CAP_DAC_READ_SEARCH = 2
 CLONE_NEWPID = 0x20000000
 _CAPABILITY_VERSION_3 = 0x20080522
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# The C library this interpreter already runs on (dlopen(NULL)): `ctypes.util.find_library`
+# would run `ldconfig -p` in a subprocess, a subprocess per start-up (docs/benchmarks.md).
+_libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 _prctl = _libc.prctl
