@@ -57,6 +57,7 @@ from core.store.protocol import (
     Store,
     WorkerStore,
 )
+from core.store.queue_protocol import WorkerState
 from core.store.rows import (
     ApprovalRow,
     Checkpoint,
@@ -105,6 +106,7 @@ __all__ = [
     "StoredEvent",
     "ToolCallRow",
     "UsageStore",
+    "WorkerState",
     "WorkerStore",
     "failed_writes",
     "open_store",
