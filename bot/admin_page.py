@@ -91,7 +91,8 @@ async def overview(agent: Agent, leased: Singletons | None) -> str:
     )
     parts.append(
         "<p class=muted>The whole audit log, verified: <code>parley audit --verify</code>; "
-        "usage by user, channel or job: <code>parley usage --by …</code>.</p>"
+        "usage by user, channel or job: <code>parley usage --by user</code> (or channel, job)."
+        "</p>"
     )
     return _page("Parley", "".join(parts))
 

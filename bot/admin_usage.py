@@ -30,6 +30,8 @@ def start_of(day: str) -> float:
 
 
 def money(total: Total) -> str:
+    if total.calls and total.unpriced == total.calls:
+        return "unpriced"
     text = f"${total.cost:.4f}"
     return f"{text} (+{total.unpriced} unpriced)" if total.unpriced else text
 
