@@ -5,8 +5,9 @@ and its table show the session's cost, and a model name holding `<script>` is te
 
 Where chromium or chromedriver is missing the test skips, saying how to install them —
 unless PARLEY_REQUIRE_BROWSER=1 (CI, where `make test` installs them), where it fails.
-With PARLEY_SCREENSHOT=<path> it also saves a screenshot of the run's page there, and with
-PARLEY_SCREENSHOT_OVERVIEW=<path> one of the overview (the docs' pictures are made so)."""
+With PARLEY_SCREENSHOT=<path> it also saves a screenshot of the overview there (workers,
+runs, usage and cost per day: docs/operator-page.png is made so), and with
+PARLEY_SCREENSHOT_RUN=<path> one of the run's page."""
 
 from __future__ import annotations
 
@@ -180,7 +181,7 @@ def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str,
             By.XPATH, "//h3[starts-with(., 'By model')]/following-sibling::table[1]"
         )
         found["models"] = models[0].text if models else ""
-        if shot := os.environ.get("PARLEY_SCREENSHOT_OVERVIEW"):
+        if shot := os.environ.get("PARLEY_SCREENSHOT"):
             browser.save_screenshot(shot)  # the overview: workers, runs, usage and cost
         browser.find_element(By.LINK_TEXT, run_id).click()
         tables = browser.find_elements(By.TAG_NAME, "table")
@@ -194,7 +195,7 @@ def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str,
             found["alert"] = True
         except NoAlertPresentException:
             found["alert"] = False
-        if shot := os.environ.get("PARLEY_SCREENSHOT"):
+        if shot := os.environ.get("PARLEY_SCREENSHOT_RUN"):
             browser.save_screenshot(shot)
         return found
     finally:
