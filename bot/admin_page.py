@@ -1,22 +1,31 @@
 """The operator's page (docs/operations.md#the-operators-page): server-rendered HTML, no
-script and no build step. Every text that reaches the page passes through `e()` (HTML
-escaping, quotes included); nothing else is interpolated but fixed markup and numbers.
+script and no build step. Every text that reaches the page passes through
+`bot.admin_html.e` (HTML escaping, quotes included); nothing else is interpolated but fixed
+markup and numbers.
 
-Read-only: it shows this worker, its heartbeat and leases, the recent runs by state (each
-opening to its transcript, tool calls and events), the pending approvals and the last
-entries of the audit log. Usage and cost per day is not on it yet.
+Read-only: it shows the workers (on PostgreSQL every worker the store lists, with its
+heartbeat's age and the leases it holds; on SQLite the one process), the recent runs by
+state (each opening to its transcript, tool calls and events), the pending approvals,
+usage and cost per day (`bot.admin_usage`) and the last entries of the audit log.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import html
 import json
 import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from core.store import RunRow, Store
+from bot.admin_html import ago, e
+from bot.admin_html import cap as _cap
+from bot.admin_html import json_text as _json
+from bot.admin_html import page as _page
+from bot.admin_html import pre as _pre
+from bot.admin_html import table as _table
+from bot.admin_html import when as _when
+from bot.admin_usage import DAYS, usage_section
+from core.errors import StoreError
+from core.store import RunRow, SharedStore, Store, WorkerState
 
 if TYPE_CHECKING:
     from bot.singletons import Singletons
@@ -24,57 +33,6 @@ if TYPE_CHECKING:
 
 RECENT = 50  # runs listed on the overview
 AUDIT = 50  # audit log entries listed on the overview
-TEXT_CAP = 4000  # characters of one message or result shown
-
-
-def e(value: object) -> str:
-    """Escape any text for HTML (element content and quoted attributes)."""
-    return html.escape(str(value), quote=True)
-
-
-def _when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _cap(text: str) -> str:
-    return text if len(text) <= TEXT_CAP else text[:TEXT_CAP] + f"… ({len(text)} characters)"
-
-
-STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em}
-td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
-th{background:#f3f3f3} pre{white-space:pre-wrap;margin:0;max-width:70em}
-.state-failed,.state-timed_out{color:#b00}.state-completed{color:#070}
-.muted{color:#777}
-"""
-
-
-def _json(value: object) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _pre(text: str) -> str:
-    return f"<pre>{e(_cap(text))}</pre>"
-
-
-def _page(title: str, body: str) -> str:
-    return (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<title>{e(title)}</title><style>{STYLE}</style></head>"
-        f"<body><h1>{e(title)}</h1>{body}</body></html>"
-    )
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    """`rows` cells are HTML already (escaped by the caller)."""
-    if not rows:
-        return "<p class=muted>none</p>"
-    top = "<tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>" if any(head) else ""
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table>{top}{body}</table>"
 
 
 def login_form(problem: str = "") -> str:
@@ -94,7 +52,7 @@ def not_found() -> str:
 
 async def overview(agent: Agent, leased: Singletons | None) -> str:
     store = agent.store
-    parts = ["<h2>This worker</h2>", _worker(agent, leased)]
+    parts = ["<h2>Workers</h2>", await _workers(agent, leased)]
     runs = await store.runs(limit=RECENT)
     counts = Counter(run.state for run in runs)
     parts.append(f"<h2>Runs (the last {len(runs)})</h2>")
@@ -117,6 +75,8 @@ async def overview(agent: Agent, leased: Singletons | None) -> str:
             ],
         )
     )
+    parts.append(f"<h2>Usage and cost per day (the last {DAYS} days, UTC)</h2>")
+    parts.append(await usage_section(store, time.time()))
     parts.append(f"<h2>Audit log (the last {AUDIT})</h2>")
     head = await store.audit_head()
     rows = await store.audit_rows(after=max(0, (head or (0, ""))[0] - AUDIT), limit=AUDIT)
@@ -130,18 +90,50 @@ async def overview(agent: Agent, leased: Singletons | None) -> str:
         )
     )
     parts.append(
-        "<p class=muted>Not on this page yet: usage and cost per day (once usage is "
-        "priced). The whole audit log, verified: <code>parley audit --verify</code>.</p>"
+        "<p class=muted>The whole audit log, verified: <code>parley audit --verify</code>; "
+        "usage by user, channel or job: <code>parley usage --by user</code> (or channel, job)."
+        "</p>"
     )
     return _page("Parley", "".join(parts))
+
+
+async def _workers(agent: Agent, leased: Singletons | None) -> str:
+    """Every worker the shared store lists (PostgreSQL), with its heartbeat's age and its
+    leases, then this one's own facts; on SQLite, one process: this one."""
+    workers = agent.workers
+    store = agent.store
+    if workers is None or not isinstance(store, SharedStore):
+        return "<p>One process (SQLite): it holds everything.</p>" + _worker(agent, leased)
+    try:
+        states = await store.worker_states()
+    except StoreError as exc:
+        listed = f"<p class=state-failed>The store did not answer: {e(exc)}</p>"
+    else:
+        timeout = workers.settings.timeout
+        listed = _table(
+            ["worker", "last heartbeat", "up for", "leases held (time left)"],
+            [_state_row(s, workers.id, timeout) for s in states],
+        )
+    return listed + "<h3>This worker</h3>" + _worker(agent, leased)
+
+
+def _state_row(state: WorkerState, this: str, timeout: float) -> list[str]:
+    name = e(state.id) + (" <b>(this one)</b>" if state.id == this else "")
+    if state.beat_age is None:
+        beat = "<span class=state-failed>not listed (taken for dead)</span>"
+    elif state.beat_age > timeout:
+        beat = f"<span class=state-failed>{e(ago(state.beat_age))} ago: silent</span>"
+    else:
+        beat = e(f"{ago(state.beat_age)} ago")
+    up = "-" if state.up_for is None else e(ago(state.up_for))
+    leases = ", ".join(f"{lease} ({ago(left)})" for lease, left in state.leases) or "none"
+    return [name, beat, up, e(leases)]
 
 
 def _worker(agent: Agent, leased: Singletons | None) -> str:
     rows: list[list[str]] = []
     workers = agent.workers
-    if workers is None:
-        rows.append(["process", "one process on SQLite: it holds everything"])
-    else:
+    if workers is not None:
         fresh = "current" if workers.liveness.fresh() else "NOT current"
         rows.append(["worker", e(workers.id)])
         rows.append(["heartbeat", e(fresh)])

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         Store,
         WorkerStore,
     )
+    from core.store.queue_protocol import WorkerState
     from core.store.rows import (
         ApprovalRow,
         Checkpoint,
@@ -123,6 +124,7 @@ _HOMES = {
         "rows",
     ),
     "SqliteStore": "sqlite",
+    "WorkerState": "queue_protocol",
     **dict.fromkeys(("LlmCall", "Refused", "UsageStore"), "usage_rows"),
     "failed_writes": "writes",
     "write_for": "writes",
@@ -171,6 +173,7 @@ __all__ = [
     "StoredEvent",
     "ToolCallRow",
     "UsageStore",
+    "WorkerState",
     "WorkerStore",
     "failed_writes",
     "open_store",

@@ -17,6 +17,7 @@ import math
 
 from core.store.dialect import POSTGRES
 from core.store.postgres_runs import PostgresRunTables
+from core.store.queue_protocol import WorkerState
 from core.store.rows import RUN_COLUMNS, RunRow, run_row
 from core.store.worker_tables import POSTGRES_WORKERS, WorkerTables, claim_queued_run
 
@@ -52,6 +53,19 @@ _RENEW_LEASE = (
     f"UPDATE leases SET expires_at = {_NOW} + %s WHERE name = %s AND holder = %s RETURNING holder"
 )
 _DEAD_WORKERS = f"SELECT id FROM workers WHERE beat_at < {_NOW} - %s ORDER BY beat_at, id"
+# The workers and the leases they hold, read at one reading of the server's clock: a
+# lease's holder not (or no longer) listed comes too, with no heartbeat.
+_WORKER_STATES = f"""
+WITH clock AS (SELECT {_NOW} AS t),
+held AS (
+    SELECT l.holder, l.name, l.expires_at - clock.t AS left_for
+    FROM leases l, clock WHERE l.expires_at > clock.t
+)
+SELECT COALESCE(w.id, held.holder), clock.t - w.beat_at, clock.t - w.started_at,
+       held.name, held.left_for
+FROM clock CROSS JOIN (workers w FULL OUTER JOIN held ON held.holder = w.id)
+ORDER BY w.beat_at DESC NULLS LAST, 1, 4
+"""
 # One statement: the dead worker's row goes (only if it is still silent, when told how
 # long it must have been), and its runs with it, so a worker that beats again meanwhile
 # keeps them, and of workers taking over at once one gets them; the worker finds out it
@@ -112,6 +126,16 @@ class PostgresWorkerTables(PostgresRunTables, WorkerTables):
     async def dead_workers(self, older_than: float) -> list[str]:
         rows = await self._all(_DEAD_WORKERS, (older_than,))
         return [str(r[0]) for r in rows]
+
+    async def worker_states(self) -> list[WorkerState]:
+        found: dict[str, tuple[float | None, float | None, list[tuple[str, float]]]] = {}
+        for worker, beat_age, up_for, lease, left in await self._all(_WORKER_STATES):
+            age = None if beat_age is None else float(beat_age)
+            up = None if up_for is None else float(up_for)
+            leases = found.setdefault(str(worker), (age, up, []))[2]
+            if lease is not None:
+                leases.append((str(lease), float(left)))
+        return [WorkerState(w, age, up, tuple(ls)) for w, (age, up, ls) in found.items()]
 
     async def forget_worker(self, worker_id: str) -> None:
         await self.write("DELETE FROM workers WHERE id = %s", (worker_id,))

@@ -6,9 +6,23 @@ claims from it in one process too), and `SharedStore`, which only PostgreSQL doe
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from core.store.rows import RunRow
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerState:
+    """One worker as the shared store sees it (`SharedStore.worker_states`): seconds since
+    its last heartbeat (None: not listed — struck off as dead, yet a lease of it has not
+    expired) and since it joined, by the store's clock, and the leases it holds (name and
+    the seconds each has left), by name."""
+
+    id: str
+    beat_age: float | None
+    up_for: float | None
+    leases: tuple[tuple[str, float], ...] = ()
 
 
 class WorkerStore(Protocol):
@@ -115,6 +129,12 @@ class SharedStore(Protocol):
         first."""
         ...
 
+    async def worker_states(self) -> list[WorkerState]:
+        """Every listed worker, the most recently heard from first, with the unexpired
+        leases it holds; then any other holder of an unexpired lease (by id). Read only;
+        ages are the store's clock (the operator's page, docs/operations.md)."""
+        ...
+
     async def forget_worker(self, worker_id: str) -> None:
         """Committed: a dead worker's runs are reconciled; it is no longer listed."""
         ...
@@ -135,4 +155,4 @@ class SharedStore(Protocol):
         ...
 
 
-__all__ = ["SharedStore", "WorkerStore"]
+__all__ = ["SharedStore", "WorkerState", "WorkerStore"]

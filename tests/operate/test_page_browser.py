@@ -1,17 +1,20 @@
 """The operator's page in a real headless browser (Debian's chromium and chromedriver,
 driven by selenium): log in with the token, open a run, see its tool calls; without the
-token it answers 401; a message text holding `<script>` is shown as text.
+token it answers 401; a message text holding `<script>` is shown as text; the usage chart
+and its table show the session's cost, and a model name holding `<script>` is text.
 
 Where chromium or chromedriver is missing the test skips, saying how to install them —
 unless PARLEY_REQUIRE_BROWSER=1 (CI, where `make test` installs them), where it fails.
-With PARLEY_SCREENSHOT=<path> it also saves a screenshot of the run's page there (the
-README's picture is made so)."""
+With PARLEY_SCREENSHOT=<path> it also saves a screenshot of the overview there (workers,
+runs, usage and cost per day: docs/operator-page.png is made so), and with
+PARLEY_SCREENSHOT_RUN=<path> one of the run's page."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,11 +25,21 @@ from bot.ops_config import ServerConfig
 from bot.server import OpsServer
 from core import metrics
 from core.agent import Agent
+from core.store import LlmCall
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 
 TOKEN = "operator-token-5b1e0c"
 HOSTILE = "<script>alert('pwned')</script> & <b>bold?</b>"
+PRICED_MODEL = f"priced-{HOSTILE}"
+DAY = 86400.0
+
+
+def priced(run_id: str, at: float, cost: float) -> LlmCall:
+    """A priced call of the session, as the cost meter records it (docs/cost.md)."""
+    return LlmCall(
+        at, run_id, "test:c1:", "u1", "test", "", "fake", PRICED_MODEL, 1200, 300, 0, 80, cost
+    )
 
 
 def browser_paths() -> tuple[str, str]:
@@ -54,6 +67,10 @@ async def page(fake_llm: FakeLLM, tmp_path: Path) -> AsyncIterator[tuple[OpsServ
         report = await agent.run(inbound(f"please write {HOSTILE}"), RecordingResponder())
         assert report.state == "completed"
         await agent.store.append_audit("command", "slack:U1", "test:c1:", f'"{HOSTILE}"')
+        now = time.time()
+        agent.store.record_llm_call(priced(report.run_id, now, 0.0125))
+        agent.store.record_llm_call(priced(report.run_id, now - 2 * DAY, 0.25))
+        await agent.store.flush()
         registry = metrics.enable()
         server = OpsServer(
             ServerConfig(listen="127.0.0.1:0", admin_token_env="X"),
@@ -91,6 +108,8 @@ async def test_the_page_needs_the_token(page: tuple[OpsServer, Agent, str]) -> N
         assert "slack:U1" in allowed.text
         assert "<script>" not in allowed.text  # the audit entry's detail, escaped
         assert "&lt;script&gt;" in allowed.text
+        assert "One process (SQLite)" in allowed.text  # the workers panel on SQLite
+        assert "Usage and cost per day" in allowed.text
         # the probes stay open
         assert (await http.get("/healthz")).status_code == 200
         assert (await http.get("/metrics")).status_code == 200
@@ -112,6 +131,21 @@ async def test_log_in_open_a_run_and_see_its_tool_calls_in_a_browser(
     assert result["scripts"] == 0  # nothing the texts held became an element
     assert result["bold"] == 0
     assert not result["alert"]
+    # usage and cost per day: 30 bars, the session's two priced days the only costs
+    assert result["overview_scripts"] == 0
+    bars = result["bars"]
+    assert isinstance(bars, list)
+    assert len(bars) == 30
+    costly = [(tip, height) for tip, height in bars if height > 0]
+    assert len(costly) == 2
+    (older, older_h), (today, today_h) = costly
+    assert "$0.2500, 1 calls" in older
+    assert "$0.0125" in today
+    assert older_h > today_h
+    assert "$0.2500" in result["days"]
+    assert "$0.0125" in result["days"]
+    assert "total" in result["days"]
+    assert f"fake/{PRICED_MODEL}" in result["models"]  # the model name, shown as text
 
 
 def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str, object]:
@@ -133,6 +167,22 @@ def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str,
         browser.find_element(By.NAME, "token").send_keys(TOKEN)
         browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
         found["overview"] = browser.find_element(By.TAG_NAME, "body").text
+        found["overview_scripts"] = len(browser.find_elements(By.TAG_NAME, "script"))
+        found["bars"] = [
+            (
+                rect.find_element(By.TAG_NAME, "title").get_attribute("textContent"),
+                float(rect.get_attribute("height") or 0),
+            )
+            for rect in browser.find_elements(By.CSS_SELECTOR, ".usage svg rect")
+        ]
+        found["days"] = browser.find_element(By.CSS_SELECTOR, ".usage table").text
+        headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h3")]
+        models = browser.find_elements(
+            By.XPATH, "//h3[starts-with(., 'By model')]/following-sibling::table[1]"
+        )
+        found["models"] = models[0].text if models else ""
+        if shot := os.environ.get("PARLEY_SCREENSHOT"):
+            browser.save_screenshot(shot)  # the overview: workers, runs, usage and cost
         browser.find_element(By.LINK_TEXT, run_id).click()
         tables = browser.find_elements(By.TAG_NAME, "table")
         headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
@@ -145,7 +195,7 @@ def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str,
             found["alert"] = True
         except NoAlertPresentException:
             found["alert"] = False
-        if shot := os.environ.get("PARLEY_SCREENSHOT"):
+        if shot := os.environ.get("PARLEY_SCREENSHOT_RUN"):
             browser.save_screenshot(shot)
         return found
     finally:

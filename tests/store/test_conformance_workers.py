@@ -159,6 +159,54 @@ async def test_workers_not_heard_from_are_dead_longest_silent_first(store: Store
     assert await store.dead_workers(0) == ["w1"]
 
 
+@shared_only
+async def test_worker_states_list_workers_with_their_heartbeats_and_leases(
+    reopen: Reopen,
+) -> None:
+    """Two workers (two stores on one schema) beat and hold leases; each store lists both,
+    the most recently heard from first, with the unexpired leases each holds — and a
+    lease whose holder is no longer listed, last."""
+    first, second = await reopen(), await reopen()
+    try:
+        assert await first.worker_states() == []
+        await first.worker_heartbeat("w1")
+        assert await first.take_lease("telegram", "w1", 60)
+        assert await first.take_lease("scheduler", "w1", 60)
+        assert await second.take_lease("expired", "w2", 0.001)
+        await asyncio.sleep(0.05)
+        await second.worker_heartbeat("w2")
+        assert await second.take_lease("discord:0", "w2", 60)
+        assert await second.take_lease("orphan", "gone", 60)  # a holder never listed
+        for seen_by in (first, second):
+            states = await seen_by.worker_states()
+            assert [s.id for s in states] == ["w2", "w1", "gone"]
+            w2, w1, gone = states
+            assert [name for name, _ in w1.leases] == ["scheduler", "telegram"]
+            assert [name for name, _ in w2.leases] == ["discord:0"]  # not the expired one
+            assert all(0 < left <= 60 for _, left in w1.leases + w2.leases)
+            assert w2.beat_age is not None
+            assert w1.beat_age is not None
+            assert 0 <= w2.beat_age < w1.beat_age < 3600
+            assert w1.up_for is not None
+            assert w1.up_for >= w1.beat_age
+            assert (gone.beat_age, gone.up_for, [n for n, _ in gone.leases]) == (
+                None,
+                None,
+                ["orphan"],
+            )
+        await first.forget_worker("w1")
+        # struck off, w1 still holds its leases: listed among the unlisted holders, by id
+        states = await second.worker_states()
+        assert [(s.id, s.beat_age is None) for s in states] == [
+            ("w2", False),
+            ("gone", True),
+            ("w1", True),
+        ]
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
 # --- leases ----------------------------------------------------------------------------
 
 
