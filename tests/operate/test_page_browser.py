@@ -153,6 +153,8 @@ def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str,
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
 
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
@@ -166,6 +168,8 @@ def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str,
         found: dict[str, object] = {"login_title": browser.title}
         browser.find_element(By.NAME, "token").send_keys(TOKEN)
         browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        # a click navigates without waiting: the overview is there once its run link is
+        WebDriverWait(browser, 30).until(seen.presence_of_element_located((By.LINK_TEXT, run_id)))
         found["overview"] = browser.find_element(By.TAG_NAME, "body").text
         found["overview_scripts"] = len(browser.find_elements(By.TAG_NAME, "script"))
         found["bars"] = [
@@ -184,6 +188,9 @@ def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str,
         if shot := os.environ.get("PARLEY_SCREENSHOT"):
             browser.save_screenshot(shot)  # the overview: workers, runs, usage and cost
         browser.find_element(By.LINK_TEXT, run_id).click()
+        WebDriverWait(browser, 30).until(
+            seen.presence_of_element_located((By.XPATH, "//h2[. = 'Tool calls']"))
+        )
         tables = browser.find_elements(By.TAG_NAME, "table")
         headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
         found["tool_calls"] = tables[1 + headings.index("Tool calls")].text
