@@ -195,13 +195,15 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
 
 async def _one_shot(conversation: Conversation, message: str, approver: Approver) -> int:
     """`parley chat -m`: one stateless turn on a conversation of its own, outside the
-    agent; the answer streams to stdout as it arrives."""
+    agent; the answer streams to stdout as it arrives (see `ConsoleRenderer` for a file
+    or a pipe)."""
     from channels.console import ConsoleRenderer
     from core.chat import valid_text
     from core.errors import ContextLimitExceeded, ProviderError
     from core.run_context import RunContext
 
-    renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=False)
+    # stdout captured (a file or a pipe) holds exactly the answer (docs/channels.md#terminal)
+    renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=False, exact=not sys.stdout.isatty())
     ctx = RunContext(sink=renderer, approver=approver)
     try:
         outcome = await conversation.turn(valid_text(message), ctx)

@@ -1,10 +1,10 @@
-"""The terminal channel: `parley chat` (interactive), and the renderer `parley chat -m` (one
-turn, `bot.cli`) streams its answer with.
+"""The terminal channel: `parley chat` (interactive); the turn is drawn by
+`channels.console_render.ConsoleRenderer`, which `parley chat -m` (`bot.cli`) uses too.
 
-The answer streams to stdout as it arrives (to a pipe as well as a terminal); tool activity,
-reasoning and notices go to stderr, so `parley chat -m "…" > answer.txt` captures only what
-the model says. The terminal is read all the time, also while a turn runs, so `/stop` and the
-other commands act at once, as on every channel.
+The answer goes to stdout; tool activity, reasoning and notices go to stderr, so
+`parley chat -m "…" > answer.txt` captures only what the model says. The terminal is read
+all the time, also while a turn runs, so `/stop` and the other commands act at once, as on
+every channel.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol, TextIO, runtime_checkable
 
+from channels.console_render import ConsoleRenderer as ConsoleRenderer
+from channels.console_render import one_line
 from core.chat import (
     AgentPort,
     ApprovalRequest,
@@ -29,123 +31,17 @@ from core.chat import (
 )
 from core.errors import ContextLimitExceeded, ProviderError, StoreError
 from core.events import (
-    CompactionProgress,
-    LLMCallStarted,
     LoopEvent,
-    Notice,
-    ReasoningDelta,
-    StreamDone,
-    StreamRestarted,
-    TextDelta,
-    ToolFinished,
-    ToolStarted,
 )
 from core.lease import Singleton
 
 log = logging.getLogger(__name__)
 
-DIM, RESET = "\x1b[2m", "\x1b[0m"
 PROMPT = "you> "
 HELP = (
     "Type a message. /stop or Ctrl-C stops the running turn; /help lists commands; "
     "/exit (or Ctrl-D) quits."
 )
-
-
-def _one_line(text: str, width: int = 100) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
-class ConsoleRenderer:
-    """An event sink that draws a turn in the terminal: the model's text on `out` as it
-    streams, everything else on `err`."""
-
-    def __init__(self, out: TextIO, err: TextIO, *, color: bool) -> None:
-        self.out, self.err = out, err
-        self.color = color
-        self.at_line_start = True
-        self._message = ""  # the assistant message being streamed
-        self._shown = ""  # what of it is on `out` (a retried stream may repeat it)
-        self.last_message = ""  # the text of the last complete assistant message
-
-    def _dim(self, text: str) -> str:
-        return f"{DIM}{text}{RESET}" if self.color else text
-
-    def _write(self, text: str) -> None:
-        if text:
-            self.out.write(text)
-            self.out.flush()
-            self.at_line_start = text.endswith("\n")
-
-    def _err_line(self, text: str) -> None:
-        # Mid-answer (a retry notice), the line is broken on stderr, not stdout: stdout
-        # carries the answer's text and nothing else (docs/channels.md#terminal).
-        self.err.write(("" if self.at_line_start else "\n") + text + "\n")
-        self.err.flush()
-
-    def _text(self, text: str) -> None:
-        self._message += text
-        if self._shown.startswith(self._message):
-            return  # a retried stream repeating what is already on the screen
-        if self._message.startswith(self._shown):
-            self._write(self._message[len(self._shown) :])
-        else:  # the retry says something else: start the answer again below
-            self._err_line("(the answer was retried and differs; it starts again below)")
-            self._write(self._message)
-        self._shown = self._message
-
-    def __call__(self, event: LoopEvent) -> None:
-        match event:
-            case TextDelta(text=text):
-                self._text(text)
-            case ReasoningDelta(text=text):
-                self.err.write(self._dim(text))
-                self.err.flush()
-            case LLMCallStarted():
-                self._message = self._shown = ""
-            case StreamDone():
-                self.last_message, self._message, self._shown = self._message, "", ""
-                self.finish()
-            case ToolStarted(call=call, category=category):
-                tag = "" if category == "read" else f" [{category}]"
-                self._err_line(self._dim(f"→ {call.name}{tag} {_one_line(call.arguments, 80)}"))
-            case ToolFinished(call=call, result=result, duration=duration):
-                mark = "✗" if result.is_error else "✓"
-                summary = _one_line(result.content, 90) or "(no output)"
-                self._err_line(self._dim(f"  {mark} {call.name} {duration:.1f}s: {summary}"))
-            case StreamRestarted(attempt=attempt, reason=reason, delay=delay, discard=discard):
-                if discard:
-                    self._message = ""  # what the retry repeats of `_shown` is not shown twice
-                self._err_line(f"⟳ retry {attempt} in {delay:.1f}s ({_one_line(reason, 80)})")
-            case Notice(text=text):
-                self._err_line(text)
-            case CompactionProgress(after=after) as progress if after is not None:
-                self._err_line(self._dim(progress.line))
-            case _:
-                pass
-
-    def begin(self) -> None:
-        """A new turn: nothing of it is shown yet."""
-        self._message = self._shown = self.last_message = ""
-
-    def complete(self, text: str) -> None:
-        """End the turn with its final `text`: written unless it is what just streamed
-        (a stop notice, an error or a summary was not)."""
-        final, streamed = text.strip(), self.last_message.strip()
-        if not streamed or (final != streamed and not final.endswith("\n\n" + streamed)):
-            self.message(text)
-        self.finish()
-
-    def message(self, text: str) -> None:
-        """A whole message on lines of its own."""
-        self.finish()
-        self._write(text.rstrip("\n") + "\n")
-
-    def finish(self) -> None:
-        """End the line the streamed text is on."""
-        if not self.at_line_start:
-            self._write("\n")
 
 
 class LineReader:
@@ -234,7 +130,7 @@ class ConsoleApprover:
             self.err.write(f"denied {tool}: {reason}; no one is at a terminal to approve it\n")
             return False
         choices = "[y/N/a=always here/c=always in this channel]" if grantable else "[y/N]"
-        prompt = f"\n⚠ {reason}\n  {_one_line(summary, 200)}\n  allow? {choices} "
+        prompt = f"\n⚠ {reason}\n  {one_line(summary, 200)}\n  allow? {choices} "
         try:
             async with asyncio.timeout(self.timeout):
                 answer = await self.reader.ask(prompt, self.err)

@@ -355,3 +355,32 @@ async def test_chat_m_stdout_is_only_the_answer_when_a_cut_stream_is_retried(
     assert code == 0, err
     assert "retry" in err
     assert out == answer + "\n"
+
+
+@pytest.mark.parametrize("into", ["pipe", "file"])
+async def test_chat_m_stdout_holds_only_the_retry_when_it_says_something_else(
+    fake_llm: FakeLLM, tmp_path: Path, into: str
+) -> None:
+    """The retry of a cut stream answers differently (as a real model does): into a pipe
+    each message is written once its stream is done, into a file the failed attempt's text
+    is rewritten; either way stdout is exactly the answer that stood."""
+    fake_llm.script(
+        Reply(text="first try that breaks off here", chunk_size=5, fault=Fault(cut_after=3)),
+        Reply(text="second, different answer.", chunk_size=5),
+    )
+    config = write_config(tmp_path)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    if into == "pipe":
+        code, out, err = await parley("--config", str(config), "chat", "-m", "go", env=env)
+    else:
+        answer = tmp_path / "answer.txt"
+        with answer.open("w") as sink:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot", "--config", str(config), "chat", "-m", "go",
+                stdout=sink, stderr=asyncio.subprocess.PIPE, env=env, cwd=REPO,
+            )  # fmt: skip
+            _, raw_err = await asyncio.wait_for(proc.communicate(), 60)
+        code, out, err = proc.returncode, answer.read_text(), raw_err.decode()
+    assert code == 0, err
+    assert "retry" in err
+    assert out == "second, different answer.\n"
