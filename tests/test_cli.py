@@ -49,18 +49,26 @@ async def test_chat_m_runs_a_multi_tool_turn_end_to_end(fake_llm: FakeLLM, tmp_p
     fake_llm.assert_complete()
 
 
-async def test_chat_m_streams_the_answer_into_a_pipe(fake_llm: FakeLLM, tmp_path: Path) -> None:
-    fake_llm.script(Reply(text="first second third fourth fifth.", chunk_size=6, chunk_delay=0.4))
+async def test_chat_m_writes_each_message_into_a_pipe_once_its_stream_is_done(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A pipe cannot take back a failed attempt's text (docs/channels.md#terminal): the
+    text the model says before a tool call is there before the tool runs, the answer once
+    its stream is done — each whole, never a partial message."""
+    fake_llm.script(
+        Reply(text="Let me look.", tool_calls=[ToolCallSpec("bash", {"command": "sleep 2"})]),
+        Reply(text="first second third fourth fifth.", chunk_size=6, chunk_delay=0.1),
+    )
     config = write_config(tmp_path)
     env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
     proc = await start_parley("--config", str(config), "chat", "-m", "count", env=env, stdin=False)
     assert proc.stdout is not None
-    first = await asyncio.wait_for(proc.stdout.read(1024), 15)
-    assert first == b"first "  # the first delta, readable while the rest is still coming
-    assert proc.returncode is None
+    first = await asyncio.wait_for(proc.stdout.readline(), 15)
+    assert first == b"Let me look.\n"  # while the tool still runs
+    assert len(fake_llm.requests) == 1
     rest = await asyncio.wait_for(proc.stdout.read(), 15)
     assert await proc.wait() == 0
-    assert first + rest == b"first second third fourth fifth.\n"
+    assert rest == b"first second third fourth fifth.\n"
 
 
 async def test_config_from_parley_config_env(fake_llm: FakeLLM, tmp_path: Path) -> None:
