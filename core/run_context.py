@@ -8,7 +8,7 @@ them: events, tool records and approvals cannot land in another run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -57,9 +57,10 @@ class Meter(Protocol):
     `core.cost.meter.RunMeter`)."""
 
     async def reserve(
-        self, kind: str, model: str, prompt_tokens: int, max_output: int
+        self, kind: str, model: str, prompt_tokens: int | Callable[[], int], max_output: int
     ) -> Reservation:
-        """Hold the call's worst case; raises `BudgetExceeded` if a budget refuses it."""
+        """Hold the call's worst case (the prompt counted by `prompt_tokens()` only when a
+        budget applies); raises `BudgetExceeded` if a budget refuses it."""
         ...
 
     def settle(

@@ -56,7 +56,8 @@ async def complete_call(
             return done, done.usage or estimate(counter, messages, done.message)
         settings = provider.settings
         kind, model = settings.kind, provider.model
-        prompt = counter.messages(messages) + tool_tokens(counter, tools)
+        # the prompt is counted only when a budget applies (docs/cost.md#budgets)
+        prompt = lambda: counter.messages(messages) + tool_tokens(counter, tools)  # noqa: E731
         held = await meter.reserve(kind, model, prompt, settings.max_output_tokens)
         settled = False
 

@@ -135,9 +135,10 @@ class RunMeter:
         self.ledger, self.who, self.sink = ledger, who, sink
 
     async def reserve(
-        self, kind: str, model: str, prompt_tokens: int, max_output: int
+        self, kind: str, model: str, prompt_tokens: int | Callable[[], int], max_output: int
     ) -> Reservation:
-        """Hold the call's worst case against every budget that applies.
+        """Hold the call's worst case against every budget that applies. `prompt_tokens`
+        may be a callable: the prompt is counted only when a budget applies.
 
         Raises:
             BudgetExceeded: a budget would be passed (or the model has no price and
@@ -148,7 +149,8 @@ class RunMeter:
         limits = await ledger.limits()
         if not limits:
             return NOTHING
-        worst = ledger.prices.price(model, Usage(prompt_tokens, max_output), kind)
+        prompt = prompt_tokens() if callable(prompt_tokens) else prompt_tokens
+        worst = ledger.prices.price(model, Usage(prompt, max_output), kind)
         if worst is None:
             if ledger.budgets.unpriced == "allow":
                 return NOTHING
