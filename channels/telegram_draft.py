@@ -140,11 +140,7 @@ class DraftStream:
                 await self._clock.sleep(wait)
             if self._closed:
                 return
-            self._sending = True
-            try:
-                await self._flush()
-            finally:
-                self._sending = False
+            await self._flush()
 
     async def _flush(self) -> None:
         text = scrub(self._text)
@@ -160,7 +156,10 @@ class DraftStream:
             except Exception:
                 log.warning("preparing the first draft failed; drafting anyway", exc_info=True)
         if self._budget is not None:
+            # Waiting here for the chats' shared budget, the draft may be given up: the
+            # final answer (`finish`) never waits behind other chats' drafts.
             await self._budget.acquire()
+        self._sending = True  # from here on `finish` lets the call land
         try:
             await self._send(draft)
             self._shown = draft
@@ -175,6 +174,7 @@ class DraftStream:
         except ChannelError as exc:  # Telegram away for now: a later update may go through
             log.info("telegram: draft update failed: %s", exc)
         finally:
+            self._sending = False
             self._last_sent = self._clock.monotonic()
             if self._budget is not None:
                 self._budget.landed()
