@@ -38,6 +38,7 @@ from core.events import (
     CompactionProgress,
     LLMCallStarted,
     LoopEvent,
+    Notice,
     StreamRestarted,
     TextDelta,
     ToolFinished,
@@ -166,6 +167,8 @@ class NativeStream:
                 status.show(THINKING)
             case CompactionProgress() as progress:
                 status.show(progress.line)
+            case Notice(text=text, level="warning"):  # e.g. no LLM provider: waiting
+                status.show(text)
             case TextDelta(text=text) if text.strip():
                 status.show("")  # the text itself shows that it is answering
             case _:

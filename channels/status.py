@@ -1,10 +1,18 @@
 """The one status line a streamed preview shows under the answer while the run works
-(docs/channels.md#answering): the tool running, a compaction. Telegram's drafts and
+(docs/channels.md#answering): the tool running, a compaction, a warning such as "no LLM
+provider is available; waiting" (docs/providers.md#failover). Telegram's drafts and
 Discord's previews show it; it is never part of the final answer."""
 
 from __future__ import annotations
 
-from core.events import CompactionProgress, LLMCallStarted, LoopEvent, ToolFinished, ToolStarted
+from core.events import (
+    CompactionProgress,
+    LLMCallStarted,
+    LoopEvent,
+    Notice,
+    ToolFinished,
+    ToolStarted,
+)
 
 
 def status_line(event: LoopEvent) -> str | None:
@@ -14,6 +22,8 @@ def status_line(event: LoopEvent) -> str | None:
             return f"⚙️ running `{call.name}`…"
         case CompactionProgress() as progress:
             return f"🗜 {progress.line}"
+        case Notice(text=text, level="warning"):
+            return f"⏳ {text}"
         case ToolFinished() | LLMCallStarted():
             return ""
         case _:

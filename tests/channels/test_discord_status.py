@@ -14,7 +14,7 @@ import pytest
 
 from channels import discord_api
 from core.chat import Inbound, Responder
-from core.events import CompactionProgress, TextDelta
+from core.events import CompactionProgress, Notice, TextDelta
 from tests.agentkit import running_agent
 from tests.channels.test_discord import StandInAgent, discord_channel, wait_texts
 from tests.fakes.discord import DM_CHANNEL_ID, FakeDiscord
@@ -116,3 +116,33 @@ async def test_compaction_status_shows_in_the_preview_and_is_removed(fake: FakeD
         await fake.dm("go")
         await wait_texts(fake, DM_CHANNEL_ID, ["Done."])
     assert "Working on it.\n\n🗜 Compacting: 120k → 40k tokens" in contents(fake)
+
+
+class NoProviders(StandInAgent):
+    """A stand-in agent whose run finds every provider down after a first step
+    (docs/providers.md#failover): the failover's warning while it waits, then the message
+    that names them. (Before any text, a status alone posts nothing on Discord.)"""
+
+    async def submit(self, inbound: Inbound, responder: Responder) -> bool:
+        stream = responder.stream()
+        stream(TextDelta("Checking the logs."))
+        stream(
+            Notice("No LLM provider is available (tried claude, openai); waiting 2s.", "warning")
+        )
+        await asyncio.sleep(0.6)  # longer than the edit interval: the status shows
+        await stream.finish("Sorry: no LLM provider is available right now (tried claude, openai).")
+        return True
+
+
+async def test_the_wait_for_a_provider_shows_as_the_status_line(fake: FakeDiscord) -> None:
+    async with discord_channel(fake, NoProviders()):
+        await fake.dm("go")
+        await wait_texts(
+            fake,
+            DM_CHANNEL_ID,
+            ["Sorry: no LLM provider is available right now (tried claude, openai)."],
+        )
+    shown = contents(fake)
+    waiting = "⏳ No LLM provider is available (tried claude, openai); waiting 2s."
+    assert f"Checking the logs.\n\n{waiting}" in shown
+    assert not shown[-1].count("⏳")  # never part of the answer
