@@ -10,8 +10,9 @@ of the tool loop; `recovery.py` picks up what a crash left; `commands.py`
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from core.agent.agent import MAX_LANES, Agent, conv_id
@@ -32,13 +33,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOMES)
 
 
 __all__ = ["MAX_LANES", "Agent", "Lane", "QuietResponder", "RunReport", "conv_id", "parse_conv"]
