@@ -24,7 +24,9 @@ from core.agent.dispatcher import Dispatcher, Queued
 from core.agent.lane import Lane, LaneHost, RunReport
 from core.agent.turn import new_run_id
 from core.chat import Inbound, Responder
-from core.errors import StoreError
+from core.cost.meter import RunMeter, Who
+from core.errors import BudgetExceeded, StoreError
+from core.events import Usage, discard
 from core.messages import Message
 from core.providers.base import Provider
 from core.store import GoalRow
@@ -48,11 +50,15 @@ The assistant's latest answers (newest last):
 Is the goal fully achieved? Reply with JSON only: {{"achieved": true|false, "reason": "…"}}"""
 
 
-async def ask_supervisor(provider: Provider, goal: str, answers: list[str]) -> tuple[bool, str]:
-    """One tool-less call; raises ValueError if the reply is not the JSON verdict."""
+async def ask_supervisor(
+    provider: Provider, goal: str, answers: list[str], meter: RunMeter | None = None
+) -> tuple[bool, str]:
+    """One tool-less call, priced and held to the budgets by `meter` (docs/cost.md);
+    raises ValueError if the reply is not the JSON verdict, `BudgetExceeded` if a budget
+    refuses the call."""
     body = "\n---\n".join(a[-1500:] for a in answers[-3:]) or "(none yet)"
     prompt = SUPERVISOR_PROMPT.format(goal=goal, answers=body)
-    text = (await provider.complete([Message.user(prompt)])).message.content
+    text = await _complete(provider, prompt, meter)
     match = re.search(r"\{.*\}", text, re.DOTALL)
     if match is None:
         raise ValueError(f"supervisor reply is not JSON: {text[:200]!r}")
@@ -60,6 +66,23 @@ async def ask_supervisor(provider: Provider, goal: str, answers: list[str]) -> t
     if not isinstance(verdict, dict) or not isinstance(verdict.get("achieved"), bool):
         raise ValueError(f"supervisor verdict lacks a boolean `achieved`: {verdict!r}")
     return verdict["achieved"], str(verdict.get("reason", ""))
+
+
+async def _complete(provider: Provider, prompt: str, meter: RunMeter | None) -> str:
+    if meter is None:
+        return (await provider.complete([Message.user(prompt)])).message.content
+    kind, model = provider.settings.kind, provider.model
+    # worst case: about 3 characters a token, and the most the model may answer
+    worst_prompt = len(prompt) // 3 + 1
+    held = await meter.reserve(kind, model, worst_prompt, provider.settings.max_output_tokens)
+    usage: Usage | None = None
+    try:
+        done = await provider.complete([Message.user(prompt)])
+        text = done.message.content
+        usage = done.usage or Usage(len(prompt) // 4 + 1, len(text) // 4 + 1, estimated=True)
+        return text
+    finally:
+        meter.settle(held, provider.name, kind, model, usage)
 
 
 class GoalHost(LaneHost, Protocol):
@@ -78,6 +101,9 @@ async def drive_goal(agent: GoalHost, lane: Lane, responder: Responder) -> None:
         return
     supervisor_name = settings.supervisor_provider or lane.provider_name
     supervisor = agent.factory.provider(supervisor_name or agent.factory.default_provider)
+    platform, channel_id, _ = lane.key  # the verdicts are the channel's calls (no asker)
+    who = Who("", lane.conv_id, "", f"{platform}:{channel_id}", "")
+    meter = agent.ledger.for_run(who, discard)  # a refusal is audited by the ledger
     answers: list[str] = []
     fails = 0
     state, note = "active", ""
@@ -101,8 +127,11 @@ async def drive_goal(agent: GoalHost, lane: Lane, responder: Responder) -> None:
                 break
             if goal.turns % settings.verify_interval == 0:
                 try:
-                    achieved, reason = await ask_supervisor(supervisor, goal.text, answers)
+                    achieved, reason = await ask_supervisor(supervisor, goal.text, answers, meter)
                     fails = 0
+                except BudgetExceeded as exc:  # the refusal says which budget and when
+                    state, note = "paused", str(exc)
+                    break
                 except Exception as exc:  # a failing supervisor is asked again later
                     fails += 1
                     log.warning("goal supervisor failed (%d): %s", fails, exc)

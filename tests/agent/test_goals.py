@@ -108,3 +108,29 @@ async def test_stop_ends_an_autonomous_goal(fake_llm: FakeLLM, tmp_path: Path) -
         assert lane.goal is not None
         assert lane.goal.state == "stopped"
         assert any("stopped by /stop" in text for text in chat.sent)
+
+
+async def test_the_supervisors_verdicts_are_priced_as_the_channels_calls(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """Every LLM call is priced (docs/cost.md), the goal supervisor's too: its verdicts are
+    recorded for the conversation and its channel, with no run and no asker."""
+    respond, counts = scripted(
+        lambda n: Reply(text=f"step {n} done", usage=(100, 10)),
+        lambda n: Reply(text='{"achieved": true, "reason": "done"}', usage=(2_000, 20)),
+    )
+    fake_llm.responder = respond
+    prices = {"fake-model": {"input": 100.0, "output": 1000.0}}  # USD per million tokens
+    async with running_agent(fake_llm, tmp_path, goals=GOALS, prices=prices) as agent:
+        await agent.submit(inbound("/goal create ship it --auto"), RecordingResponder())
+        lane = await agent.lane(("test", "c1", ""))
+        assert lane.goal_task is not None
+        await asyncio.wait_for(lane.goal_task, 20)
+        await agent.store.flush()
+        calls = await agent.store.llm_calls(0.0)
+    assert counts == {"work": 2, "supervisor": 1}
+    [verdict] = [c for c in calls if c.run_id == ""]
+    assert (verdict.conv, verdict.channel, verdict.user_id) == ("test:c1:", "test:c1", "")
+    assert (verdict.input_tokens, verdict.output_tokens) == (2_000, 20)
+    assert verdict.cost == 2_000 * 100e-6 + 20 * 1000e-6
+    assert len([c for c in calls if c.run_id]) == 2  # the two work turns
