@@ -5,40 +5,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import sys
-import time
 from collections.abc import Mapping
 
 from bot.app import open_configured_store
 from bot.config import ParleyConfig
+from bot.since import parse_since
 from core.audit import read_rows, verify
 
-_RELATIVE = re.compile(r"^(\d+)\s*([mhdw])$")
-_UNIT = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 EXIT_BROKEN = 1
-
-
-def parse_since(text: str, now: float | None = None) -> float:
-    """`--since`: `30m`, `24h`, `7d`, `2w` ago, or an ISO date or time (UTC unless it
-    says otherwise): seconds since the epoch.
-
-    Raises:
-        ValueError: neither form, with what is accepted.
-    """
-    text = text.strip()
-    if m := _RELATIVE.match(text):
-        return (time.time() if now is None else now) - int(m[1]) * _UNIT[m[2]]
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"--since {text!r} is neither an age (30m, 24h, 7d, 2w) nor an ISO date or time "
-            "(2026-11-01, 2026-11-01T09:30)"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp()
 
 
 def _when(ts: float) -> str:

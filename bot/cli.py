@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
         "audit", help="the audit log: approvals, refusals, admin commands, grants, reloads"
     )
     audit.add_argument(
-        "--since", help="only entries since: an age (30m, 24h, 7d) or an ISO date/time (UTC)"
+        "--since", help="only entries since: today, month, an age (24h, 7d) or an ISO date/time"
     )
     audit.add_argument(
         "--verify",
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         help="what to sum by (default: model)",
     )  # fmt: skip
     usage.add_argument(
-        "--since", default="month", help="today, month (default), a date or a span (7d, 12h)"
+        "--since", default="month", help="today, month (default), an age (12h, 7d) or ISO date"
     )
     usage.add_argument("--csv", action="store_true", help="CSV for a spreadsheet")
     run = sub.add_parser("run", help="start every enabled channel (the console if none)")
