@@ -19,7 +19,6 @@ was already sent is appended (anything else falls back to edits, which can rewri
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channels.retry import call_with_retry
 from channels.slack_api import slack_call
 from channels.slack_status import THINKING, ThreadStatus, running
-from channels.stream import ReplyStreamer
+from channels.stream import Pacer, ReplyStreamer, before_first
 from core.chat import SILENT_REPLIES, is_silent
 from core.clock import Clock
 from core.errors import ChannelError, ChannelRateLimited, ChannelRefused, DeliveryFailed
@@ -90,7 +89,7 @@ class NativeStream:
         native: bool = True,
     ) -> None:
         self._target, self._fallback = target, fallback
-        self._clock, self._min_interval = clock, min_interval
+        self._clock = clock
         self._status, self._unsupported = status, unsupported
         self._text = ""  # the answer so far, as the model wrote it
         self._sent = ""  # what of it (scrubbed) the stream shows
@@ -98,10 +97,9 @@ class NativeStream:
         self._chunks: list[dict[str, Any]] = []  # task chunks not sent yet
         self._ts: str | None = None
         self._native = native  # False: edits from the start (statuses still show)
-        self._last_sent = float("-inf")
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._sending = self._closed = False
+        self._pacer = Pacer(
+            self._flush, clock, min_interval, "slack stream", going=lambda: self._native
+        )
         self.on_posted: Callable[[str], None] | None = None
         self.before_preview: Callable[[], Awaitable[None]] | None = None
 
@@ -120,17 +118,13 @@ class NativeStream:
         await self._fallback.retract(message_ids, note)
 
     async def aclose(self) -> None:
-        self._closed = True
-        task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait({task})
+        await self._pacer.aclose()
         await self._fallback.aclose()
         if self._status is not None:
             await self._status.close()
 
     def __call__(self, event: LoopEvent) -> None:
-        if self._closed:
+        if self._pacer.closed:
             return
         self._show_status(event)
         if not self._native:
@@ -152,9 +146,7 @@ class NativeStream:
                 self._chunks.append(_task(call.id, call.name, status, output or None))
             case _:
                 return
-        self._wake.set()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="slack stream")
+        self._pacer.wake()
 
     def _show_status(self, event: LoopEvent) -> None:
         status = self._status
@@ -176,7 +168,7 @@ class NativeStream:
 
     async def finish(self, text: str) -> None:
         try:
-            await self._stop_background()
+            await self._pacer.stop()  # a call in flight lands first
             if self._native and self._ts is not None:
                 if await self._finish_native(text):
                     return
@@ -188,21 +180,6 @@ class NativeStream:
             await self.aclose()
 
     # ---- streaming --------------------------------------------------------------------------
-
-    async def _run(self) -> None:
-        while not self._closed and self._native:
-            await self._wake.wait()
-            self._wake.clear()
-            wait = self._last_sent + self._min_interval - self._clock.monotonic()
-            if wait > 0:
-                await self._clock.sleep(wait)
-            if self._closed:
-                return
-            self._sending = True
-            try:
-                await self._flush()
-            finally:
-                self._sending = False
 
     async def _flush(self) -> None:
         text = scrub(self._text)
@@ -225,7 +202,7 @@ class NativeStream:
         except ChannelRateLimited as exc:
             self._chunks[:0] = chunks  # sent with the next call
             await self._clock.sleep(max(exc.retry_after, 0.0))
-            self._wake.set()
+            self._pacer.wake()
             return
         except ChannelError as exc:
             self._chunks[:0] = chunks
@@ -235,7 +212,7 @@ class NativeStream:
             await self._fall_back(f"{type(exc).__name__}: {exc}")
             return
         finally:
-            self._last_sent = self._clock.monotonic()
+            self._pacer.sent()
         if not quiet:
             self._sent = text
 
@@ -248,11 +225,7 @@ class NativeStream:
 
     async def _start(self, piece: str, chunks: list[dict[str, Any]]) -> None:
         hook, self.before_preview = self.before_preview, None
-        if hook is not None:
-            try:
-                await hook()
-            except Exception:
-                log.warning("preparing the first preview failed; streaming anyway", exc_info=True)
+        await before_first(hook, "stream")
         t = self._target
         response = await slack_call(
             t.client.chat_startStream(
@@ -329,16 +302,6 @@ class NativeStream:
             await slack_call(t.client.chat_stopStream(channel=t.channel_id, ts=ts))
         except ChannelError as exc:
             log.debug("slack: stopping stream %s: %s", ts, exc)
-
-    async def _stop_background(self) -> None:
-        task = self._task
-        self._closed = True
-        if task is None or task.done():
-            return
-        if not self._sending:
-            task.cancel()
-        await asyncio.wait({task})
-        self._closed = False  # finish goes on; aclose closes for good
 
 
 def _task(call_id: str, tool: str, status: str, output: str | None = None) -> dict[str, Any]:

@@ -193,17 +193,12 @@ class ReplyStreamer:
         self._status_lines, self._status = status_lines, ""  # channels.status
         self._repost_over = repost_over  # a longer final answer is posted anew
         self._clock = clock or SystemClock()
-        self._min_interval = min_interval
         self._budget = budget
         self._typing = typing
         self._text = ""
         self._ids: list[str] = []
         self._shown: list[tuple[str, bool]] = []  # (text, final) last sent per message
-        self._last_sent = float("-inf")
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._sending = False
-        self._closed = False
+        self._pacer = Pacer(self._flush, self._clock, min_interval, "reply stream")
         # Told each preview message's id as it is posted (the agent keeps them in the store,
         # so a preview left by a crash can be retracted after the restart).
         self.on_posted: Callable[[str], None] | None = None
@@ -237,7 +232,7 @@ class ReplyStreamer:
         self._ids, self._shown = [message_id], [(shown, False)]
 
     def __call__(self, event: LoopEvent) -> None:
-        if self._closed:
+        if self._pacer.closed:
             return
         match event:
             case TextDelta(text=text):
@@ -249,24 +244,7 @@ class ReplyStreamer:
                 if status is None or status == self._status:
                     return
                 self._status = status
-        self._wake.set()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="reply stream")
-
-    async def _run(self) -> None:
-        while not self._closed:
-            await self._wake.wait()
-            self._wake.clear()
-            wait = self._last_sent + self._min_interval - self._clock.monotonic()
-            if wait > 0:
-                await self._clock.sleep(wait)
-            if self._closed:
-                return
-            self._sending = True
-            try:
-                await self._flush()
-            finally:
-                self._sending = False
+        self._pacer.wake()
 
     async def _flush(self) -> None:
         """Show the current text (plain) if it changed; failures are left to `finish`."""
@@ -309,24 +287,19 @@ class ReplyStreamer:
         except ChannelRateLimited as exc:
             log.info("stream %s rate limited; waiting %.1f s", what, exc.retry_after)
             await self._clock.sleep(max(exc.retry_after, 0.0))
-            self._wake.set()  # show the latest text once the wait is over
+            self._pacer.wake()  # show the latest text once the wait is over
             return None
         except Exception as exc:
             log.info("stream %s failed: %s: %s", what, type(exc).__name__, exc)
             return None
         finally:
-            self._last_sent = self._clock.monotonic()
+            self._pacer.sent()
             if self._budget is not None:
                 self._budget.landed()
 
     async def _before_preview(self) -> None:
         hook, self.before_preview = self.before_preview, None  # the first post pays, once
-        if hook is None:
-            return
-        try:
-            await hook()
-        except Exception:
-            log.warning("preparing the first preview failed; posting it anyway", exc_info=True)
+        await before_first(hook, "preview")
 
     async def _typing_again(self) -> None:
         if self._typing is None:
@@ -379,9 +352,7 @@ class ReplyStreamer:
     async def _edit_final(self, index: int, piece: str) -> bool:
         """Edit message `index` to its final piece (formatted, else plain); False if the
         platform refused both. Transient failures that outlast retries raise."""
-        wait = self._last_sent + self._min_interval - self._clock.monotonic()
-        if wait > 0:
-            await self._clock.sleep(wait)
+        await self._pacer.wait_turn()
         message_id = self._ids[index]
         for final in (True, False):
             try:
@@ -391,7 +362,7 @@ class ReplyStreamer:
                 log.warning("final edit refused (formatted=%s)", final, exc_info=True)
                 continue
             finally:
-                self._last_sent = self._clock.monotonic()
+                self._pacer.sent()
             self._shown[index] = (piece, True)
             return True
         return False
@@ -407,21 +378,91 @@ class ReplyStreamer:
         del self._ids[index:], self._shown[index:]
 
     async def _stop_background(self) -> None:
-        """Stop the edit timer; a call already in flight is let finish (cancelling it
-        could lose track of a message that was in fact posted)."""
-        self._closed = True
-        task = self._task
-        if task is None or task.done():
-            return
-        if not self._sending:
-            task.cancel()
-        await asyncio.wait({task})
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("reply stream task failed", exc_info=exc)
+        """Stop the edit timer; a call already in flight is let finish."""
+        await self._pacer.stop()
 
     async def aclose(self) -> None:
         """Stop background work (idempotent); what was shown stays as it is."""
-        self._closed = True
+        await self._pacer.aclose()
+
+
+async def before_first(hook: Callable[[], Awaitable[None]] | None, what: str) -> None:
+    """Await a stream's `before_preview` hook, taken by the caller (it runs once, before
+    the first preview, native stream or draft); a failure is logged and streaming goes on."""
+    if hook is None:
+        return
+    try:
+        await hook()
+    except Exception:
+        log.warning("preparing the first %s failed; streaming anyway", what, exc_info=True)
+
+
+class Pacer:
+    """The background loop of a streamed answer — a preview's edits, a native stream's
+    appends, a draft's updates: each `wake()` asks for one more `flush`, run at most once
+    per `min_interval` after `last_sent` and never two at a time, while `going()` holds.
+
+    `stop()` lets a call already in flight land (cancelling it could lose track of a
+    message that was in fact posted) and cancels the rest; `aclose()` cancels whatever
+    runs. A flush is in flight as a whole unless it narrows `in_flight` itself."""
+
+    def __init__(
+        self,
+        flush: Callable[[], Awaitable[None]],
+        clock: Clock,
+        min_interval: float,
+        name: str,
+        going: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._flush, self._clock, self._name, self._going = flush, clock, name, going
+        self.min_interval = min_interval
+        self.last_sent = float("-inf")
+        self.in_flight = False
+        self.closed = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def wake(self) -> None:
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+
+    def sent(self) -> None:
+        """A call went out just now: the next flush waits `min_interval` from here."""
+        self.last_sent = self._clock.monotonic()
+
+    async def wait_turn(self) -> None:
+        """Sleep until `min_interval` has passed since the last call."""
+        wait = self.last_sent + self.min_interval - self._clock.monotonic()
+        if wait > 0:
+            await self._clock.sleep(wait)
+
+    async def _run(self) -> None:
+        while not self.closed and self._going():
+            await self._wake.wait()
+            self._wake.clear()
+            await self.wait_turn()
+            if self.closed:
+                return
+            self.in_flight = True
+            try:
+                await self._flush()
+            finally:
+                self.in_flight = False
+
+    async def stop(self) -> None:
+        self.closed = True
+        task = self._task
+        if task is None or task.done():
+            return
+        if not self.in_flight:
+            task.cancel()
+        await asyncio.wait({task})
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("%s task failed", self._name, exc_info=exc)
+
+    async def aclose(self) -> None:
+        self.closed = True
         task = self._task
         if task is not None and not task.done():
             task.cancel()

@@ -13,7 +13,6 @@ the answer goes on by edits (`channels.stream.ReplyStreamer`), from the text it 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -21,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from telegram import Bot
 
 from channels.status import status_line
-from channels.stream import EditBudget, ReplyStreamer, deliver
+from channels.stream import EditBudget, Pacer, ReplyStreamer, before_first, deliver
 from channels.telegram_api import telegram_call
 from core.chat import SILENT_REPLIES
 from core.clock import Clock
@@ -68,7 +67,7 @@ class DraftStream:
     ) -> None:
         self._bot, self._chat_id, self._thread_id = bot, chat_id, thread_id
         self._edits, self._surface = edits, edits.surface
-        self._clock, self._min_interval, self._budget = clock, min_interval, budget
+        self._clock, self._budget = clock, budget
         self._unsupported = unsupported
         self._draft_id = next(_draft_ids)
         self._text = ""
@@ -77,10 +76,7 @@ class DraftStream:
         self._shown: str | None = None  # the draft as last sent
         self._drafting = True
         self._ids: list[str] = []
-        self._last_sent = float("-inf")
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._sending = self._closed = False
+        self._pacer = Pacer(self._flush, clock, min_interval, "draft", going=lambda: self._drafting)
         self.on_posted: Callable[[str], None] | None = None
         self.before_preview: Callable[[], Awaitable[None]] | None = None
 
@@ -92,24 +88,18 @@ class DraftStream:
         await self._edits.retract(message_ids, note)
 
     async def aclose(self) -> None:
-        self._closed = True
-        task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait({task})
+        await self._pacer.aclose()
         await self._edits.aclose()
 
     def show_status(self, status: str) -> None:
         """Show `status` as the draft's status line ("" removes it): an approval awaited."""
-        if self._closed or not self._drafting:
+        if self._pacer.closed or not self._drafting:
             return
         self._status = status
-        self._wake.set()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="draft")
+        self._pacer.wake()
 
     def __call__(self, event: LoopEvent) -> None:
-        if self._closed:
+        if self._pacer.closed:
             return
         if not self._drafting:
             self._edits(event)
@@ -127,20 +117,7 @@ class DraftStream:
                 pass
             case _:
                 return
-        self._wake.set()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="draft")
-
-    async def _run(self) -> None:
-        while not self._closed and self._drafting:
-            await self._wake.wait()
-            self._wake.clear()
-            wait = self._last_sent + self._min_interval - self._clock.monotonic()
-            if wait > 0:
-                await self._clock.sleep(wait)
-            if self._closed:
-                return
-            await self._flush()
+        self._pacer.wake()
 
     async def _flush(self) -> None:
         text = scrub(self._text)
@@ -149,23 +126,20 @@ class DraftStream:
         draft = _with_status(text, self._status, DRAFT_LIMIT)
         if draft == self._shown:
             return
+        # Until the draft is sent `finish` may give it up: the final answer never waits
+        # behind the first draft's preparation or other chats' drafts (the shared budget).
+        self._pacer.in_flight = False
         hook, self.before_preview = self.before_preview, None
-        if hook is not None:
-            try:
-                await hook()
-            except Exception:
-                log.warning("preparing the first draft failed; drafting anyway", exc_info=True)
+        await before_first(hook, "draft")
         if self._budget is not None:
-            # Waiting here for the chats' shared budget, the draft may be given up: the
-            # final answer (`finish`) never waits behind other chats' drafts.
             await self._budget.acquire()
-        self._sending = True  # from here on `finish` lets the call land
+        self._pacer.in_flight = True  # from here on `finish` lets the call land
         try:
             await self._send(draft)
             self._shown = draft
         except ChannelRateLimited as exc:
             await self._clock.sleep(max(exc.retry_after, 0.0))
-            self._wake.set()
+            self._pacer.wake()
         except ChannelRefused as exc:
             log.info("telegram: drafts refused here (%s); streaming by edits", exc)
             if self._unsupported is not None:
@@ -174,8 +148,7 @@ class DraftStream:
         except ChannelError as exc:  # Telegram away for now: a later update may go through
             log.info("telegram: draft update failed: %s", exc)
         finally:
-            self._sending = False
-            self._last_sent = self._clock.monotonic()
+            self._pacer.sent()
             if self._budget is not None:
                 self._budget.landed()
 
@@ -198,11 +171,7 @@ class DraftStream:
 
     async def finish(self, text: str) -> None:
         try:
-            task, self._closed = self._task, True  # the loop ends after a call in flight
-            if task is not None and not task.done():
-                if not self._sending:
-                    task.cancel()
-                await asyncio.wait({task})
+            await self._pacer.stop()  # a draft call in flight lands first
             if not self._drafting:
                 await self._edits.finish(text)
                 return
