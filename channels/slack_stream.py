@@ -26,10 +26,11 @@ from typing import Any, TypeVar
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from channels.pacing import Pacer, before_first
 from channels.retry import call_with_retry
 from channels.slack_api import slack_call
 from channels.slack_status import THINKING, ThreadStatus, running
-from channels.stream import Pacer, ReplyStreamer, before_first
+from channels.stream import ReplyStreamer
 from core.chat import SILENT_REPLIES, is_silent
 from core.clock import Clock
 from core.errors import ChannelError, ChannelRateLimited, ChannelRefused, DeliveryFailed

@@ -19,8 +19,9 @@ from collections.abc import Awaitable, Callable
 
 from telegram import Bot
 
+from channels.pacing import Pacer, before_first
 from channels.status import status_line
-from channels.stream import EditBudget, Pacer, ReplyStreamer, before_first, deliver
+from channels.stream import EditBudget, ReplyStreamer, deliver
 from channels.telegram_api import telegram_call
 from core.chat import SILENT_REPLIES
 from core.clock import Clock
