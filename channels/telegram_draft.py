@@ -30,6 +30,7 @@ from core.events import (
     CompactionProgress,
     LLMCallStarted,
     LoopEvent,
+    Notice,
     StreamRestarted,
     TextDelta,
     ToolFinished,
@@ -114,8 +115,8 @@ class DraftStream:
                 self._text = self._text[: self._segment]
             case LLMCallStarted():
                 self._segment = len(self._text)
-            case ToolStarted() | ToolFinished() | CompactionProgress():
-                pass
+            case ToolStarted() | ToolFinished() | CompactionProgress() | Notice():
+                pass  # the status line changed (`status_line`)
             case _:
                 return
         self._pacer.wake()

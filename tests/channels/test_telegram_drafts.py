@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.events import CompactionProgress, TextDelta
+from core.events import CompactionProgress, Notice, TextDelta
 from tests.channels.test_telegram import (
     ALICE,
     ENV,
@@ -175,3 +175,16 @@ async def test_compaction_status_shows_in_the_draft_and_is_removed(
         await fake.wait_until(lambda: want in drafts(fake, ALICE.id), what="compaction status")
         await stream.finish("Done.")
     assert fake.texts(ALICE.id) == ["Done."]  # the status is gone with the draft
+
+
+async def test_the_wait_for_a_provider_shows_in_the_draft(fake: FakeTelegram) -> None:
+    """Every provider down (docs/providers.md#failover): the failover's warning is the
+    draft's status line while the run waits, and is gone with the draft."""
+    async with telegram(fake, EchoAgent(), drafts=True) as channel:
+        fake.chats.setdefault(ALICE.id, {"id": ALICE.id, "type": "private"})
+        stream = channel.responder(("telegram", str(ALICE.id), "")).stream()
+        stream(Notice("No LLM provider is available (tried claude); waiting 2s.", "warning"))
+        want = "⏳ No LLM provider is available (tried claude); waiting 2s."
+        await fake.wait_until(lambda: want in drafts(fake, ALICE.id), what="the wait's status")
+        await stream.finish("Sorry: no LLM provider is available right now (tried claude).")
+    assert fake.texts(ALICE.id) == ["Sorry: no LLM provider is available right now (tried claude)."]
