@@ -10,7 +10,7 @@ over within seconds.
   once, and none is missing between the first and the last (the successor catches up the
   slots its predecessor missed, within the misfire grace).
 - Discord: the gateway (shard 0) moves to the other worker, which answers the next DM;
-  Discord saw one IDENTIFY per holder, never two connections at once.
+  Discord saw one IDENTIFY per tenure of the lease, never two sessions at once.
 
 A message the dead worker had stored but not yet answered is the workers' reconcile's to
 finish (a dead worker's runs), not these leases'; the kill here comes while it is idle.
@@ -262,7 +262,11 @@ async def test_the_discord_gateway_moves_to_another_worker_when_its_holder_is_ki
                 lambda: len(discord.bot_texts(DM_CHANNEL_ID)) == 2, timeout=30, what="b's answer"
             )
             assert await b.stop() == 0
+            tenures = sum(w.err.count(b"parley: lease discord:shard:0 taken") for w in (a, b))
     assert discord.bot_texts(DM_CHANNEL_ID) == ["pong: before", "pong: after"]
-    assert len(discord.calls_of("gateway.identify")) == 2  # a's, then b's: never both at once
+    # One IDENTIFY per tenure: a's, then b's (a loaded machine may lose and retake the
+    # 1-second lease, which is one more of each), and never two sessions at once.
+    assert 2 <= len(discord.calls_of("gateway.identify")) <= tenures
+    assert discord.most_sessions == 1
     completed = [tmp_path / w for w in ("a", "b")]
     assert sum(len(events(w, "agent_run.completed")) for w in completed) == 2

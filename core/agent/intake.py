@@ -91,13 +91,22 @@ class Intake:
         if waiting >= most:
             return await self._turn_away(inbound, responder, conv, waiting, done)
         waiter = Queued(inbound, responder, new_run_id(), done)
-        if not await self._create(waiter, conv, self.shares(inbound.key)):
+        if inbound.user_id:  # whoever claims it knows the sender (docs/governance.md#roles)
+            store.add_sender(waiter.run_id, inbound.user_id, inbound.user_name, inbound.groups)
+        # Waited for here before the row can be claimed: a claim pass already under way
+        # (woken by another run) may claim it the moment its commit lands.
+        self._waiters[waiter.run_id] = waiter
+        try:
+            created = await self._create(waiter, conv, self.shares(inbound.key))
+        except BaseException:
+            self._waiters.pop(waiter.run_id, None)
+            raise
+        if not created:
+            self._waiters.pop(waiter.run_id, None)
             event = {"channel": inbound.channel, "id": inbound.event_id}
             self.host.events.emit("channel.event.duplicate", event)
             waiter.settle(RunReport("", "cancelled", "", stop_reason="duplicate"))
             return False
-        if inbound.user_id:  # whoever claims it knows the sender (docs/governance.md#roles)
-            store.add_sender(waiter.run_id, inbound.user_id, inbound.user_name, inbound.groups)
         self._announce(waiter, conv)
         return True
 
@@ -106,9 +115,14 @@ class Intake:
         the run ended, wherever it ran (a goal's turns queue so: `core.agent.goals`)."""
         conv = ":".join(queued.inbound.key)
         shared = self.shares(queued.inbound.key)
-        await self.host.store.create_run(
-            queued.run_id, conv, trigger, state="queued", text=queued.inbound.text, shared=shared
-        )
+        self._waiters[queued.run_id] = queued  # before the row can be claimed (`take_in`)
+        try:
+            await self.host.store.create_run(
+                queued.run_id, conv, trigger, state="queued", text=queued.inbound.text, shared=shared
+            )
+        except BaseException:
+            self._waiters.pop(queued.run_id, None)
+            raise
         self._announce(queued, conv)
 
     def _announce(self, queued: Queued, conv: str) -> None:

@@ -189,6 +189,8 @@ class FakeDiscord(LogsCalls):
         self._runner: web.AppRunner | None = None
         self._sockets: set[web.WebSocketResponse] = set()
         self._ws: web.WebSocketResponse | None = None
+        self._sessions: set[web.WebSocketResponse] = set()  # identified or resumed, still open
+        self.most_sessions = 0  # the most sessions open at once
         self._send_lock = asyncio.Lock()
         self._identified = asyncio.Event()
         self._replay: list[dict[str, Any]] = []
@@ -535,6 +537,7 @@ class FakeDiscord(LogsCalls):
                 await self._on_op(ws, json.loads(frame.data))
         finally:
             self._sockets.discard(ws)
+            self._sessions.discard(ws)
             if self._ws is ws:
                 self._ws = None
                 self._identified.clear()
@@ -562,7 +565,7 @@ class FakeDiscord(LogsCalls):
             self._seq = 0
             await self._dispatch_on(ws, "READY", self._ready())
             await self._dispatch_on(ws, "GUILD_CREATE", self._guild())
-            self._ws = ws
+            self._session(ws)
             self._identified.set()
         elif op == 6:
             self.log.record("gateway.resume", dict(data), {})
@@ -573,8 +576,13 @@ class FakeDiscord(LogsCalls):
             for event, event_data in replay:
                 await self._dispatch_on(ws, event, event_data)
             await self._dispatch_on(ws, "RESUMED", {})
-            self._ws = ws
+            self._session(ws)
             self._identified.set()
+
+    def _session(self, ws: web.WebSocketResponse) -> None:
+        self._ws = ws
+        self._sessions.add(ws)
+        self.most_sessions = max(self.most_sessions, len(self._sessions))
 
     def _ready(self) -> dict[str, Any]:
         return {
