@@ -118,7 +118,12 @@ class Intake:
         self._waiters[queued.run_id] = queued  # before the row can be claimed (`take_in`)
         try:
             await self.host.store.create_run(
-                queued.run_id, conv, trigger, state="queued", text=queued.inbound.text, shared=shared
+                queued.run_id,
+                conv,
+                trigger,
+                state="queued",
+                text=queued.inbound.text,
+                shared=shared,
             )
         except BaseException:
             self._waiters.pop(queued.run_id, None)
