@@ -71,7 +71,7 @@ class CompactionReport:
 
 
 def _with_content(message: Message, text: str) -> Message:
-    return message.model_copy(update={"content": text})  # with no cached count or JSON
+    return message.with_changes(content=text)  # with no cached count or JSON
 
 
 class ContextManager(ToolOutputs):

@@ -419,4 +419,4 @@ class SubgoalTracker:
 def _excerpt(m: Message) -> Message:
     if len(m.content) <= EXCERPT_TOKENS * 4:
         return m
-    return m.model_copy(update={"content": clip(m.content, EXCERPT_TOKENS)})
+    return m.with_changes(content=clip(m.content, EXCERPT_TOKENS))

@@ -72,7 +72,7 @@ class ToolOutputs:
                 text = f"{TACO_HEADER}\n{text}"
             if path is not None:
                 text += f"\n[full output: {path}; read it with read_file]"
-            return result.model_copy(update={"content": text})  # no cached count or JSON
+            return result.with_changes(content=text)  # no cached count or JSON
         except Exception:  # best effort: the raw output is still a correct result
             log.warning("TACO failed for %s; keeping the raw output", result.name, exc_info=True)
             return result

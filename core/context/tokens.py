@@ -62,7 +62,7 @@ class TokenCounter:
             return cached
         total = sum(self.text(p) for p in _parts(message) if p)
         total += FRAMING_TOKENS
-        message._tokens = total
+        object.__setattr__(message, "_tokens", total)  # a cache on a frozen message
         return total
 
     def upper_bound(self, message: Message) -> int:

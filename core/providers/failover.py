@@ -136,7 +136,7 @@ def strip_foreign_reasoning(
         own = m.origin == target or (native and not m.origin)
         foreign = m.role == "assistant" and not own
         if foreign and (m.reasoning_blocks or m.reasoning):
-            m = m.model_copy(update={"reasoning_blocks": (), "reasoning": ""})
+            m = m.with_changes(reasoning_blocks=(), reasoning="")
         out.append(m)
     return out
 
@@ -269,5 +269,5 @@ def _short(exc: ProviderError) -> str:
 def _tagged(done: StreamDone, name: str) -> StreamDone:
     """The answer, marked with the provider that made it (its reasoning is only that
     provider's to read back)."""
-    message = done.message.model_copy(update={"origin": name})
+    message = done.message.with_changes(origin=name)
     return StreamDone(message, done.stop_reason, done.usage)

@@ -59,7 +59,8 @@ def message_json(wire: str, message: Message, convert: Callable[[Message], Any])
     without its brackets, so it joins into the array around it."""
     cache = message._json
     if cache is None:
-        message._json = cache = {}
+        cache = {}
+        object.__setattr__(message, "_json", cache)  # a cache on a frozen message
     text = cache.get(wire)
     if text is None:
         value = convert(message)

@@ -125,7 +125,7 @@ class ConversationTables(RunTables):
 
     async def load_messages(self, conv: str) -> list[Message]:
         rows = await self._all(self._conv_sql.load_messages, (conv,))
-        return [Message.model_validate_json(row[0]) for row in rows]
+        return [Message.from_json(row[0]) for row in rows]
 
     def save_messages(
         self,
@@ -148,7 +148,7 @@ class ConversationTables(RunTables):
             else:
                 self.write_soon(sql.drop, (conv, len(messages)))
         for seq in range(len(messages)) if changed is None else changed:
-            body = messages[seq].model_dump_json()
+            body = messages[seq].to_json()
             if fenced:
                 self.write_soon(sql.run_message, (conv, seq, body, *owner))
             else:

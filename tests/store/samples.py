@@ -54,4 +54,4 @@ def history() -> list[Message]:
 
 def dumped(messages: list[Message]) -> list[dict[str, object]]:
     """Messages as plain values (their cached token counts are not compared)."""
-    return [m.model_dump() for m in messages]
+    return [m.to_dict() for m in messages]
