@@ -23,13 +23,15 @@ costs the process once its turn is over. One process runs the real agent (`App` 
 answering each turn with a short text), N conversations each take one message (200 at a
 time, `agent.submit` then `agent.wait_idle()`), and the table gives the RSS before and
 after, per conversation, and how many of them still hold a lane in memory (`[agent]`
-keeps up to 1,000; older idle ones are evicted and reload from the store). The Python
-heap the conversations hold (`tracemalloc`) is printed beside it: RSS also holds what the
-allocator keeps after a turn's temporaries are freed, and SQLite's page cache.
+keeps up to 1,000; older idle ones are evicted and reload from the store). `--tool-calls K`
+makes each turn K `read_file` calls of ~1 KB results first (a held conversation of 2K+2
+messages). With `--heap`, the Python heap the conversations hold (`tracemalloc`) is
+printed beside it, in a run of its own: its traces would inflate the RSS. RSS also holds
+what the allocator keeps after a turn's temporaries are freed, and SQLite's page cache.
 
 Usage (from the repo root)::
 
-    .venv/bin/python benchmarks/memory.py [--quick] [--idle N]
+    .venv/bin/python benchmarks/memory.py [--quick] [--idle N] [--tool-calls K] [--idle-only]
 """
 
 from __future__ import annotations
@@ -323,22 +325,29 @@ def rss_kb() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-async def idle_conversations(n: int, batch: int = 200) -> None:
+async def idle_conversations(
+    n: int, batch: int = 200, tool_calls: int = 0, heap: bool = False
+) -> None:
     import gc
     import tracemalloc
 
     from bot.app import App, build_registry
     from core.agent import QuietResponder
     from tests.agentkit import agent_config, inbound
-    from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
+    from tests.fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 
-    def answer(_request: RecordedRequest) -> Reply:
+    def answer(request: RecordedRequest) -> Reply:
+        done = sum(m["role"] == "tool" for m in request.json["messages"])
+        if done < tool_calls:  # `--tool-calls`: a turn of that many tool iterations first
+            return Reply(tool_calls=[ToolCallSpec("read_file", {"path": f"notes{done}.txt"})])
         return Reply(text="Noted: the release is on Thursday.")
 
     with TemporaryDirectory() as tmp:
         async with FakeLLM() as fake:
             fake.responder = answer
             config = agent_config(fake, Path(tmp))
+            for i in range(tool_calls):  # ~1 KB each, as a short file or command output is
+                (Path(tmp) / "workspace" / f"notes{i}.txt").write_text(f"note {i}: " + "x" * 1000)
             app = App(config, {}, build_registry(config, {}))
             agent = await app.open_agent()
             responder = QuietResponder()
@@ -355,12 +364,13 @@ async def idle_conversations(n: int, batch: int = 200) -> None:
                 await converse(0, 20, "warm")  # imports, caches, the first connections
                 gc.collect()
                 before = rss_kb()
-                tracemalloc.start()
+                if heap:  # its own traces would inflate the RSS figure
+                    tracemalloc.start()
                 for first in range(0, n, batch):
                     await converse(first, min(batch, n - first), "idle")
                 gc.collect()
                 after = rss_kb()
-                traced, _ = tracemalloc.get_traced_memory()
+                traced, _ = tracemalloc.get_traced_memory() if heap else (0, 0)
                 tracemalloc.stop()
                 held = len(agent.lanes)
             finally:
@@ -373,8 +383,10 @@ async def idle_conversations(n: int, batch: int = 200) -> None:
     print("|---:|---:|---:|---:|---:|---:|")
     print(
         f"| {n:,} | {held:,} | {before / 1024:.1f} | {after / 1024:.1f} | "
-        f"{(after - before) / n:.1f} | {traced / 1024 / n:.1f} |"
+        f"{(after - before) / n:.1f} | {f'{traced / 1024 / n:.1f}' if heap else '–'} |"
     )
+    if tool_calls:
+        print(f"\nEach conversation's turn made {tool_calls} tool calls (~1 KB results).")
     print("\nGoal: an idle conversation (its lane evicted or not) costs ≤ 20 KB.")
 
 
@@ -384,10 +396,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--idle", type=int, default=None, help="idle conversations to hold (default 10,000)"
     )
+    parser.add_argument(
+        "--tool-calls", type=int, default=0, help="tool iterations in each idle conversation's turn"
+    )
+    parser.add_argument("--idle-only", action="store_true", help="only the idle conversations")
+    parser.add_argument(
+        "--heap", action="store_true", help="also trace the Python heap (a second run is better)"
+    )
     args = parser.parse_args(argv)
-    asyncio.run(run(args.quick))
-    print()
-    asyncio.run(idle_conversations(args.idle or (500 if args.quick else 10_000)))
+    if not args.idle_only:
+        asyncio.run(run(args.quick))
+        print()
+    n = args.idle or (500 if args.quick else 10_000)
+    asyncio.run(idle_conversations(n, tool_calls=args.tool_calls, heap=args.heap))
     return 0
 
 
