@@ -28,7 +28,7 @@ from bot.wiring import (
     secret_env_names,
     shared_settings,
 )
-from channels import PLATFORMS
+from channels import PLATFORM_NAMES
 from core.agent.conversation import Conversation
 from core.agent.journal import JournalBox
 from core.chat import ConversationKey, Responder
@@ -36,8 +36,6 @@ from core.clock import Clock, SystemClock
 from core.context.manager import ContextManager
 from core.context.summarize import provider_summarizer
 from core.context.tokens import TokenCounter
-from core.cost.meter import Ledger
-from core.cost.prices import PriceTable
 from core.errors import ConfigError
 from core.instructions import Guidance, load_guidance, signature
 from core.instructions.tool import LoadSkillTool
@@ -47,7 +45,6 @@ from core.providers.base import ProviderSettings
 from core.providers.failover import Breakers, FailoverProvider
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
-from core.roles import Roles
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.jail import Jail
@@ -63,6 +60,7 @@ if TYPE_CHECKING:
     from core.agent import Agent
     from core.mcp.hub import McpHub
     from core.memory.service import Memory
+    from core.roles import Roles
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +100,7 @@ class App:
     clock: Clock = field(default_factory=SystemClock)  # the failover breakers' time
     # One per worker, shared by its conversations (docs/providers.md#failover).
     breakers: Breakers = field(init=False)
-    roles: Roles = field(init=False)  # who may do what (docs/governance.md), follows reloads
+    _roles: Roles | None = field(init=False, default=None)  # see `roles`
     # Told the tools added and removed whenever the registry changes (the audit log).
     tool_hooks: list[Callable[[list[str], list[str]], None]] = field(default_factory=list)
 
@@ -121,8 +119,17 @@ class App:
             if self.guidance.skills:
                 self.registry.add(LoadSkillTool(self.guidance))
         self._base = self.registry
-        self.roles = Roles(self.config.roles, self.approvers)
         check_mcp(self.config, self.environ)  # the hub itself waits for `start_mcp`
+
+    @property
+    def roles(self) -> Roles:
+        """Who may do what (docs/governance.md), following reloads; built when first asked
+        for (the agent's runs ask, a one-shot `parley chat -m` does not)."""
+        if self._roles is None:
+            from core.roles import Roles
+
+            self._roles = Roles(self.config.roles, self.approvers)
+        return self._roles
 
     def _compose(self) -> None:
         """The registry: the configured tools plus what the MCP servers offer now."""
@@ -296,6 +303,8 @@ class App:
         PostgreSQL store it is one of the workers sharing it; it claims the messages of
         `shared_channels` (the platforms `parley run` serves) taken in by any worker."""
         from core.agent import Agent
+        from core.cost.meter import Ledger
+        from core.cost.prices import PriceTable
         from core.eventlog import EventLog
         from core.memory.service import Memory
 
@@ -347,7 +356,7 @@ class App:
         `approvers`; None for the terminal console (whoever runs Parley)."""
         if channel == "console":
             return None
-        return self.config.channel(channel).approvers if channel in PLATFORMS else ()
+        return self.config.channel(channel).approvers if channel in PLATFORM_NAMES else ()
 
     def _signature(self, config: ParleyConfig) -> tuple[object, ...]:
         """The state of every file a reload reads (see `core.instructions.signature`);
@@ -416,7 +425,8 @@ class App:
         self._reload_mcp(config, jail)
         old, self.config, self._base = self.config, config, registry
         self.breakers.settings = config.failover  # breakers made from now on
-        self.roles.reconfigure(config.roles)
+        if self._roles is not None:  # else built from `config` when first asked for
+            self._roles.reconfigure(config.roles)
         self._compose()
         self.guidance, self._stamps = guidance, stamps
         if self.memory is not None:

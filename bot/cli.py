@@ -116,9 +116,9 @@ def _setup_logging(args: argparse.Namespace) -> str | None:
 
     redact_log_handlers()  # messages and tracebacks, whatever stream a handler writes to
     if level != "debug":  # the libraries' info lines (every HTTP request) are noise here
-        from channels import PLATFORMS
+        from channels import SDK_LOGGERS  # the names alone: no platform's settings model
 
-        sdks = [name for platform in PLATFORMS.values() for name in platform.loggers]
+        sdks = [name for names in SDK_LOGGERS.values() for name in names]
         for name in (
             "httpx",
             "httpcore",
@@ -315,7 +315,7 @@ def _command(args: argparse.Namespace) -> int:
         app = _build_app(_config_path(args.config))
     except ConfigError as exc:
         return _fail(f"configuration problem\n{exc}")
-    if app.config.log.format == "json":
+    if app.config.has_section("log") and app.config.log.format == "json":
         from bot.logs import use_json_lines
 
         use_json_lines()

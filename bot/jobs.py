@@ -38,8 +38,8 @@ from bot.schedules import (
     latest_fire,
     parse_target,
 )
-from channels import target_examples
 from channels.gate import AccessConfig
+from channels.platforms import target_examples
 from core.agent.cronruns import holding_fire, run_job
 from core.agent.lane import RunReport
 from core.chat import is_silent

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from bot.operate import page_note, start_server, start_telemetry, stop_server, stop_telemetry
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
-from channels import PLATFORMS
+from channels.platforms import PLATFORMS
 from core.chat import ConversationKey, Responder
 from core.store import SharedStore
 from core.tools.site import describe_places
@@ -83,7 +83,8 @@ def _agent_follows_reloads(app: App, agent: Agent) -> None:
         agent.approval_timeout = new.agent.approval_timeout_seconds
         agent.goal_settings = new.goals
         agent.events.emit("config.reloaded", {"generation": app.generation})
-        changed = [k for k in type(new).model_fields if _dumped(old, k) != _dumped(new, k)]
+        keys = [*type(new).model_fields, *type(new).sections()]
+        changed = [k for k in keys if _dumped(old, k) != _dumped(new, k)]
         detail = {"generation": app.generation, "changed": changed}
         agent.audit.record("config.reloaded", "parley", detail)
 

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
 
-from channels import PLATFORMS
+from channels.platforms import PLATFORMS
 
 TARGET_TYPES = tuple(PLATFORMS)
 TICK = timedelta(microseconds=1)

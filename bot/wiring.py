@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from pydantic_core import to_jsonable_python
+
 from bot.config import ParleyConfig
-from channels import PLATFORMS
+from channels import PLATFORM_NAMES
 from core.config import StoreConfig
 from core.errors import ConfigError
 from core.instructions import Guidance, GuidancePlaces, load_guidance, under_root
 from core.instructions.tool import LoadSkillTool
-from core.mcp.config import check_env, command_files
 from core.redact import Redactor
 from core.secrets import SECRETS
 from core.tools.base import ToolRegistry
@@ -29,6 +30,7 @@ from core.tools.search import with_search
 if TYPE_CHECKING:
     # loaded by what opens them: `parley chat -m` needs neither (docs/benchmarks.md)
     from core.agent.workers import SharedSettings
+    from core.mcp.config import McpServerConfig
     from core.mcp.hub import McpHub
     from core.store import Store
 
@@ -52,8 +54,19 @@ def secret_env_names(config: ParleyConfig) -> set[str]:
             for item in node:
                 walk(item)
 
-    walk(config.model_dump())
+    tree = config.model_dump()
+    for key, section in config.sections().items():  # as built, else as their defaults name
+        if config.has_section(key):
+            tree[key] = to_jsonable_python(getattr(config, key))
+        else:
+            names.update(section.default_env)
+    walk(tree)
     return names
+
+
+def mcp_servers(config: ParleyConfig) -> Mapping[str, McpServerConfig]:
+    """`[mcp.servers]`; a file without `[mcp]` has none, and its model stays unbuilt."""
+    return config.mcp.servers if config.has_section("mcp") else {}
 
 
 def configured_secrets(
@@ -64,7 +77,7 @@ def configured_secrets(
     servers' `headers_env`), every variable an MCP server's `env` passes on, and every
     variable a CLI tool receives through tools.yaml `env:`."""
     names = secret_env_names(config)
-    names |= {name for server in config.mcp.servers.values() for name in server.env}
+    names |= {name for server in mcp_servers(config).values() for name in server.env}
     secrets = [(n, environ[n]) for n in sorted(names) if environ.get(n)]
     if config.store.url and (password := urlsplit(config.store.url).password):
         secrets.append(("store.url", unquote(password)))  # inline, though it should not be
@@ -118,7 +131,7 @@ def guidance_places(config: ParleyConfig) -> GuidancePlaces:
     workspace)."""
     root = config.source.parent if config.source else Path.cwd()
     channels: dict[str, Path] = {}
-    for name in PLATFORMS:
+    for name in PLATFORM_NAMES if config.has_section("channels") else ():  # else: none
         path = under_root(root, config.channel(name).instructions)
         if path is not None:
             channels[name] = path
@@ -141,8 +154,10 @@ def config_files(config: ParleyConfig) -> list[Path]:
     if config.tools_path() is not None:  # protected when missing too: creating it adds tools
         # as written, not resolved: a symlink on the way must not be replaced either
         files.append(base / os.path.expanduser(config.tools.tools_file or ""))
-    if config.mcp.servers:  # the programs and scripts stdio MCP servers run
-        for server in config.mcp.servers.values():
+    if servers := mcp_servers(config):  # the programs and scripts stdio MCP servers run
+        from core.mcp.config import command_files
+
+        for server in servers.values():
             files += command_files(server, base)
     return files + guidance_places(config).files()
 
@@ -222,7 +237,7 @@ def check_mcp(config: ParleyConfig, environ: Mapping[str, str]) -> None:
     Raises:
         ConfigError: the `mcp` package is missing, or a variable a server names is unset.
     """
-    if not config.mcp.servers:
+    if not (servers := mcp_servers(config)):
         return
     if importlib.util.find_spec("mcp") is None:
         raise ConfigError(
@@ -230,14 +245,16 @@ def check_mcp(config: ParleyConfig, environ: Mapping[str, str]) -> None:
             "MCP servers are configured, but the `mcp` package is not installed",
             "pip install 'parley[mcp]' (or remove the [mcp.servers.*] sections)",
         )
-    for name, server in config.mcp.servers.items():
+    from core.mcp.config import check_env
+
+    for name, server in servers.items():
         check_env(name, server, environ)
 
 
 def build_mcp(config: ParleyConfig, environ: Mapping[str, str], jail: Jail) -> McpHub | None:
     """The MCP servers `[mcp.servers]` names (not yet connected); None when there are
     none. The SDK is imported only here (`check_mcp` has vouched for the rest)."""
-    if not config.mcp.servers:
+    if not mcp_servers(config):
         return None
     from core.mcp.hub import McpHub
 

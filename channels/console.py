@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Mapping
-from typing import Protocol, TextIO, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TextIO, runtime_checkable
 
 from channels.console_render import ConsoleRenderer as ConsoleRenderer
 from channels.console_render import one_line
@@ -33,7 +33,9 @@ from core.errors import ContextLimitExceeded, ProviderError, StoreError
 from core.events import (
     LoopEvent,
 )
-from core.lease import Singleton
+
+if TYPE_CHECKING:
+    from core.lease import Singleton  # the platforms' leases: `parley chat -m` takes none
 
 log = logging.getLogger(__name__)
 

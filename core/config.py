@@ -4,20 +4,25 @@ Core names no platform: each adapter owns its `[channels.<name>]` settings next 
 code, and `bot/config.py` composes the whole file (`ParleyConfig`) from `CoreConfig` and
 those. Every problem is reported as a `ConfigError` that names the key, what is wrong and
 how to fix it. Secrets never live in the file: `*_env` keys name environment variables.
+
+The sections few runs read (`roles`, `mcp`, `prices`, `budgets`) are `core.sections.Section`s:
+validated at load when the file has them, else built when first read (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, overload
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -25,16 +30,19 @@ from pydantic import (
 
 from core.context.settings import ContextSettings
 from core.context.windows import context_window
-from core.cost.settings import BudgetsConfig, ModelPrice
 from core.errors import ConfigError
 from core.instructions.settings import InstructionsConfig, SkillsConfig
-from core.mcp.config import McpConfig
 from core.providers.base import ProviderSettings
 from core.providers.failover import FailoverSettings
-from core.roles import RolesConfig
+from core.sections import Section, sections_of
 from core.store.backends import parse_target
 from core.tools.settings import SandboxSettings
 from core.tools.webfetch import WebFetchConfig
+
+if TYPE_CHECKING:
+    from core.cost.settings import BudgetsConfig, ModelPrice
+    from core.mcp.config import McpConfig
+    from core.roles import RolesConfig
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
 ConfigT = TypeVar("ConfigT", bound="CoreConfig")
@@ -301,6 +309,32 @@ class JobConfig(_Section):
     )
 
 
+def _mcp() -> Callable[[Any], McpConfig]:
+    from core.mcp.config import McpConfig
+
+    return McpConfig.model_validate
+
+
+def _roles() -> Callable[[Any], RolesConfig]:
+    from core.roles import RolesConfig
+
+    return RolesConfig.model_validate
+
+
+def _prices() -> Callable[[Any], dict[str, ModelPrice]]:
+    from pydantic import TypeAdapter
+
+    from core.cost.settings import ModelPrice
+
+    return TypeAdapter(dict[str, ModelPrice]).validate_python
+
+
+def _budgets() -> Callable[[Any], BudgetsConfig]:
+    from core.cost.settings import BudgetsConfig
+
+    return BudgetsConfig.model_validate
+
+
 class CoreConfig(_Section):
     """config.toml without its `[channels.*]` sections, which `bot.config.ParleyConfig`
     adds from the platform adapters' own settings."""
@@ -317,15 +351,43 @@ class CoreConfig(_Section):
     instructions: InstructionsConfig = Field(default_factory=InstructionsConfig)
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     jobs: list[JobConfig] = Field(default_factory=list)
-    mcp: McpConfig = Field(default_factory=McpConfig)
     failover: FailoverSettings = Field(default_factory=FailoverSettings)
-    roles: RolesConfig = Field(default_factory=RolesConfig)
-    prices: dict[str, ModelPrice] = Field(
-        default_factory=dict, description="USD per million tokens, by model (docs/cost.md)."
-    )
-    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
+    # Built only when the file has them or when first read (`core.sections`).
+    mcp: ClassVar[Section[McpConfig]] = Section(_mcp)
+    roles: ClassVar[Section[RolesConfig]] = Section(_roles)
+    prices: ClassVar[Section[dict[str, ModelPrice]]] = Section(_prices)
+    """USD per million tokens, by model (docs/cost.md)."""
+    budgets: ClassVar[Section[BudgetsConfig]] = Section(_budgets)
 
     source: Path | None = Field(None, exclude=True)
+    _sections: dict[str, Any] = PrivateAttr(default_factory=dict)  # the `Section`s built
+    _given: frozenset[str] = PrivateAttr(frozenset())  # the `Section`s the file has
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _lazy_sections(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        """The fields first, then each `Section` the file has (the rest wait until read)."""
+        sections = sections_of(cls)
+        given: dict[str, Any] = {}
+        if isinstance(data, dict):
+            given = {k: v for k, v in data.items() if k in sections}
+            data = {k: v for k, v in data.items() if k not in sections}
+        config = handler(data)
+        for key, raw in given.items():
+            config._sections[key] = sections[key].validate(raw)
+        if given:
+            config._given = frozenset(given)
+        return config
+
+    def has_section(self, key: str) -> bool:
+        """Whether the file has the lazily built section `key`: a caller that can do
+        without a section's defaults asks this first and so leaves it unbuilt."""
+        return key in self._given
+
+    @classmethod
+    def sections(cls) -> dict[str, Section[Any]]:
+        """The lazily built sections, by key (`core.sections`)."""
+        return sections_of(cls)
 
     @model_validator(mode="after")
     def _providers_exist(self) -> CoreConfig:

@@ -286,6 +286,23 @@ ONE_SHOT_NEVER_LOADS = (
     "core.agent.workers",
     "core.agent.commands",
     "core.agent.recovery",
+    # sections the file leaves out are built when first read (core.sections), and the
+    # one-shot turn reads none of these: roles, MCP servers, prices and budgets, the
+    # operator's settings, the chat platforms' settings (docs/benchmarks.md)
+    "core.roles",
+    "core.mcp.config",
+    "core.cost.settings",
+    "core.cost.meter",
+    "core.store.usage_rows",
+    "bot.ops_config",
+    "channels.platforms",
+    "channels.gate",
+    "channels.slack_config",
+    "channels.telegram_config",
+    "channels.discord_config",
+    # what only a fetch, or a platform's lease, uses
+    "core.tools.webnet",
+    "core.lease",
 )
 
 

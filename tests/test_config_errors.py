@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_core import to_jsonable_python
 
 from bot.config import ParleyConfig, parse_config
-from channels import PLATFORMS
+from bot.wiring import secret_env_names
+from channels import PLATFORM_NAMES, SDK_LOGGERS, SECRET_ENV_DEFAULTS
 from channels.discord_config import DiscordConfig
+from channels.platforms import PLATFORMS
 from channels.slack_config import SlackConfig
 from channels.telegram_config import TelegramConfig
 from core.errors import ConfigError
@@ -99,7 +102,7 @@ def test_each_platform_section_is_its_adapters_settings() -> None:
 
 def test_every_registered_platform_has_its_section_and_nothing_else_does() -> None:
     config = parse_config(BASE | {"channels": {"discord": {"enabled": True}}})
-    assert list(config.model_dump()["channels"]) == list(PLATFORMS)
+    assert list(config.channels.model_dump()) == list(PLATFORMS)
     for name, platform in PLATFORMS.items():
         assert type(config.channel(name)) is platform.settings
         assert config.channel(name).enabled == (name == "discord")
@@ -138,3 +141,89 @@ def test_core_loader_without_a_schema_validates_the_whole_file() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["ParleyConfig", "True"]
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "problem", "fix"),
+    [
+        (
+            {"roles": {"ops": {"members": ["matrix:U1"]}}},
+            "roles",
+            "`matrix:U1` in roles.ops.members names no platform Parley talks on",
+            "start it with one of: slack:, telegram:, discord:",
+        ),
+        (
+            {"budgets": {"per_user_day": -1}},
+            "budgets.per_user_day",
+            "Input should be greater than or equal to 0",
+            "give a valid value (got -1)",
+        ),
+        (
+            {"prices": 3},
+            "prices",
+            "Input should be a valid dictionary",
+            "give a valid value (got 3)",
+        ),
+        ({"mcp": {"bogus": 1}}, "mcp.bogus", "Extra inputs are not permitted", SPELLING),
+        (
+            {"log": {"format": "xml"}},
+            "log.format",
+            "Input should be 'text' or 'json'",
+            "use one of the values listed: 'text' or 'json'",
+        ),
+    ],
+)
+def test_a_broken_lazily_built_section_names_the_key_and_the_fix_at_load(
+    section: dict[str, Any], key: str, problem: str, fix: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(BASE | section)
+    assert (caught.value.key, caught.value.problem, caught.value.fix) == (key, problem, fix)
+
+
+def test_a_file_without_a_section_builds_its_model_only_when_it_is_read() -> None:
+    """A one-shot `parley chat -m` reads no role, MCP, budget, operator or platform setting:
+    a file without them imports none of their models (docs/benchmarks.md)."""
+    models = (
+        "channels.platforms",
+        "channels.gate",
+        "core.roles",
+        "core.mcp.config",
+        "core.cost.settings",
+        "bot.ops_config",
+    )
+    code = (
+        "import sys\n"
+        "from bot.config import parse_config\n"
+        f"config = parse_config({BASE!r})\n"
+        f"print(sorted(m for m in {models!r} if m in sys.modules))\n"
+        "print(config.roles.terminal, config.mcp.servers, config.channel('slack').enabled)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert result.stdout.splitlines() == ["[]", "admin {} False"]
+
+
+def test_an_unbuilt_section_names_the_variables_its_defaults_name() -> None:
+    """The secrets to redact are known without building a section the file leaves out
+    (`bot.wiring.secret_env_names`): each section's `default_env` is what its defaults
+    name, and the platforms' names and loggers are the registry's."""
+
+    def named(node: object) -> set[str]:
+        if not isinstance(node, dict):
+            return set()
+        found = {v for k, v in node.items() if k.endswith("_env") and isinstance(v, str)}
+        return found.union(*(named(v) for v in node.values()))
+
+    config = parse_config(BASE)
+    for key, section in ParleyConfig.sections().items():
+        assert not config.has_section(key)
+        assert set(section.default_env) == named(to_jsonable_python(getattr(config, key))), key
+    assert secret_env_names(config) >= set(ParleyConfig.channels.default_env)
+    for name, platform in PLATFORMS.items():
+        defaults = platform.settings().model_dump()
+        assert SECRET_ENV_DEFAULTS[name] == tuple(
+            v for k, v in defaults.items() if k.endswith("_env")
+        )
+    assert PLATFORM_NAMES == tuple(PLATFORMS) == tuple(SDK_LOGGERS)

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import re
 from email.message import Message as MimeHeader
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ToolError
 from core.tools.base import Category, Tool, ToolContext, ToolResult
-from core.tools.webnet import Fetched, Fetcher
+
+if TYPE_CHECKING:
+    # the HTTP side is loaded by the first fetch: a turn that fetches nothing needs none of
+    # it (docs/benchmarks.md)
+    from core.tools.webnet import Fetched, Fetcher
 
 _DROPPED = (
     "script", "style", "noscript", "template", "iframe", "svg", "canvas", "object",
@@ -64,10 +69,22 @@ class WebFetchTool(Tool):
     params = _WebFetch
 
     def __init__(self, settings: WebFetchConfig, fetcher: Fetcher | None = None) -> None:
-        self.fetcher = fetcher or Fetcher(
-            settings.max_bytes, settings.timeout_seconds, settings.max_redirects
-        )
-        self.timeout = self.fetcher.timeout + 5  # our own limit ends it first, with a reason
+        self._settings = settings
+        self._fetcher = fetcher
+        # our own limit ends it first, with a reason
+        self.timeout = (fetcher.timeout if fetcher else settings.timeout_seconds) + 5
+
+    @property
+    def fetcher(self) -> Fetcher:
+        """The HTTP side (`core.tools.webnet`), made at the first fetch."""
+        if self._fetcher is None:
+            from core.tools.webnet import Fetcher
+
+            settings = self._settings
+            self._fetcher = Fetcher(
+                settings.max_bytes, settings.timeout_seconds, settings.max_redirects
+            )
+        return self._fetcher
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         assert isinstance(args, _WebFetch)
