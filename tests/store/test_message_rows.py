@@ -19,14 +19,15 @@ def test_every_sample_message_survives_the_round_trip_with_its_caches_left_behin
         again = Message.from_json(message.to_json())
         assert again == message
         assert again._tokens is None
-        assert isinstance(again.tool_calls, tuple) and isinstance(again.artifacts, tuple)
+        assert isinstance(again.tool_calls, tuple)
+        assert isinstance(again.artifacts, tuple)
 
 
 def test_a_row_written_before_later_fields_existed_reads_with_their_defaults() -> None:
     old = {"role": "assistant", "content": "hi", "tool_calls": [{"id": "c1", "name": "ls"}]}
     message = Message.from_json(json.dumps(old | {"retired_field": 1}))
     assert message == Message.assistant("hi", (ToolCall("c1", "ls", "{}"),))
-    assert message.origin == "" and message.reasoning_blocks == () and not message.is_error
+    assert (message.origin, message.reasoning_blocks, message.is_error) == ("", (), False)
 
 
 @pytest.mark.parametrize(
