@@ -13,7 +13,7 @@ from outside (the store's JSON) goes through `from_json`, which converts and che
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
@@ -162,6 +162,16 @@ class Message:
             is_error=is_error,
             artifacts=artifacts,
         )
+
+
+def forget_wire_json(messages: Iterable[Message]) -> None:
+    """Drop the JSON each message keeps per wire format. It saves encoding the history
+    again for every request of a turn; between turns a held conversation would keep a
+    second copy of its whole text (about a third of its memory), and the next turn's
+    first request encodes it again in well under a millisecond (docs/benchmarks.md)."""
+    for message in messages:
+        if message._json is not None:
+            object.__setattr__(message, "_json", None)
 
 
 def _text(data: Mapping[str, Any], key: str, default: str = "") -> str:

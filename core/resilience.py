@@ -159,14 +159,13 @@ class LoopDetector:
     doom: int = 3
     sink: EventSink = discard
     level: int = field(default=0, init=False)
-    _recent: deque[_Entry] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._recent = deque(maxlen=self.window)
+    # made at the first call: a conversation's template detector (copied for each run)
+    # and an idle one hold none
+    _recent: deque[_Entry] | None = field(default=None, init=False, repr=False)
 
     def reset(self) -> None:
         """Forget the window and the escalation level (a new user turn)."""
-        self._recent.clear()
+        self._recent = None
         self.level = 0
 
     def observe(self, call: ToolCall, result: Message) -> LoopVerdict | None:
@@ -174,6 +173,8 @@ class LoopDetector:
         entry = _Entry(
             call.name, normalise_arguments(call.arguments), (result.is_error, result.content)
         )
+        if self._recent is None:
+            self._recent = deque(maxlen=self.window)
         self._recent.append(entry)
         found = self._detect(entry)
         if found is None:
@@ -181,7 +182,7 @@ class LoopDetector:
         kind, count = found
         # The repetition has been reported: start a fresh window so the next call does not
         # report it again; the level stays, so a relapse escalates.
-        self._recent.clear()
+        self._recent = None
         self.level = MAX_LEVEL if kind == "doom" else min(self.level + 1, MAX_LEVEL)
         verdict = LoopVerdict(self.level, kind, call.name, "", count)
         message = (
@@ -198,7 +199,7 @@ class LoopDetector:
         return LoopVerdict(self.level, kind, call.name, message, count)
 
     def _detect(self, entry: _Entry) -> tuple[LoopKind, int] | None:
-        recent = list(self._recent)
+        recent = list(self._recent or ())
         tail = recent[-self.doom :]
         if len(tail) == self.doom and all(other == entry for other in tail):
             return "doom", self.doom

@@ -15,7 +15,7 @@ from core.context.tokens import TokenCounter
 from core.instructions import Guidance
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
 from core.memory.recall import SYSTEM_NOTE as MEMORY_NOTE
-from core.messages import TURN_MARK, Message
+from core.messages import TURN_MARK, Message, forget_wire_json
 from core.providers.base import Provider
 from core.providers.failover import FailoverProvider
 from core.run_context import DETACHED, RunContext
@@ -73,7 +73,7 @@ class Conversation:
             parts.append(MEMORY_NOTE)
         # What changes from turn to turn comes last, after the cached prefix (docs/cost.md).
         volatile = "\n\n".join([f"Today is {today} (UTC).", *([extra] if extra else [])])
-        return Message.system("\n\n".join(parts) + TURN_MARK + volatile)
+        return _shared_system("\n\n".join(parts) + TURN_MARK + volatile)
 
     def refresh_system(self, extra: str = "") -> None:
         system = self.system_message(extra)
@@ -92,15 +92,33 @@ class Conversation:
         """Run the loop over the history for the run `ctx` describes."""
         if isinstance(self.provider, FailoverProvider):  # each turn starts on its own
             self.provider.begin_turn()
-        return await run_loop(
-            self.messages,
-            self.provider,
-            self.executor,
-            ctx,
-            config=self.loop_config,
-            counter=self.counter,
-            guards=self.guards,
-        )
+        try:
+            return await run_loop(
+                self.messages,
+                self.provider,
+                self.executor,
+                ctx,
+                config=self.loop_config,
+                counter=self.counter,
+                guards=self.guards,
+            )
+        finally:
+            forget_wire_json(self.messages)  # the conversation may now sit idle
+
+
+_last_system: list[Message] = []
+
+
+def _shared_system(text: str) -> Message:
+    """The system message of `text`: the one built last if it says the same. Most
+    conversations of a worker have the same (no goal, no journal yet): a thousand held
+    conversations then hold one copy, not a thousand, and an unchanged one keeps its
+    counted tokens from turn to turn. Messages are frozen, so sharing is safe."""
+    if _last_system and _last_system[0].content == text:
+        return _last_system[0]
+    message = Message.system(text)
+    _last_system[:] = [message]
+    return message
 
 
 class ConversationFactory(Protocol):

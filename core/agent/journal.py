@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 DIGEST_CHARS = 500
 ListField = Literal["verified_findings", "decisions", "artifacts", "open_questions", "blockers"]
@@ -20,6 +20,12 @@ MAX_ITEMS = 50
 
 
 class RunJournal(BaseModel):
+    """What a run keeps of its work (docs/context.md). Frozen, and changed only by
+    replacing it (`model_copy(update=...)` with new lists): every conversation without a
+    journal shares `EMPTY_JOURNAL`, and none may change it under the others."""
+
+    model_config = ConfigDict(frozen=True)
+
     objective: str = ""
     current_state: str = ""
     verified_findings: list[str] = Field(default_factory=list)
@@ -30,7 +36,7 @@ class RunJournal(BaseModel):
     handoff_next_action: str = ""
 
     def is_empty(self) -> bool:
-        return self == RunJournal()
+        return self is EMPTY_JOURNAL or self == EMPTY_JOURNAL
 
     def render(self) -> str:
         """The whole journal as Markdown (the `/journal` command, after a summary)."""
@@ -69,6 +75,8 @@ class RunJournal(BaseModel):
         return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+EMPTY_JOURNAL = RunJournal()
+
 JournalSaver = Callable[[RunJournal], None]
 
 
@@ -77,7 +85,7 @@ class JournalBox:
     `ToolContext.journal`)."""
 
     def __init__(self, journal: RunJournal | None = None, save: JournalSaver | None = None):
-        self.journal = journal or RunJournal()
+        self.journal = journal or EMPTY_JOURNAL
         self._save = save
 
     def render_full(self) -> str:
@@ -91,4 +99,5 @@ class JournalBox:
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None, save: JournalSaver | None) -> JournalBox:
-        return cls(RunJournal.model_validate(data) if data else None, save)
+        journal = RunJournal.model_validate(data) if data else None
+        return cls(None if journal is None or journal.is_empty() else journal, save)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from core.agent.conversation import Conversation, ConversationFactory
-from core.agent.journal import JournalBox, RunJournal
+from core.agent.journal import EMPTY_JOURNAL, JournalBox, RunJournal
 from core.agent.prefs import ProviderPrefs
 from core.audit import AuditLog
 from core.chat import ConversationKey, Responder
@@ -261,8 +261,14 @@ class Lane:
     def work(self, task: asyncio.Task[None] | None, responder: Responder | None = None) -> None:
         """`task` runs the lane's work now (a claimed or a resumed run)."""
         self._worker = task
+        if task is not None:  # a done task is let go: an idle lane holds no finished run
+            task.add_done_callback(self._worker_done)
         if responder is not None:
             self._responder = responder
+
+    def _worker_done(self, task: asyncio.Task[None]) -> None:
+        if self._worker is task:
+            self._worker = None
 
     # --- the conversation --------------------------------------------------------------------
 
@@ -316,7 +322,7 @@ class Lane:
         self._input_tokens = self._output_tokens = 0
         self._last_compaction = None
         self._goal = None
-        self._journal.journal = RunJournal()
+        self._journal.journal = EMPTY_JOURNAL
 
     def mark_stale(self) -> None:
         """Several workers: another worker changed the conversation; load it again."""
@@ -335,6 +341,11 @@ class Lane:
     def run_as(self, task: asyncio.Task[RunReport]) -> None:
         """`task` is the lane's run (`/stop` cancels it alone)."""
         self._run_task = task
+        task.add_done_callback(self._run_done)
+
+    def _run_done(self, task: asyncio.Task[RunReport]) -> None:
+        if self._run_task is task:
+            self._run_task = None
 
     def begin_run(self, run_id: str) -> None:
         """Run `run_id` entered its loop: `/stop` cuts it short."""

@@ -83,8 +83,9 @@ class PathRules:
         # artifacts (readable: cut outputs point the model at them), never another's.
         # `allowed_paths` and the denied paths come resolved from the configuration's.
         base = sandbox._cache.get("paths")
-        if isinstance(base, PathRules):
-            allowed, denied = base.write_roots[1:], base.denied
+        denied_prefixes: tuple[str, ...] | None = None
+        if isinstance(base, PathRules):  # shared, not copied: a site's rules are kept per run
+            allowed, denied, denied_prefixes = base.write_roots[1:], base.denied, base._denied
         else:  # the configuration's own (site "", no scratch): resolve everything
             root = sandbox.resolved_workspace()
             allowed = tuple(_expand(path, root).resolve() for path in sandbox.allowed_paths)
@@ -102,7 +103,11 @@ class PathRules:
             str(site.workspace),
             _prefixes(read_roots),
             _prefixes(write_roots),
-            _prefixes(form for _, forms in denied for form in forms),
+            (
+                denied_prefixes
+                if denied_prefixes is not None
+                else _prefixes(form for _, forms in denied for form in forms)
+            ),
         )
 
 
