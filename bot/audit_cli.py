@@ -8,9 +8,9 @@ import json
 import sys
 from collections.abc import Mapping
 
-from bot.app import open_configured_store
 from bot.config import ParleyConfig
 from bot.since import parse_since
+from bot.wiring import open_existing_store
 from core.audit import read_rows, verify
 
 EXIT_BROKEN = 1
@@ -28,11 +28,10 @@ async def audit_command(
     except ValueError as exc:
         sys.stderr.write(f"parley: {exc}\n")
         return 2
-    path = config.store.resolved()
-    if config.store.backend() == "sqlite" and not path.exists():
-        sys.stdout.write(f"The audit log is empty ({path} does not exist).\n")
+    store = await open_existing_store(config.store, environ)
+    if store is None:
+        sys.stdout.write(f"The audit log is empty ({config.store.resolved()} does not exist).\n")
         return 0
-    store = await open_configured_store(config.store, environ)
     try:
         if check:
             count, problem = await verify(store)

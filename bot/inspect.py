@@ -7,8 +7,8 @@ import json
 import sys
 from collections.abc import Mapping
 
-from bot.app import open_configured_store
 from bot.config import ParleyConfig
+from bot.wiring import open_existing_store
 from core.agent import parse_conv
 from core.agent.journal import RunJournal
 from core.store import RunRow, Store
@@ -33,11 +33,10 @@ async def runs_command(
     limit: int,
     environ: Mapping[str, str],
 ) -> int:
-    path = config.store.resolved()
-    if config.store.backend() == "sqlite" and not path.exists():
-        sys.stdout.write(f"No runs yet ({path} does not exist).\n")
+    store = await open_existing_store(config.store, environ)
+    if store is None:
+        sys.stdout.write(f"No runs yet ({config.store.resolved()} does not exist).\n")
         return 0
-    store = await open_configured_store(config.store, environ)
     try:
         if action == "show":
             return await _show(store, run_id)

@@ -7,9 +7,9 @@ import sys
 import time
 from collections.abc import Mapping
 
-from bot.app import open_configured_store
 from bot.config import ParleyConfig
 from bot.since import parse_since
+from bot.wiring import open_existing_store
 from core.cost.report import GroupBy, csv_text, summarize, table
 
 
@@ -21,11 +21,10 @@ async def usage_command(
     except ValueError as exc:
         sys.stderr.write(f"parley: {exc}\n")
         return 2
-    path = config.store.resolved()
-    if config.store.backend() == "sqlite" and not path.exists():
-        sys.stdout.write(f"No usage yet ({path} does not exist).\n")
+    store = await open_existing_store(config.store, environ)
+    if store is None:
+        sys.stdout.write(f"No usage yet ({config.store.resolved()} does not exist).\n")
         return 0
-    store = await open_configured_store(config.store, environ)
     try:
         rows = summarize(await store.llm_calls(start), by)
     finally:

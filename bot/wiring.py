@@ -125,6 +125,15 @@ async def open_configured_store(config: StoreConfig, environ: Mapping[str, str])
     return await open_store(config.target(), password=config.password(environ))
 
 
+async def open_existing_store(config: StoreConfig, environ: Mapping[str, str]) -> Store | None:
+    """`open_configured_store`, or None for a SQLite file that does not exist yet: the
+    commands that only read it (`runs`, `usage`, `audit`) have nothing to show, and must
+    not create it."""
+    if config.backend() == "sqlite" and not config.resolved().exists():
+        return None
+    return await open_configured_store(config, environ)
+
+
 def guidance_places(config: ParleyConfig) -> GuidancePlaces:
     """Where the instruction files and skills are: relative paths hang off config.toml's
     folder, as `tools_file` does (see `core.instructions.guidance` for why not a

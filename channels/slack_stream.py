@@ -31,7 +31,7 @@ from channels.retry import call_with_retry
 from channels.slack_api import slack_call
 from channels.slack_status import THINKING, ThreadStatus, running
 from channels.stream import ReplyStreamer
-from core.chat import SILENT_REPLIES, is_silent
+from core.chat import is_silent, may_become_silent
 from core.clock import Clock
 from core.errors import ChannelError, ChannelRateLimited, ChannelRefused, DeliveryFailed
 from core.events import (
@@ -67,11 +67,6 @@ class StreamTarget:
     thread_ts: str
     recipient_user_id: str | None = None
     recipient_team_id: str | None = None
-
-
-def _may_become_silent(text: str) -> bool:
-    stripped = text.strip()
-    return not stripped or any(marker.startswith(stripped) for marker in SILENT_REPLIES)
 
 
 class NativeStream:
@@ -190,7 +185,7 @@ class NativeStream:
         if len(text) > NATIVE_LIMIT:
             await self._fall_back("the answer outgrows one streamed message")
             return
-        quiet = _may_become_silent(text)
+        quiet = may_become_silent(text)
         if quiet and not self._chunks:
             return
         piece = "" if quiet else text[len(self._sent) :]

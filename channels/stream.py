@@ -29,7 +29,7 @@ from channels.pacing import Pacer, before_first
 from channels.retry import call_with_retry
 from channels.status import status_line, with_status
 from channels.text import split_message
-from core.chat import SILENT_REPLIES, is_silent
+from core.chat import is_silent, may_become_silent
 from core.clock import Clock, SystemClock
 from core.errors import (
     ChannelError,
@@ -162,12 +162,6 @@ async def deliver(surface: Surface, text: str, *, clock: Clock | None = None) ->
     return [await _post_final(surface, piece, clock, None) for piece in _pieces(surface, text)]
 
 
-def _may_become_silent(text: str) -> bool:
-    """True while the text so far could still turn out to be a silent reply."""
-    stripped = text.strip()
-    return not stripped or any(marker.startswith(stripped) for marker in SILENT_REPLIES)
-
-
 class ReplyStreamer:
     """A `core.chat.ReplyStream` over a `Surface`.
 
@@ -250,7 +244,7 @@ class ReplyStreamer:
     async def _flush(self) -> None:
         """Show the current text (plain) if it changed; failures are left to `finish`."""
         text = self._text
-        if _may_become_silent(text):
+        if may_become_silent(text):
             return  # a status alone posts nothing: the typing indicator says as much
         pieces = _pieces(self._surface, with_status(text, self._status))
         for i, piece in enumerate(pieces):

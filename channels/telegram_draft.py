@@ -23,7 +23,7 @@ from channels.pacing import Pacer, before_first
 from channels.status import status_line
 from channels.stream import EditBudget, ReplyStreamer, deliver
 from channels.telegram_api import telegram_call
-from core.chat import SILENT_REPLIES
+from core.chat import may_become_silent
 from core.clock import Clock
 from core.errors import ChannelError, ChannelRateLimited, ChannelRefused
 from core.events import (
@@ -123,7 +123,7 @@ class DraftStream:
 
     async def _flush(self) -> None:
         text = scrub(self._text)
-        if any(m.startswith(text.strip()) for m in SILENT_REPLIES) and text.strip():
+        if text.strip() and may_become_silent(text):
             text = ""  # it may yet turn out silent: show the placeholder meanwhile
         draft = _with_status(text, self._status, DRAFT_LIMIT)
         if draft == self._shown:

@@ -41,6 +41,12 @@ def is_silent(text: str) -> bool:
     return not stripped or stripped in SILENT_REPLIES
 
 
+def may_become_silent(text: str) -> bool:
+    """While an answer streams: the text so far could still turn out `is_silent`."""
+    stripped = text.strip()
+    return not stripped or any(marker.startswith(stripped) for marker in SILENT_REPLIES)
+
+
 @dataclass(frozen=True, slots=True)
 class Inbound:
     """One message from a platform, normalised. `text` is untrusted user data.

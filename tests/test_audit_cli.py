@@ -97,7 +97,9 @@ async def _kill_appenders(config: Path, target: Path | str) -> None:
     assert count >= seen  # every row an appender saw committed is there
 
 
-async def test_verify_fails_naming_an_edited_row(tmp_path: Path) -> None:
+async def _verify_after(tmp_path: Path, trigger: str, tampering: str) -> tuple[int, str]:
+    """Three audit rows, then `tampering` done to the file past its guard `trigger` (as
+    someone with the file would); `parley audit --verify`'s exit code and output."""
     config = write_config(tmp_path)
     store = await open_store(tmp_path / "parley.db")
     audit = AuditLog(store)
@@ -105,28 +107,28 @@ async def test_verify_fails_naming_an_edited_row(tmp_path: Path) -> None:
         await audit.append("command", "console", {"command": f"/provider p{i}"})
     await store.aclose()
     conn = sqlite3.connect(tmp_path / "parley.db")
-    conn.execute("DROP TRIGGER audit_log_no_update")
-    conn.execute("UPDATE audit_log SET actor = 'someone else' WHERE seq = 2")
+    conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute(tampering)
     conn.commit()
     conn.close()
     code, out, _ = await parley("--config", str(config), "audit", "--verify", env=child_env())
+    return code, out
+
+
+async def test_verify_fails_naming_an_edited_row(tmp_path: Path) -> None:
+    code, out = await _verify_after(
+        tmp_path,
+        "audit_log_no_update",
+        "UPDATE audit_log SET actor = 'someone else' WHERE seq = 2",
+    )
     assert code == 1
     assert "row 2 was changed" in out
 
 
 async def test_verify_fails_naming_a_deleted_row(tmp_path: Path) -> None:
-    config = write_config(tmp_path)
-    store = await open_store(tmp_path / "parley.db")
-    audit = AuditLog(store)
-    for i in range(3):
-        await audit.append("command", "console", {"command": f"/provider p{i}"})
-    await store.aclose()
-    conn = sqlite3.connect(tmp_path / "parley.db")
-    conn.execute("DROP TRIGGER audit_log_no_delete")
-    conn.execute("DELETE FROM audit_log WHERE seq = 1")
-    conn.commit()
-    conn.close()
-    code, out, _ = await parley("--config", str(config), "audit", "--verify", env=child_env())
+    code, out = await _verify_after(
+        tmp_path, "audit_log_no_delete", "DELETE FROM audit_log WHERE seq = 1"
+    )
     assert code == 1
     assert "row 1 was removed" in out
 

@@ -26,18 +26,6 @@ class DispatchHost(TakeoverHost, Protocol):
     prefs: ProviderPrefs
     approvals: ApprovalDesk
 
-    async def run_in_lane(
-        self,
-        lane: Lane,
-        responder: Responder,
-        *,
-        user_text: str | None,
-        trigger: str = "user",
-        run_id: str | None = None,
-        resume: bool = False,
-        inbound: Inbound | None = None,
-    ) -> RunReport | None: ...
-
 
 @dataclass(slots=True)
 class Queued:

@@ -3,43 +3,16 @@ taken in by one worker and run by another runs with its sender's role, not the d
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-from bot.app import App, build_registry
-from core.agent import Agent
-from tests.agent.test_workers import FAST, Platform, until
-from tests.agentkit import agent_config, inbound
+from tests.agent.test_workers import Platform, until, workers
+from tests.agentkit import inbound
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.store.conftest import postgres_schema
 
 SLACK = ("slack", "C1", "")
 ROLES = {"default": "viewer", "viewer": {"categories": ["read"]}}  # everyone read-only …
 CHANNELS = {"slack": {"approvers": ["U1"]}}  # … but U1, an admin
-
-
-@contextlib.asynccontextmanager
-async def two_workers(
-    fake_llm: FakeLLM, tmp_path: Path, url: str, platform: Platform
-) -> AsyncIterator[list[Agent]]:
-    apps: list[App] = []
-    agents: list[Agent] = []
-    try:
-        for _ in range(2):
-            store: dict[str, Any] = {"path": None, "url": url, **FAST}
-            cfg = agent_config(fake_llm, tmp_path, store=store, roles=ROLES, channels=CHANNELS)
-            app = App(cfg, {}, build_registry(cfg, {}))
-            apps.append(app)
-            agent = await app.open_agent(platform, shared_channels=["slack"])
-            agents.append(agent)
-            await agent.reconcile()
-        yield agents
-    finally:
-        for app, agent in zip(apps, agents, strict=False):
-            await app.close_agent(agent, grace=1.0)
-            await app.aclose()
 
 
 async def test_a_run_claimed_by_another_worker_has_its_senders_role(
@@ -50,7 +23,12 @@ async def test_a_run_claimed_by_another_worker_has_its_senders_role(
         Reply(text="Written."),
     )
     platform = Platform()
-    async with postgres_schema() as url, two_workers(fake_llm, tmp_path, url, platform) as agents:
+    async with (
+        postgres_schema() as url,
+        workers(
+            fake_llm, tmp_path, url, platform, 2, ("slack",), roles=ROLES, channels=CHANNELS
+        ) as agents,
+    ):
         taker, runner = agents
         assert taker.workers is not None
         assert runner.workers is not None

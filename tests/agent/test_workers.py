@@ -51,9 +51,11 @@ async def workers(
     url: str,
     responders: Callable[[Any], Any],
     count: int,
+    shared_channels: tuple[str, ...] = ("test",),
     **config: Any,
 ) -> AsyncIterator[list[Agent]]:
-    """`count` agents sharing the store at `url`, each joined (`reconcile`)."""
+    """`count` agents sharing the store at `url` (and the conversations of
+    `shared_channels`), each joined (`reconcile`)."""
     apps: list[App] = []
     agents: list[Agent] = []
     try:
@@ -63,7 +65,8 @@ async def workers(
             app = App(cfg, {}, build_registry(cfg, {}))
             apps.append(app)
             agent = await app.open_agent(
-                responders if callable(responders) else responders[n], shared_channels=["test"]
+                responders if callable(responders) else responders[n],
+                shared_channels=list(shared_channels),
             )
             agents.append(agent)
             await agent.reconcile()

@@ -1,5 +1,7 @@
 """A TCP proxy in front of a server (PostgreSQL) that can hold one client's write at the wire:
-a store whose commit is slow to arrive, as over a congested network.
+a store whose commit is slow to arrive, as over a congested network. Its line can also be
+cut and mended: `cut()` closes every connection through it and refuses new ones (as a
+network partition does to the client), `mend()` lets connections through again.
 
 Once `arm`ed with a marker, the first chunk a client sends that contains it — and whatever
 that connection sends after it — waits until `release()`; `drop()` instead closes that
@@ -13,6 +15,7 @@ carries in the clear the first time a statement is sent (unless TLS is on: conne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Self
 from urllib.parse import urlsplit, urlunsplit
 
@@ -27,6 +30,7 @@ class HoldingProxy:
         self._marker: bytes | None = None
         self._go_on = asyncio.Event()
         self._dropped = False
+        self.cut_off = False
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Future[None]] = set()  # the pumps
         self._ends: list[asyncio.StreamWriter] = []  # every socket, closed on leaving
@@ -74,7 +78,20 @@ class HoldingProxy:
         self._dropped = True
         self._go_on.set()
 
+    def cut(self) -> None:
+        """Close every connection through the proxy and refuse new ones until `mend()`."""
+        self.cut_off = True
+        for end in self._ends:
+            end.close()
+        self._ends.clear()
+
+    def mend(self) -> None:
+        self.cut_off = False
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.cut_off:
+            writer.close()
+            return
         self._ends.append(writer)
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
@@ -99,21 +116,23 @@ class HoldingProxy:
         self, reader: asyncio.StreamReader, up: asyncio.StreamWriter
     ) -> None:
         tail, holding = b"", False
-        while chunk := await reader.read(65536):
-            marker = self._marker
-            if marker is not None and not holding and marker in tail + chunk:
-                self._marker, holding = None, True
-                self.held.set()
-            if holding:
-                await self._go_on.wait()
-                if self._dropped:
-                    return
-            up.write(chunk)
-            await up.drain()
-            tail = chunk[-64:]
+        with contextlib.suppress(OSError):  # the line was cut
+            while chunk := await reader.read(65536):
+                marker = self._marker
+                if marker is not None and not holding and marker in tail + chunk:
+                    self._marker, holding = None, True
+                    self.held.set()
+                if holding:
+                    await self._go_on.wait()
+                    if self._dropped:
+                        return
+                up.write(chunk)
+                await up.drain()
+                tail = chunk[-64:]
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while chunk := await reader.read(65536):
-        writer.write(chunk)
-        await writer.drain()
+    with contextlib.suppress(OSError):  # the line was cut
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.channels.test_stored_before_ack import Parley
-from tests.fakes.cutting_proxy import CuttingProxy
+from tests.fakes.holding_proxy import HoldingProxy
 from tests.fakes.llm import FakeLLM, Fault, Reply, ToolCallSpec
 from tests.fakes.telegram import FakeTelegram, TgUser
 from tests.process import child_env, start_parley, telegram_run_config
@@ -175,7 +175,7 @@ async def test_readyz_is_503_while_the_store_does_not_answer_then_200(
 ) -> None:
     async with (
         postgres_schema() as direct,
-        CuttingProxy.before(direct) as proxy,
+        HoldingProxy.before(direct) as proxy,
         FakeTelegram(token=TOKEN) as telegram,
     ):
         parley, url = await start(tmp_path, fake_llm, telegram, store=proxy.url(direct))
