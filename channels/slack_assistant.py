@@ -67,11 +67,9 @@ class AssistantThreads:
 
     async def started(self, event: dict[str, Any]) -> None:
         """`assistant_thread_started`: offer the suggested prompts."""
-        thread = event.get("assistant_thread") or {}
-        channel_id, thread_ts = str(thread.get("channel_id", "")), str(thread.get("thread_ts", ""))
-        if not channel_id or not thread_ts:
+        if (thread := self._remember(event)) is None:
             return
-        self._remember(channel_id, thread_ts, thread.get("context") or {})
+        channel_id, thread_ts = thread
         prompts = [p.model_dump() for p in self._config.suggested_prompts]
         if not prompts:
             return
@@ -86,18 +84,22 @@ class AssistantThreads:
 
     def context_changed(self, event: dict[str, Any]) -> None:
         """`assistant_thread_context_changed`: remember what the user looks at now."""
-        thread = event.get("assistant_thread") or {}
-        channel_id, thread_ts = str(thread.get("channel_id", "")), str(thread.get("thread_ts", ""))
-        if channel_id and thread_ts:
-            self._remember(channel_id, thread_ts, thread.get("context") or {})
+        self._remember(event)
 
-    def _remember(self, channel_id: str, thread_ts: str, context: dict[str, Any]) -> None:
-        key = (channel_id, thread_ts)
+    def _remember(self, event: dict[str, Any]) -> tuple[str, str] | None:
+        """The event's assistant thread (channel, thread ts) and what its user looks at,
+        remembered; None if the event names no thread."""
+        thread = event.get("assistant_thread") or {}
+        key = (str(thread.get("channel_id", "")), str(thread.get("thread_ts", "")))
+        if not all(key):
+            return None
+        context = thread.get("context") or {}
         self._threads[key] = str(context.get("channel_id") or "")
         self._threads.move_to_end(key)
         while len(self._threads) > KEPT:
             old, _ = self._threads.popitem(last=False)
             self._titled.discard(old)
+        return key
 
     def is_assistant_thread(self, channel_id: str, thread_ts: str) -> bool:
         return (channel_id, thread_ts) in self._threads
