@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -106,19 +107,13 @@ class Conversation:
             forget_wire_json(self.messages)  # the conversation may now sit idle
 
 
-_last_system: list[Message] = []
-
-
+@functools.lru_cache(maxsize=1)
 def _shared_system(text: str) -> Message:
     """The system message of `text`: the one built last if it says the same. Most
     conversations of a worker have the same (no goal, no journal yet): a thousand held
     conversations then hold one copy, not a thousand, and an unchanged one keeps its
     counted tokens from turn to turn. Messages are frozen, so sharing is safe."""
-    if _last_system and _last_system[0].content == text:
-        return _last_system[0]
-    message = Message.system(text)
-    _last_system[:] = [message]
-    return message
+    return Message.system(text)
 
 
 class ConversationFactory(Protocol):
