@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from bot.config import ParleyConfig
 from bot.wiring import open_existing_store
 from core.agent import parse_conv
-from core.agent.journal import RunJournal
+from core.agent.journal import journal_of
 from core.store import RunRow, Store
 
 
@@ -120,5 +120,5 @@ async def _show(store: Store, run_id: str | None) -> int:
         step = "-" if iteration is None else str(iteration)
         out.write(f"  +{at - start:7.3f}s  it={step}  {name}  {detail}\n")
     journal = await store.journal(run.conv)
-    out.write("\n" + RunJournal.model_validate(journal or {}).render() + "\n")
+    out.write("\n" + journal_of(journal).render() + "\n")
     return 0

@@ -30,7 +30,7 @@ from typing import Any
 
 from core.agent.conversation import Conversation
 from core.agent.intake import DispatchHost, Intake, Queued
-from core.agent.journal import EMPTY_JOURNAL, RunJournal
+from core.agent.journal import journal_of
 from core.agent.lane import Lane, RunReport
 from core.agent.recovery import parse_conv, reconcile
 from core.agent.responders import safe_send
@@ -334,8 +334,7 @@ class Dispatcher(Intake):
     async def reload(self, lane: Lane) -> Conversation:
         """The lane's history, journal, totals and goal, as the store has them."""
         store, conv = self.host.store, lane.conv_id
-        data = await store.journal(conv)
-        journal = RunJournal.model_validate(data) if data else EMPTY_JOURNAL
+        journal = journal_of(await store.journal(conv))
         row = await store.conversation(conv)
         lane.restore(row, await store.goal(conv), journal)
         conversation = await self.host.conversation_of(lane)

@@ -77,6 +77,13 @@ class RunJournal(BaseModel):
 
 EMPTY_JOURNAL = RunJournal()
 
+
+def journal_of(data: dict[str, Any] | None) -> RunJournal:
+    """The journal the store kept (`EMPTY_JOURNAL`, shared, for none or an empty one)."""
+    journal = RunJournal.model_validate(data) if data else EMPTY_JOURNAL
+    return EMPTY_JOURNAL if journal.is_empty() else journal
+
+
 JournalSaver = Callable[[RunJournal], None]
 
 
@@ -99,5 +106,4 @@ class JournalBox:
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None, save: JournalSaver | None) -> JournalBox:
-        journal = RunJournal.model_validate(data) if data else None
-        return cls(None if journal is None or journal.is_empty() else journal, save)
+        return cls(journal_of(data), save)
