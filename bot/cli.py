@@ -280,7 +280,7 @@ def entry() -> NoReturn:
     else was closed by the command itself (`asyncio.run` ends with the store, the HTTP
     clients and the executor's threads shut down).
     """
-    gc.disable()  # until `_started`
+    gc.disable()  # until `start_up_done`
     status = main()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
@@ -289,7 +289,7 @@ def entry() -> NoReturn:
     os._exit(status)
 
 
-def _started() -> None:
+def start_up_done() -> None:
     """Start-up is over: the garbage collector, which `entry` paused, runs again, and
     what start-up made is moved out of its sight (`gc.freeze`).
 
@@ -297,8 +297,9 @@ def _started() -> None:
     thousand objects, nearly all of them kept until exit, and no garbage worth a pass:
     the collector's passes over them took about a fifth of a one-shot `parley chat -m`
     (docs/benchmarks.md). Frozen, they are not walked again by the full collections of
-    a long `parley run` either. Does nothing when the collector was already running
-    (`main` called by a test or another program)."""
+    a long `parley run` either, which calls this once it is ready (its channels'
+    libraries imported, the store open). Does nothing when the collector was already
+    running (`main` called by a test or another program)."""
     if not gc.isenabled():
         gc.freeze()
         gc.enable()
@@ -332,7 +333,8 @@ def _command(args: argparse.Namespace) -> int:
         app = _build_app(_config_path(args.config))
     except ConfigError as exc:
         return _fail(f"configuration problem\n{exc}")
-    _started()
+    if args.command != "run":  # `parley run` is started once it is ready (`bot.run`)
+        start_up_done()
     if app.config.has_section("log") and app.config.log.format == "json":
         from bot.logs import use_json_lines
 

@@ -225,6 +225,9 @@ def _channels(
 
 async def _serve(stop: asyncio.Event, console_channel: ConsoleChannel | None, out: TextIO) -> None:
     """Ready: wait for a stop signal, or for the console to close."""
+    from bot.cli import start_up_done
+
+    start_up_done()
     out.write("parley: ready\n")
     out.flush()
     waiters = [asyncio.create_task(stop.wait())]

@@ -315,6 +315,48 @@ async def test_a_one_shot_turn_loads_no_store_agent_or_channel_sdk(
     assert await _loaded_by_one_shot(fake_llm, tmp_path, ONE_SHOT_NEVER_LOADS) == []
 
 
+async def _collector_at_exit(config: Path, env: dict[str, str], *args: str, stdin: bytes) -> str:
+    """What a whole `parley` process (the `entry` point, as the installed command runs it)
+    says of the garbage collector as it exits: running, and the start-up heap frozen."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('collector:', gc.isenabled(), gc.get_freeze_count() > 0))\n"
+        f"sys.argv = ['parley', '--config', {str(config)!r}, *{args!r}]\n"
+        "from bot.cli import entry\n"
+        "entry()\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        cwd=REPO,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
+    assert proc.returncode == 0, err.decode()
+    return out.decode().splitlines()[-1]
+
+
+async def test_the_collector_paused_for_start_up_runs_again_for_the_turn(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """`entry` pauses the garbage collector while Parley starts (docs/benchmarks.md); the
+    one-shot turn and a `parley run` that is ready have it back, with what start-up made
+    frozen out of its passes. A process left without a collector would grow without
+    bound on cyclic garbage."""
+    fake_llm.script(Reply(text="one"), Reply(text="two"))
+    config = write_config(tmp_path)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    one_shot = await _collector_at_exit(config, env, "chat", "-m", "hi", stdin=b"")
+    assert one_shot == "collector: True True"
+    served = await _collector_at_exit(config, env, "run", stdin=b"hi\n/exit\n")
+    assert served == "collector: True True"
+    assert len(fake_llm.requests) == 2  # both processes took their turn
+
+
 async def test_run_without_channels_talks_in_the_console(fake_llm: FakeLLM, tmp_path: Path) -> None:
     fake_llm.script(Reply(text="hello from run"))
     config = write_config(tmp_path)
