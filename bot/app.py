@@ -7,7 +7,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -43,6 +43,7 @@ from core.loop import Guards, LoopConfig
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
 from core.providers.failover import Breakers, FailoverProvider
+from core.records import record
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
 from core.tools.base import ToolContext, ToolRegistry
@@ -69,7 +70,7 @@ ReloadHook = Callable[[ParleyConfig, ParleyConfig], None]
 between turns, before any conversation is built from `new`."""
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class App:
     """Everything built once per process from config."""
 

@@ -3,13 +3,13 @@ not complete posts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from core.chat import is_silent
+from core.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class JobResult:
     """What one fire did. `state` is the run's end state (`completed`, `failed`,
     `cancelled`, `timed_out`, `waiting_on_human`), `skipped` (this fire already ran) or

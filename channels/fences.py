@@ -8,14 +8,15 @@ idea of where fences are, so it lives here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from core.records import record
 
 # A fence line: up to any indentation (models indent fences inside list items), three or
 # more backticks or tildes, then the info string (or nothing, for a closing line).
 FENCE_LINE = re.compile(r"^([ \t]*)(`{3,}|~{3,})([^\n]*)$")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Fence:
     """A fenced code block of some text; its content is `text[start:end]`."""
 

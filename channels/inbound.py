@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from typing import Protocol
+
+from core.records import record
 
 __all__ = [
     "discord_markdown",
@@ -93,7 +95,7 @@ class TelegramEntity(Protocol):
     def user(self) -> _TgUser | None: ...
 
 
-@dataclass
+@record
 class _Node:
     entity: TelegramEntity | None
     start: int

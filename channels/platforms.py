@@ -11,7 +11,6 @@ model: what needs only the platforms' names takes them from `channels.PLATFORM_N
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from channels.base import Channel
@@ -20,13 +19,14 @@ from channels.gate import AccessConfig
 from channels.slack_config import SlackConfig
 from channels.telegram_config import TelegramConfig
 from core.chat import Deciders
+from core.records import record
 
 __all__ = ["PLATFORMS", "Platform", "target_examples"]
 
 S = TypeVar("S", bound=AccessConfig)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Platform(Generic[S]):
     """One chat platform: its settings, how to build its adapter, what names it."""
 

@@ -11,7 +11,6 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -22,6 +21,7 @@ from core.chat import Inbound
 from core.clock import Clock
 from core.command_table import COMMANDS
 from core.errors import ChannelError
+from core.records import record
 
 if TYPE_CHECKING:
     from channels.slack_reply import SlackResponder
@@ -61,7 +61,7 @@ class Recent:
         self._keys.pop(key, None)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Taken:
     """A message event on its way to the agent."""
 

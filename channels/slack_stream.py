@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -44,6 +43,7 @@ from core.events import (
     ToolFinished,
     ToolStarted,
 )
+from core.records import record
 from core.secrets import scrub
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ UNSUPPORTED = frozenset(
 OUTPUT_CHARS = 200  # of a tool's result shown in its task chunk
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class StreamTarget:
     """Where a native stream goes: a thread, and in a channel who reads it as it streams."""
 

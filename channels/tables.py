@@ -20,8 +20,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
+
+from core.records import record
 
 TABLE_WIDTH = 60
 """Widest aligned table, in monospace columns; wider tables are written out by row."""
@@ -35,7 +36,7 @@ _BACKTICKS = re.compile(r"^[ \t]*(`+)")
 _GAP = "  "  # between columns
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Table:
     """A GFM table found in some text: its lines are `text[start:end]`."""
 

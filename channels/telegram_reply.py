@@ -4,7 +4,6 @@ the `Responder` of one conversation with its typing indicator, and the approval 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -22,6 +21,7 @@ from channels.text import to_telegram_html
 from core.chat import ApprovalRequest, PreviewStream, is_silent
 from core.clock import Clock
 from core.errors import ChannelRefused
+from core.records import record
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class TelegramHost(Protocol):
     async def ask_approval(self, place: Place, request: ApprovalRequest) -> bool: ...
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Place:
     """Where one conversation's messages go."""
 

@@ -5,7 +5,6 @@ that tells the update loop when it may confirm the update."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 
 from telegram import Message, MessageEntity, User
@@ -14,11 +13,12 @@ from telegram.constants import ChatType
 from channels.inbound import telegram_markdown
 from core.chat import Inbound, Responder
 from core.command_table import COMMANDS
+from core.records import record
 
 _ALIASES = {"start": "help"}  # Telegram clients send /start when a user opens the bot
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Handover:
     """A message on its way to the agent; `taken` (if any) is done once it was submitted,
     which for a message means stored."""
@@ -36,7 +36,7 @@ class Handover:
             self.taken.set_exception(exc)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class MessageReader:
     """Reads messages as the bot sees them: it is `bot_id`, @`username` on Telegram."""
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from channels.fences import FENCE_LINE, Fence, find_fences, inside, opens
 from channels.tables import TABLE_WIDTH, lay_out_tables
+from core.records import record
 
 Measure = Callable[[str], int]
 Span = tuple[int, int]
@@ -30,7 +30,7 @@ def utf8_len(text: str) -> int:
 # ---- splitting ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Piece:
     head: str  # a reopened fence line and newline, or ""
     body: str  # a slice of the original text
@@ -57,7 +57,7 @@ def split_message(text: str, limit: int, measure: Measure = len) -> list[str]:
     return [piece.text for piece in _split(laid_out, limit, measure, tables)]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Text:
     """The text being split, with what constrains where it may be cut."""
 
@@ -248,7 +248,7 @@ _QUOTE = re.compile(r"^[ \t]{0,3}>[ \t]?")
 _WHOLE_BOLD = re.compile(r"^(?:\*\*(.+)\*\*|__(.+)__)$")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Dialect:
     escape: Callable[[str], str]
     code: Callable[[str], str]

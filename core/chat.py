@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Literal, Protocol, TypeGuard, runtime_checkable
 
 from core.command_table import parse_command
 from core.events import LoopEvent
+from core.records import record
 
 ConversationKey = tuple[str, str, str]
 """(channel type, channel id, thread id or "")."""
@@ -47,7 +48,7 @@ def may_become_silent(text: str) -> bool:
     return not stripped or any(marker.startswith(stripped) for marker in SILENT_REPLIES)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Inbound:
     """One message from a platform, normalised. `text` is untrusted user data.
 
@@ -88,7 +89,7 @@ class Inbound:
         return Asker(self.channel, self.channel_id, self.user_id, self.is_dm, conv, run_id)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Asker:
     """Who a run answers and where: what per-person state (long-term memory) is scoped by.
 
@@ -131,7 +132,7 @@ class Deciders(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PromptRef:
     """Where an approval prompt was posted: enough for another process to edit it."""
 
@@ -163,7 +164,7 @@ class ApprovalRecord(Protocol):
         prompt keeps its buttons, and the next process takes it up again."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ApprovalRequest:
     """An admin tool call waiting for a human's yes or no.
 

@@ -7,13 +7,14 @@ the agent's own parser all read this table, so a command added here exists every
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from core.records import record
 
 Scope = Literal["thread", "channel"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class CommandSpec:
     """One chat command.
 

@@ -6,27 +6,28 @@ Small frozen dataclasses with a literal `kind`, consumed with `match`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from core.messages import Message, ToolCall
+from core.records import record
 
 # ---- provider stream events -------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TextDelta:
     text: str
     kind: Literal["text"] = "text"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ReasoningDelta:
     text: str
     kind: Literal["reasoning"] = "reasoning"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolCallDelta:
     """A fragment of tool call `index`; `id` and `name` come with the first fragment."""
 
@@ -37,7 +38,7 @@ class ToolCallDelta:
     kind: Literal["tool_call_delta"] = "tool_call_delta"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Usage:
     """One call's tokens. `input_tokens` counts the whole prompt, cached parts included:
     `cached_tokens` of it were read from the provider's prompt cache, `cache_write_tokens`
@@ -51,7 +52,7 @@ class Usage:
     kind: Literal["usage"] = "usage"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class StreamRestarted:
     """The call failed transiently and is retried after `delay` seconds.
 
@@ -66,7 +67,7 @@ class StreamRestarted:
     kind: Literal["stream_restarted"] = "stream_restarted"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class StreamDone:
     """The complete assistant message; always the last event of a stream."""
 
@@ -82,7 +83,7 @@ StreamEvent = TextDelta | ReasoningDelta | ToolCallDelta | Usage | StreamRestart
 # ---- loop events --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class LLMCallStarted:
     iteration: int
     provider: str
@@ -90,14 +91,14 @@ class LLMCallStarted:
     kind: Literal["llm_call"] = "llm_call"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolStarted:
     call: ToolCall
     category: str
     kind: Literal["tool_started"] = "tool_started"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolFinished:
     call: ToolCall
     result: Message
@@ -105,7 +106,7 @@ class ToolFinished:
     kind: Literal["tool_finished"] = "tool_finished"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Notice:
     """A line for the human (limits hit, empty turns, cancellation)."""
 
@@ -187,7 +188,7 @@ type-checked
 against it, so a typo or a new event without an entry here fails `mypy`."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Observed:
     """A structured observability event (docs/operations.md#events), e.g. `agent.tool.retry`."""
 
@@ -196,7 +197,7 @@ class Observed:
     kind: Literal["observed"] = "observed"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TokensEstimated:
     """The provider sent no usage for the call that just finished (Ollama-style servers):
     the loop counted the tokens itself. Every ledger adds this as it adds a real usage."""
@@ -205,7 +206,7 @@ class TokensEstimated:
     kind: Literal["tokens_estimated"] = "tokens_estimated"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class CompactionProgress:
     """A hard compaction (recovery stage R1 or R2, docs/context.md#compaction-progress):
     sent as it starts (`after` is None) and once it is done. Channels show it as a

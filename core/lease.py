@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from core.clock import Clock, SystemClock
 from core.events import EventName
+from core.records import record
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class LeaseStore(Protocol):
 Emit = Callable[[EventName, dict[str, Any]], None]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Singleton:
     """Work only one worker may do at a time: `run` goes on until it is cancelled, and
     is run by whichever worker holds the lease `name`."""

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from core import metrics
@@ -34,6 +34,7 @@ from core.events import (
 from core.messages import CANCELLED_RESULT, Message, ToolCall
 from core.metrics import error_kind
 from core.providers.base import Provider
+from core.records import record
 from core.resilience import (
     HARD_LIMIT_TEXT,
     SOFT_LIMIT_NOTICE,
@@ -99,7 +100,7 @@ class ContextGuard(Protocol):
         strategy is focus."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class LoopConfig:
     max_iterations: int = 20
     max_empty_turns: int = 2
@@ -107,7 +108,7 @@ class LoopConfig:
     parallel_reads: bool = True
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Guards:
     """Optional protections of a conversation's runs; each is None when not wanted.
 
@@ -130,7 +131,7 @@ class Guards:
         return Guards(self.context, detector, limits)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class LoopOutcome:
     """How a turn ended; `text` is the final answer or the terminal notice."""
 
@@ -142,7 +143,7 @@ class LoopOutcome:
     tool_calls: int = 0
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Run:
     """What one `run_loop` call carries between its steps."""
 

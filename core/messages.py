@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Literal, cast, get_args
+
+from core.records import record
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES = frozenset(get_args(Role))
@@ -26,7 +28,7 @@ TURN_MARK = "\n\n[This turn]\n"
 journal digest, the goal): that comes last, after the cached prefix (docs/cost.md)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolCall:
     """One tool call requested by the model; `arguments` is the raw JSON text it sent."""
 
@@ -39,7 +41,7 @@ class ToolCall:
         return json.loads(self.arguments or "{}")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Message:
     """A chat message.
 

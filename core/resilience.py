@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from core.clock import Clock, SystemClock
 from core.events import EventName, EventSink, Observed, discard
 from core.messages import Message, ToolCall
+from core.records import record
 
 LoopKind = Literal["identical", "pattern", "doom"]
 TimeState = Literal["ok", "soft", "hard"]
@@ -46,7 +47,7 @@ HARD_LIMIT_TEXT = "Stopped: the run reached its hard time limit."
 """The terminal notice when the hard time limit aborts a run."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class LoopVerdict:
     """A detected tool loop.
 
@@ -133,14 +134,14 @@ def _model_message(kind: LoopKind, level: int, tool: str, count: int) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Entry:
     tool: str
     arguments: str
     result: tuple[bool, str]
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class LoopDetector:
     """Watches the tool calls of one run for thrash and doom loops (docs/durability.md).
 
@@ -218,7 +219,7 @@ class LoopDetector:
         return None
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class TimeLimits:
     """Soft and hard wall-clock limits of one run, in seconds (docs/durability.md).
 

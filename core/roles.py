@@ -24,12 +24,12 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from core.command_table import COMMANDS
+from core.records import record
 
 Category = Literal["read", "write", "admin"]
 ALL_CATEGORIES: tuple[Category, ...] = ("read", "write", "admin")
@@ -167,7 +167,7 @@ def _matches(rule: str, name: str, args: str) -> bool:
     return all(any(word == w for w in given) for word in (w.lower() for w in words))
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Role:
     """One role, resolved from its configuration."""
 
@@ -202,7 +202,7 @@ class Role:
         return any(_matches(rule, name, args) for rule in self.commands)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Person:
     """What one person may do: the union of their roles (`core.tools.base.RoleGate`)."""
 

@@ -139,6 +139,7 @@ CHANNEL_CONTRACT = {
     "core.fence": "admit: no platform call for a run this worker no longer holds",
     "core.metrics": "platform API calls and retries counted (channels/retry.py)",
     "core.tracing": "a span per platform call under the run's trace (channels/retry.py)",
+    "core.records": "`record`, how Parley defines its value classes (dataclasses)",
 }
 
 

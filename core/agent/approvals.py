@@ -26,7 +26,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from core import metrics, tracing
@@ -38,13 +37,14 @@ from core.errors import StoreError
 from core.eventlog import EventLog
 from core.fence import current as current_fence
 from core.messages import ToolCall
+from core.records import record
 from core.store import ApprovalRow, GrantRow, Store
 from core.store.notify import Notices
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Record:
     """`core.chat.ApprovalRecord` of one stored request."""
 

@@ -32,7 +32,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from core.agent.conversation import Conversation
 from core.agent.journal import JournalBox
@@ -46,6 +46,7 @@ from core.errors import ToolValidationError
 from core.eventlog import RunEvents
 from core.loop import Guards
 from core.messages import Message
+from core.records import record
 from core.store import RunRow
 from core.tools.base import RoleGate, Tool, ToolRegistry
 from core.tools.delegate import DELEGATE, DelegateTool
@@ -72,14 +73,14 @@ def child_conv(parent_conv: str, run_id: str) -> str:
     return f"{parent_conv}:child:{run_id}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Plan:
     task: ChildTask
     tools: tuple[Tool, ...]
     max_iterations: int
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Children:
     """The `Delegator` of one run: starts its children, waits for them, reports."""
 

@@ -7,7 +7,7 @@ import datetime as dt
 import functools
 import hashlib
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Protocol
 
@@ -19,11 +19,12 @@ from core.memory.recall import SYSTEM_NOTE as MEMORY_NOTE
 from core.messages import TURN_MARK, Message, forget_wire_json
 from core.providers.base import Provider
 from core.providers.failover import FailoverProvider
+from core.records import record
 from core.run_context import DETACHED, RunContext
 from core.tools.executor import ToolExecutor
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Conversation:
     """One conversation's history and what it needs to run a turn."""
 

@@ -7,7 +7,6 @@ the run's id; a full queue turns the message away and says so.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Protocol
 
 from core.agent.approvals import ApprovalDesk
@@ -17,6 +16,7 @@ from core.agent.responders import safe_send
 from core.agent.takeover import TakeoverHost
 from core.agent.turn import new_run_id
 from core.chat import ConversationKey, Inbound, Responder
+from core.records import record
 
 
 class DispatchHost(TakeoverHost, Protocol):
@@ -27,7 +27,7 @@ class DispatchHost(TakeoverHost, Protocol):
     approvals: ApprovalDesk
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Queued:
     """Whoever awaits a queued run taken in here: where it answers, and (`done`) who
     receives its report."""

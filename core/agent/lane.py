@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from core.agent.conversation import Conversation, ConversationFactory
@@ -25,6 +24,7 @@ from core.clock import Clock
 from core.config import GoalsConfig
 from core.cost.meter import Ledger
 from core.eventlog import EventLog
+from core.records import record
 from core.roles import Roles
 from core.store import ConversationRow, GoalRow, RunRow, Store
 
@@ -34,7 +34,7 @@ RunState = Literal[
 TERMINAL_STATES = ("completed", "cancelled", "failed", "timed_out", "waiting_on_human")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class RunReport:
     """How a run ended, for whoever awaited it (a channel, a cron job, a goal, a parent).
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from dataclasses import dataclass
+
+from core.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SharedSettings:
     """How workers on one store keep track of each other (`[store]` in config.toml).
 

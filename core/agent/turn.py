@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Protocol
 
@@ -35,6 +35,7 @@ from core.loop import LoopOutcome, unanswered_calls
 from core.memory.recall import recalled_message
 from core.messages import Message
 from core.providers.failover import FailoverProvider
+from core.records import record
 from core.roles import Roles
 from core.run_context import RunContext, RunKind
 from core.store import Store
@@ -117,7 +118,7 @@ class TurnHost(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ParentLink:
     """A child run's place under the run that delegated it (docs/delegation-memory.md)."""
 
@@ -127,7 +128,7 @@ class ParentLink:
     role: RoleGate | None = None  # the parent's: a child may use no more than it
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Ending:
     """How the run ended, as it will be recorded and delivered."""
 
@@ -138,7 +139,7 @@ class _Ending:
     iterations: int | None = None  # LLM calls the loop made, when it ended on its own
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Turn:
     """One run of `lane`: `user_text` (None: go on from the history, e.g. `/resume`).
 

@@ -28,7 +28,6 @@ import itertools
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -37,6 +36,7 @@ from core.context.summarize import Summarizer
 from core.context.tokens import TokenCounter
 from core.context.transcript import clip
 from core.messages import Message
+from core.records import record
 
 START = "start_focus"
 COMPLETE = "complete_focus"
@@ -83,7 +83,7 @@ class FocusSettings(BaseModel):
         return value
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Segment:
     scope: str
     text: str
@@ -92,14 +92,14 @@ class Segment:
         return f"{SEGMENT}{self.scope}\n{self.text}"
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Active:
     call_id: str
     scope: str
     index: int  # of the assistant message that called start_focus
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Merge:
     """A consolidation ready to go in: `sources` replaced by one segment."""
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -52,6 +51,7 @@ from core.context.watermark import Watermark
 from core.errors import ContextLimitExceeded
 from core.events import CompactionProgress, EventSink, Observed
 from core.messages import Message
+from core.records import record
 
 Pressure = Literal["ok", "ask_human", "stop"]
 Stage = Literal["R1", "R2", "R3"]
@@ -60,7 +60,7 @@ DEEP_MARKER = "(deep pruned)"
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class CompactionReport:
     """One compaction: its kind ("mask", "R1", "R2", "manual") and token counts."""
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from core.context.eviction import jaccard, word_set
 from core.context.summarize import Summarizer
 from core.context.transcript import as_text, clip, is_summary
 from core.messages import Message
+from core.records import record
 
 Tier = Literal["active", "completed", "outdated"]
 TIER_SCORE: dict[Tier, float] = {"active": 1.0, "completed": 0.3, "outdated": 0.1}
@@ -48,7 +49,7 @@ SUBGOAL_PROMPT = (
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True, eq=False)  # identity: two subgoals may read alike
+@record(slots=True, eq=False)  # identity: two subgoals may read alike
 class Subgoal:
     """One subgoal; `end` is None while it is active (its span runs to the history's end)."""
 
@@ -61,7 +62,7 @@ class Subgoal:
         return self.end is None
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Mark:
     """An index into the history that compaction moves like a span boundary (an extraction
     in flight keeps its window's positions in marks)."""
@@ -77,7 +78,7 @@ def _shift_removed(index: int, start: int, stop: int) -> int:
     return start if index <= stop else index - (stop - start)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class SubgoalRegistry:
     """Subgoals of one conversation with their message spans (see the module doc)."""
 
@@ -276,7 +277,7 @@ def floor_of(messages: Sequence[Message]) -> int:
     return floor
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Window:
     """An extraction in flight: its prompt and the positions it judged, as marks."""
 

@@ -18,10 +18,10 @@ It also holds the pure helpers compaction uses to cut a history (`tail_start`,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from core.context.tokens import TokenCounter
 from core.messages import Message, ToolCall
+from core.records import record
 
 MISSING_RESULT = "error: no result was recorded for this call (interrupted)"
 SUMMARY_HEADER = "[Summary of earlier conversation]"
@@ -29,7 +29,7 @@ PINNED_HEADER = "[Latest result of each tool, pinned]"
 CHARS_PER_TOKEN = 4  # for cutting text to a token budget without tokenizing it again
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Repair:
     """The repaired history and what was changed to get it."""
 

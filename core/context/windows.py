@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from dataclasses import dataclass
 from importlib import resources
+
+from core.records import record
 
 FALLBACK_WINDOW = 8192
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Catalog:
     """The three match tables; prefixes are kept longest first so the first hit wins."""
 

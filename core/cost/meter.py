@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from core.chat import Asker
@@ -27,13 +26,14 @@ from core.cost.prices import PriceTable
 from core.cost.settings import BUDGET_NAMES, BudgetsConfig
 from core.errors import BudgetExceeded
 from core.events import EventSink, Observed, Usage
+from core.records import record
 from core.store.usage_rows import LlmCall, UsageStore
 
 BudgetEvent = Callable[[str, dict[str, Any]], None]
 """Told of each budget refusal ("budget.refused") and change ("budget.changed")."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Who:
     """Whom a run's calls are for: the budgets and the usage report group by these."""
 
@@ -53,7 +53,7 @@ class Who:
         return cls(run_id, conv, user, f"{asker.channel}:{asker.channel_id}", "")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Period:
     """One budget's current period for a run: its store key and when it resets."""
 
@@ -80,7 +80,7 @@ def periods(who: Who, now: float) -> list[Period]:
     return found
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Reservation:
     """What one call holds: `amount` USD in each of `keys` (nothing when no budget is set)."""
 

@@ -7,9 +7,9 @@ import csv
 import datetime as dt
 import io
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Literal
 
+from core.records import record
 from core.store.usage_rows import LlmCall
 
 GroupBy = Literal["user", "channel", "job", "model", "conv", "run", "day"]
@@ -17,7 +17,7 @@ GROUPS: tuple[GroupBy, ...] = ("user", "channel", "job", "model", "conv", "run",
 NOBODY = "-"
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Total:
     """The calls of one group: tokens, and cost in USD of those that could be priced."""
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+
+from core.records import record
 
 DEFAULT_MAX_BYTES = 32 * 1024
 LIBRARY_SUFFIX = ".md"
@@ -25,7 +26,7 @@ class UnreadableFile(Exception):
     """A file Parley will not read as instructions; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class InstructionFile:
     """One instruction file as read at the last (re)load.
 

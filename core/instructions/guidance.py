@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from core.instructions.files import InstructionFile, read_instruction, read_library
 from core.instructions.skills import SKILL_FILE, Skill, find_skills
+from core.records import record
 
 SKILLS_HEADING = (
     "Skills: instructions and scripts for particular tasks. Before doing a task one of "
@@ -34,7 +35,7 @@ SKILLS_HEADING = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class GuidancePlaces:
     """Where the guidance files are, as absolute paths (None: not used).
 
@@ -58,7 +59,7 @@ class GuidancePlaces:
         return [*found, *self.channels.values(), *self.skills]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Guidance:
     """The instruction files and skills as read at the last (re)load."""
 

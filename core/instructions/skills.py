@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from core.instructions.files import UnreadableFile, read_text
+from core.records import record
 
 SKILL_FILE = "SKILL.md"
 MAX_NAME = 64
@@ -34,7 +34,7 @@ class SkillError(ValueError):
     """Why a SKILL.md is not a usable skill (for the warning)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Skill:
     """One skill as read at the last (re)load.
 
@@ -51,7 +51,7 @@ class Skill:
     body: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SkillScan:
     """The skills found under the configured paths, and a warning per file skipped."""
 

@@ -23,7 +23,6 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -35,6 +34,7 @@ from core.clock import Clock, SystemClock
 from core.errors import ToolError, ToolTimeout, ToolTransientError
 from core.mcp.config import McpServerConfig
 from core.mcp.stdio import ServerProcess
+from core.records import record
 from core.secrets import scrub
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ Opener = Callable[[Callable[[ServerProcess], None]], AbstractAsyncContextManager
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class RemoteTool:
     """What Parley keeps of one tool the server lists."""
 

@@ -23,7 +23,6 @@ import signal
 import subprocess
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from mcp.client import Transport
 from mcp.shared.message import SessionMessage
 
 from core.errors import ToolError
+from core.records import record
 from core.tools.jail import Spawn
 from core.tools.reaper import REAPER
 
@@ -42,7 +42,7 @@ STDERR_KEPT = 4096  # bytes of a server's stderr kept to explain why it ended
 _EXIT_GRACE = 2.0  # after stdin closes, before the kill
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Launch:
     """How to start one stdio server: argv, environment, working directory and the
     sandbox spawn (None: the sandbox is off or not enforced)."""

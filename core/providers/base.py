@@ -17,16 +17,16 @@ import contextlib
 import hashlib
 from collections.abc import AsyncGenerator, Iterable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from core.events import EventSink, StreamDone, StreamEvent
 from core.messages import Message
 from core.providers.wire import WireEvent
+from core.records import record
 from core.tools.base import ToolSpec
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ProviderSettings:
     """One configured endpoint: wire format, URL, credentials, model and limits.
 

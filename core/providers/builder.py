@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from core.events import ReasoningDelta, StreamDone, StreamEvent, TextDelta, ToolCallDelta, Usage
@@ -23,9 +23,10 @@ from core.providers.wire import (
     WireError,
     WireEvent,
 )
+from core.records import record
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class ResponseBuilder:
     """Accumulates one streamed assistant turn from wire events.
 

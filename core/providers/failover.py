@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,6 +44,7 @@ from core.events import (
 )
 from core.messages import Message
 from core.providers.base import Provider, ProviderSettings, complete
+from core.records import record
 from core.tools.base import ToolSpec
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -70,7 +71,7 @@ class NoProvidersAvailable(ProviderError):
     """Every provider of the turn failed or is kept out by its breaker."""
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class CircuitBreaker:
     """closed → (threshold failures) → open → (cooldown) → half-open: one probe call;
     its success closes, its failure opens again. Time comes from `clock`."""
@@ -106,7 +107,7 @@ class CircuitBreaker:
         self.probing = False
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Breakers:
     """The breakers of one worker, by provider name (shared by its conversations)."""
 

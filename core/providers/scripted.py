@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import AsyncGenerator, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from core.clock import Clock
@@ -40,6 +40,7 @@ from core.providers.base import Provider, ProviderSettings, complete
 from core.providers.builder import ResponseBuilder
 from core.providers.transport import retrying
 from core.providers.wire import StopReason, TurnEnd, WireEvent
+from core.records import record
 from core.tools.base import ToolSpec
 
 _call_ids = itertools.count(1)
@@ -54,7 +55,7 @@ def tool_call(
     return ToolCall(id=id or f"scripted_{next(_call_ids)}", name=name, arguments=text)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ScriptedReply:
     """One scripted assistant turn.
 
@@ -96,7 +97,7 @@ class ScriptedReply:
 ScriptStep = ScriptedReply | BaseException
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ScriptedRequest:
     """What one call received: the messages as they were then, and the tools offered."""
 
@@ -108,7 +109,7 @@ class ScriptedRequest:
         return [t.name for t in self.tools]
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class ScriptedProvider:
     """A `Provider` answering each call with the next step of `script`.
 

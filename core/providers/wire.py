@@ -11,15 +11,15 @@ they are.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from core.events import ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from core.records import record
 
 REASONING_MARKERS = ("reasoning", "thinking", "thought")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class UnindexedToolCall:
     """A Chat Completions tool-call fragment without an `index` (some servers): it belongs
     to the call with its id, else starts a new call if it has an id, else continues the
@@ -31,7 +31,7 @@ class UnindexedToolCall:
     kind: Literal["unindexed_tool_call"] = "unindexed_tool_call"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolCallStart:
     """Output item `item` (Responses' output index, Anthropic's content-block index) is a
     tool call: it takes the next call slot."""
@@ -43,7 +43,7 @@ class ToolCallStart:
     kind: Literal["tool_call_start"] = "tool_call_start"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolCallArguments:
     """More arguments of the tool call at output item `item`. Arguments of an item never
     started are dropped (Anthropic's server tools stream input we must not run), unless
@@ -55,7 +55,7 @@ class ToolCallArguments:
     kind: Literal["tool_call_arguments"] = "tool_call_arguments"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ReasoningBlockStart:
     """A reasoning block at content index `item` that is kept verbatim (with its
     signature) and sent back with the assistant message (Anthropic thinking)."""
@@ -65,7 +65,7 @@ class ReasoningBlockStart:
     kind: Literal["reasoning_block_start"] = "reasoning_block_start"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ReasoningBlockDelta:
     """Text for `field` of the kept reasoning block at `item`; `thinking` text is also
     shown as reasoning. Deltas of a block never started are dropped."""
@@ -76,7 +76,7 @@ class ReasoningBlockDelta:
     kind: Literal["reasoning_block_delta"] = "reasoning_block_delta"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Refusal:
     """Refusal text: shown and kept as the answer; the stop reason becomes "refusal"."""
 
@@ -84,7 +84,7 @@ class Refusal:
     kind: Literal["refusal"] = "refusal"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class StopReason:
     """Why the model stopped, as the server says it ("" clears it)."""
 
@@ -92,7 +92,7 @@ class StopReason:
     kind: Literal["stop_reason"] = "stop_reason"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class InputUsage:
     """Usage known at the start of the turn (Anthropic `message_start`): recorded, not shown.
     `input_tokens` is the whole prompt (Anthropic's uncached input plus its cache reads and
@@ -105,7 +105,7 @@ class InputUsage:
     kind: Literal["input_usage"] = "input_usage"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class OutputUsage:
     """Output tokens so far (Anthropic `message_delta`); the input tokens are those of the
     `InputUsage` before it. Shown as a `Usage`."""
@@ -115,14 +115,14 @@ class OutputUsage:
     kind: Literal["output_usage"] = "output_usage"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TurnEnd:
     """The turn is complete; what follows on the wire is read but not parsed."""
 
     kind: Literal["turn_end"] = "turn_end"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class WireError:
     """The server reported an error inside the stream; `error` is its error object
     (`{"message", "type", "code", ...}`), mapped to our tree by the provider."""
@@ -131,7 +131,7 @@ class WireError:
     kind: Literal["wire_error"] = "wire_error"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Malformed:
     """An event whose data is not the JSON object it should be."""
 

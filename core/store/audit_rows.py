@@ -15,11 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from core.records import record
 
-@dataclass(frozen=True, slots=True)
+
+@record(frozen=True, slots=True)
 class AuditRow:
     """One entry of the audit log.
 
@@ -73,7 +74,7 @@ HEAD = "SELECT seq, hash FROM audit_head WHERE id = 1"
 SELECT_SINCE = f"SELECT {COLUMNS} FROM audit_log WHERE at >= ? AND seq > ? ORDER BY seq LIMIT ?"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Problem:
     """The first place where the log is not what was appended."""
 

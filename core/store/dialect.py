@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from core.records import record
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class Dialect:
     """One backend's spellings.
 

@@ -5,15 +5,15 @@ for both backends (`?` or `%s` placeholders)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from core.chat import GrantScope
+from core.records import record
 
 GRANT_COLUMNS = "id, scope, key, tool, granted_by, granted_at"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class GrantRow:
     """`tool` runs without asking in `key`: a conversation id (`slack:C0123:1700.1`) or,
     for a channel, its first two parts (`slack:C0123`)."""

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, get_args
+
+from core.records import record
 
 ScopeKind = Literal["user", "conversation", "channel", "team"]
 SCOPE_KINDS: tuple[ScopeKind, ...] = get_args(ScopeKind)
@@ -32,7 +33,7 @@ _STOPWORD_TEXT = """a about after all also am an and any are as at be been befor
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Scope:
     """Where a memory lives and who may see it: `kind` and the id of that user,
     conversation, channel or team."""
@@ -44,7 +45,7 @@ class Scope:
         return f"{self.kind}:{self.id}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class MemoryRow:
     """One memory.
 

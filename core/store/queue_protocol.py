@@ -6,13 +6,13 @@ claims from it in one process too), and `SharedStore`, which only PostgreSQL doe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from core.records import record
 from core.store.rows import RunRow
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class WorkerState:
     """One worker as the shared store sees it (`SharedStore.worker_states`): seconds since
     its last heartbeat (None: not listed — struck off as dead, yet a lease of it has not

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from core.chat import PromptRef
+from core.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class RunRow:
     """One run (docs/durability.md): `queued → running → completed | cancelled | failed | timed_out
     |
@@ -36,7 +36,7 @@ class RunRow:
     seq: int = 0  # the store's order of runs: when it was stored, whatever the clocks
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class OwedReply:
     """A run's answer its conversation has not been shown yet (`Store.owe_reply`)."""
 
@@ -45,7 +45,7 @@ class OwedReply:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Checkpoint:
     """A run's state at a safe boundary; the one with the highest `seq` is the last."""
 
@@ -60,7 +60,7 @@ class Checkpoint:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolCallRow:
     """One tool call in a run's idempotency envelope."""
 
@@ -78,7 +78,7 @@ class ToolCallRow:
         return self.completed_at is not None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ApprovalRow:
     """One approval request. `pending` until the run that asked takes the decision; an
     approver's `answer` can arrive before that (a click just after a restart)."""
@@ -98,7 +98,7 @@ class ApprovalRow:
     answered_by: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ConversationRow:
     """A conversation's session snapshot totals."""
 
@@ -108,7 +108,7 @@ class ConversationRow:
     last_compaction: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class GoalRow:
     """A conversation's goal (`/goal`)."""
 

@@ -5,8 +5,9 @@ for both backends, and the `UsageStore` seam."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from core.records import record
 
 CALL_COLUMNS = (
     "at, run_id, conv, user_id, channel, job, provider, model, input_tokens, cached_tokens, "
@@ -14,7 +15,7 @@ CALL_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class LlmCall:
     """One LLM call: who it was for, its tokens (`input_tokens` the whole prompt, of which
     `cached_tokens` were read from the prompt cache and `cache_write_tokens` written to
@@ -55,7 +56,7 @@ Want = tuple[str, float, float]
 """A reservation against one budget period: (its key, the amount, the limit)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Refused:
     """The reservation against `key` would pass its limit: `spent` is what it holds."""
 

@@ -43,11 +43,12 @@ import functools
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from tree_sitter import Node
 
+from core.records import record
 from core.tools.coderules import code_rules, code_variable, code_variables
 from core.tools.commandrules import (
     AWK_RUNS,
@@ -91,7 +92,7 @@ DELETES = re.compile(r"(^|[\s;&|(`])(rm|unlink|shred)\s")
 _MAX_DEPTH = 8
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Stdin:
     source: Literal["none", "file", "code"] = "none"  # "code": a pipe, heredoc or here-string
     text: str | None = None  # what arrives there, when it is known statically
@@ -100,7 +101,7 @@ class _Stdin:
 _NO_STDIN = _Stdin()
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Ctx:
     functions: frozenset[str]
     depth: int = 0

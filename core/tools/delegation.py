@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
+from core.records import record
 
-@dataclass(frozen=True, slots=True)
+
+@record(frozen=True, slots=True)
 class ChildTask:
     """One child run to start: its instruction, the tools it may use (None: all the
     parent may give) and its iteration budget (None: the parent's)."""
@@ -20,7 +21,7 @@ class ChildTask:
     max_iterations: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ChildOutcome:
     """How one child run ended, as the parent sees it.
 

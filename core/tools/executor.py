@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from pydantic import BaseModel
 
@@ -23,6 +23,7 @@ from core.clock import Clock, SystemClock
 from core.errors import ToolDenied, ToolError, ToolTimeout, ToolTransientError
 from core.events import Observed
 from core.messages import Message, ToolCall
+from core.records import record
 from core.run_context import DETACHED, RunContext
 from core.tools.base import (
     CallApprover,
@@ -43,7 +44,7 @@ MAX_RETRY_AFTER = 60.0
 should not sit idle for minutes on one lookup."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PreparedCall:
     """A tool call looked up and validated once. A call that cannot run (unknown tool,
     invalid arguments) carries its `error` and counts as `read`: it runs nothing."""
@@ -63,7 +64,7 @@ class PreparedCall:
         return tool is None or (tool.idempotent and self.category == tool.category)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class ToolExecutor:
     """Executes tool calls; shared by the runs of a conversation, which pass their own
     `RunContext` to every call (its events, envelope, approver and scratch dir).

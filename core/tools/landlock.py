@@ -18,8 +18,9 @@ import errno
 import os
 import platform
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+
+from core.records import record
 
 SYS_CREATE_RULESET = 444
 SYS_ADD_RULE = 445
@@ -141,7 +142,7 @@ def fs_rights(abi: int) -> int:
     return rights
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Rule:
     """Grant `rights` beneath `path` (a directory), or on it (a file)."""
 

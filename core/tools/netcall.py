@@ -8,8 +8,8 @@ import errno
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from core.records import record
 from core.tools import landlock, seccomp
 from core.tools.netpolicy import PublicOnly, UnixList, parse_inet
 
@@ -21,7 +21,7 @@ for _name in ("sendto", "sendmsg"):
     getattr(libc, _name).restype = ctypes.c_ssize_t
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Policy:
     """What one configuration's supervisor allows."""
 
@@ -42,7 +42,7 @@ class Refused(Exception):
 Operation = Callable[[], int]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Call:
     """One notified call, with the socket already taken from the tool."""
 

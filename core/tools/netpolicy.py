@@ -12,8 +12,10 @@ import os
 import socket
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
+
+from core.records import record
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -90,7 +92,7 @@ def nameservers(path: str = "/etc/resolv.conf") -> frozenset[IPAddress]:
     return frozenset(found)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Destination:
     """An IP destination parsed from a sockaddr: `ip` None means "no destination" (an
     AF_UNSPEC connect, which disconnects)."""
@@ -124,7 +126,7 @@ def parse_inet(domain: int, raw: bytes, *, connect: bool) -> Destination:
     raise ValueError(f"address family {family} on a socket of family {domain}")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PublicOnly:
     """The `network = "public"` rule: public addresses, plus the resolvers of
     /etc/resolv.conf on port 53 (often on loopback or a private network) so names
@@ -154,7 +156,7 @@ def unix_path(raw: bytes) -> str | None:
     return os.fsdecode(name.split(b"\0", 1)[0])
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class UnixList:
     """`tools.unix_sockets`: each listed path, as written and resolved at start-up, maps
     to the resolved path. A tool names a socket by either; the supervisor then opens the

@@ -13,8 +13,8 @@ import ctypes
 import errno
 import socket
 import struct
-from dataclasses import dataclass
 
+from core.records import record
 from core.tools import seccomp
 from core.tools.netcall import (
     Call,
@@ -40,7 +40,7 @@ _CONTROL_ALLOWED = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Message:
     name: bytes
     data: bytes

@@ -27,8 +27,9 @@ import stat
 import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from core.records import record
 from core.tools import landlock, netsend, seccomp
 from core.tools.netcall import (
     Call,
@@ -49,7 +50,7 @@ _POOL_SIZE = 32  # IP calls in flight at once, across all tool calls
 _libc = libc
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Listener:
     """One spawn's seccomp listener, while the supervisor serves it."""
 
@@ -186,7 +187,7 @@ class Supervisor:
         self._unref(entry)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Job:
     supervisor: Supervisor
     entry: Listener

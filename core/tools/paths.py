@@ -12,10 +12,10 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ToolDenied
+from core.records import record
 from core.tools.settings import SandboxSettings
 from core.tools.site import ToolSite, site_for
 
@@ -38,7 +38,7 @@ def _prefixes(roots: Iterable[Path]) -> tuple[str, ...]:
     return tuple(str(root).rstrip("/") + "/" for root in roots)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PathRules:
     """The file tools' boundaries, resolved once per configuration (docs/tools.md)."""
 

@@ -40,9 +40,9 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
+from core.records import record
 from core.tools import landlock
 
 # Runs the command as its child — `exec` in a subshell: a program, found on PATH as exec
@@ -68,7 +68,7 @@ _ULIMIT = {
 _UNSHARE = ("--user", "--pid", "--fork", "--kill-child", "--")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PidNamespaces:
     """How this Parley puts each call in a PID namespace; `how` None: it cannot."""
 

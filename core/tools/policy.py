@@ -12,22 +12,22 @@ so its admin actions are refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
+from core.records import record
 from core.tools.base import Category
 
 SessionKind = Literal["interactive", "cron"]
 PolicyVerdict = Literal["run", "ask", "deny"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Decision:
     verdict: PolicyVerdict
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolPolicy:
     """Who may run what. An "ask" verdict goes to the run's approver (`RunContext`);
     without one, "ask" denies."""

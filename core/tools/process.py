@@ -14,12 +14,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.errors import ToolError
+from core.records import record
 from core.tools.outputcap import CappedStream
 from core.tools.reaper import REAPER
 from core.tools.spawn import Spawn
@@ -35,7 +35,7 @@ _PIPE_GRACE = 0.5
 _REAP_LIMIT = 5.0
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ProcessResult:
     """What a finished (or killed) process printed; each stream already capped."""
 
@@ -56,7 +56,7 @@ class ProcessResult:
         return self.artifacts[0] if self.artifacts else None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Ending:
     """How the wait for a process ended."""
 

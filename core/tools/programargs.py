@@ -9,8 +9,8 @@ option clusters and `ssh`'s remote command (wrappers such as `env` and `xargs` a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from core.records import record
 from core.tools.shellexpand import Word
 
 STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
@@ -21,7 +21,7 @@ SHELL_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Interpreter:
     """How an interpreter takes its program: inline, from a file or module, or stdin."""
 

@@ -30,8 +30,8 @@ import platform
 import socket
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+from core.records import record
 from core.tools.landlock import _libc, _syscall
 from core.tools.landlock import set_no_new_privs as _prctl_no_new_privs
 
@@ -64,7 +64,7 @@ IPV6_2292PKTOPTIONS = 6
 IPV6_RTHDR = 57
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Arch:
     audit: int
     x32_bit: bool
@@ -173,7 +173,7 @@ TypeRule = frozenset[int] | None  # the protocols allowed for one type; None: an
 FamilyRule = Mapping[int, TypeRule] | bool  # types allowed for one family; True/False: all/none
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SocketRules:
     """Which sockets `socket()` may make: per family, the allowed types and protocols;
     families not listed get `other` (True: allowed)."""
@@ -217,7 +217,7 @@ def _socket_block(asm: _Asm, rules: SocketRules) -> None:
             asm.ret(refuse)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FilterSpec:
     """What one network mode's filter does (see the module docstring)."""
 

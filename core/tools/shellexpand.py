@@ -14,10 +14,11 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from tree_sitter import Node
 
+from core.records import record
 from core.tools.shellparse import short, text
 
 MAX_WORDS = 256  # a brace or split expansion giving more words than this stays unexpanded
@@ -37,7 +38,7 @@ _STATIC_PARTS = frozenset(
 _SEQUENCE = re.compile(r"(-?\d{1,6}|[A-Za-z])\.\.(-?\d{1,6}|[A-Za-z])(?:\.\.(-?\d{1,6}))?")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Word:
     """One word after expansion, as far as it can be known before the command runs."""
 
@@ -47,7 +48,7 @@ class Word:
     substituted: bool = False  # a command or process substitution produced (part of) it
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Acc:
     atoms: list[_Atom] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
+
+from core.records import record
 
 _PARSER = Parser(Language(tree_sitter_bash.language()))
 _PARSER_LOCK = threading.Lock()  # a tree-sitter Parser is not safe to share between threads
@@ -45,7 +46,7 @@ def short(source: str, limit: int = 40) -> str:
     return source if len(source) <= limit else source[: limit - 1] + "…"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Parsed:
     root: Node
     problem: str  # "" when the tree is trustworthy, else what went wrong

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 
+from core.records import record
 from core.tools.settings import SandboxSettings
 
 CHILD_MARK = ":child:"
@@ -39,7 +39,7 @@ def dir_name(key: str) -> str:
     return f"{slug}-{_digest(key, 10)}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolSite:
     """The directories one run's tools may use.
 

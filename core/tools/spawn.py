@@ -12,12 +12,12 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+from core.records import record
 from core.tools import landlock, netguard, pidns
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class RunAs:
     """The unprivileged user root's tools run as."""
 
@@ -57,7 +57,7 @@ def confine_thread(ruleset: int, run_as: RunAs | None) -> None:
     landlock.restrict_self(ruleset)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Spawn:
     """One spawn's ruleset, limits, user and PID namespace.
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from core.records import record
 
 VerdictKind = Literal["ok", "destructive", "blocked", "interactive"]
 
@@ -11,7 +12,7 @@ _RANK: dict[VerdictKind, int] = {"ok": 0, "destructive": 1, "interactive": 2, "b
 _UNREADABLE = "Parley cannot check it, so an approver must"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class BlockVerdict:
     """How `bash` must treat a command, and why (phrased for the model)."""
 

@@ -17,12 +17,13 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from urllib.parse import urljoin, urlsplit
 
 import httpcore2
 
 from core.errors import ToolDenied, ToolError, ToolTransientError
+from core.records import record
 from core.tools.netpolicy import IPAddress, is_public
 
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
@@ -117,7 +118,7 @@ def checked_url(url: str) -> str:
     return parts.geturl()
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Fetched:
     """A response: the URL it came from (after redirects), status, type and body."""
 
@@ -129,7 +130,7 @@ class Fetched:
     redirects: tuple[str, ...] = field(default=())
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Fetcher:
     """Fetches with the address rule `allow` (production: public addresses only).
 

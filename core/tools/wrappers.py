@@ -11,8 +11,9 @@ word that is not one (these programs all stop there, like `getopt` with `+`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from core.records import record
 from core.tools.shellexpand import Word
 
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -20,7 +21,7 @@ ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 PARALLEL_REPLACEMENT = re.compile(r"\{(\d*|\.|/|//|/\.|#|%)\}")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Wrapper:
     """How one wrapper takes its options before the command it runs."""
 
@@ -183,7 +184,7 @@ WRAPPERS["linux32"] = WRAPPERS["linux64"] = WRAPPERS["i386"] = WRAPPERS["x86_64"
 )
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Unwrapped:
     """What a wrapper runs: an argv, or shell text (`flock f -c '…'`, `watch 'a | b'`)."""
 
