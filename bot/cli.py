@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import atexit
 import contextlib
-import gc
 import logging
 import os
 import sys
@@ -15,6 +14,8 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
+
+from bot.collector import pause_collector, start_up_done
 
 if TYPE_CHECKING:
     from bot.app import App
@@ -147,13 +148,14 @@ def _fail(message: str, code: int = EXIT_CONFIG) -> int:
     return code
 
 
-def _build_app(config_path: Path) -> App:
+def _build_app(config_path: Path, *, stateless: bool = False) -> App:
+    """The application; `stateless` for a one-shot turn (see `build_registry`)."""
     from bot.app import App, build_registry
     from bot.config import load_config
 
     config = load_config(config_path)
     environ = dict(os.environ)
-    return App(config, environ, build_registry(config, environ))
+    return App(config, environ, build_registry(config, environ, stateless=stateless))
 
 
 async def _chat(app: App, provider_name: str, message: str | None) -> int:
@@ -280,29 +282,13 @@ def entry() -> NoReturn:
     else was closed by the command itself (`asyncio.run` ends with the store, the HTTP
     clients and the executor's threads shut down).
     """
-    gc.disable()  # until `start_up_done`
+    pause_collector()  # until start-up is done (`bot.collector`)
     status = main()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(status)
-
-
-def start_up_done() -> None:
-    """Start-up is over: the garbage collector, which `entry` paused, runs again, and
-    what start-up made is moved out of its sight (`gc.freeze`).
-
-    Start-up (the imports, the configuration, the tool registry) makes a few hundred
-    thousand objects, nearly all of them kept until exit, and no garbage worth a pass:
-    the collector's passes over them took about a fifth of a one-shot `parley chat -m`
-    (docs/benchmarks.md). Frozen, they are not walked again by the full collections of
-    a long `parley run` either, which calls this once it is ready (its channels'
-    libraries imported, the store open). Does nothing when the collector was already
-    running (`main` called by a test or another program)."""
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()
 
 
 @contextlib.contextmanager
@@ -330,7 +316,8 @@ def _command(args: argparse.Namespace) -> int:
     from core.errors import ConfigError
 
     try:
-        app = _build_app(_config_path(args.config))
+        one_shot = args.command == "chat" and args.message is not None
+        app = _build_app(_config_path(args.config), stateless=one_shot)
     except ConfigError as exc:
         return _fail(f"configuration problem\n{exc}")
     if args.command != "run":  # `parley run` is started once it is ready (`bot.run`)

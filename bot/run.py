@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from pydantic import BaseModel
 
+from bot.collector import start_up_done
 from bot.operate import page_note, start_server, start_telemetry, stop_server, stop_telemetry
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels.platforms import PLATFORMS
@@ -225,8 +226,6 @@ def _channels(
 
 async def _serve(stop: asyncio.Event, console_channel: ConsoleChannel | None, out: TextIO) -> None:
     """Ready: wait for a stop signal, or for the console to close."""
-    from bot.cli import start_up_done
-
     start_up_done()
     out.write("parley: ready\n")
     out.flush()

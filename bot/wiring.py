@@ -200,25 +200,35 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "host.docker.internal
 
 
 def build_registry(
-    config: ParleyConfig, environ: Mapping[str, str], guidance: Guidance | None = None
+    config: ParleyConfig,
+    environ: Mapping[str, str],
+    guidance: Guidance | None = None,
+    *,
+    stateless: bool = False,
 ) -> ToolRegistry:
     """Built-in tools plus the team's CLI tools from tools.yaml (if the file exists);
     `load_skill` when there are skills (in `guidance`, else read now), `web_fetch` unless
-    turned off or `tools.network = false`."""
+    turned off or `tools.network = false`.
+
+    `stateless`: for a one-shot `parley chat -m`, which has no agent and no store, so
+    without the tools that need them and could only refuse there: `delegate` (child runs
+    are the agent's) and `remember`/`recall` (memory lives in the store)."""
     from core.agent.journal_tools import journal_tools
-    from core.memory.tools import memory_tools
     from core.tools.ask import AskHumanTool
     from core.tools.builtin import builtin_tools
     from core.tools.cli import load_cli_tools
-    from core.tools.delegate import DelegateTool
 
     registry = ToolRegistry([*builtin_tools(), AskHumanTool(), *journal_tools()])
     agent = config.agent
-    if agent.max_depth > 0:
+    if agent.max_depth > 0 and not stateless:
+        from core.tools.delegate import DelegateTool
+
         registry.add(
             DelegateTool(agent.max_children, agent.max_depth, agent.hard_time_limit_seconds)
         )
-    if config.memory.enabled:
+    if config.memory.enabled and not stateless:
+        from core.memory.tools import memory_tools
+
         for tool in memory_tools():
             registry.add(tool)
     if config.context.strategy == "focus":  # docs/context.md#the-focus-strategy

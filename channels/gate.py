@@ -31,18 +31,20 @@ class AccessConfig(BaseModel):
     `allow_users` or its channel/chat is in `allow_channels`.
 
     Each platform's settings (`[channels.<name>]`, in `channels/<name>_config.py`) extend it.
+    Their validators are built once, inside the `[channels]` section's (`bot.config`), not
+    each on its own when its class is defined (`defer_build`, docs/benchmarks.md).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     enabled: bool = False
     open: bool = Field(False, description="Admit everyone (allowlists ignored).")
-    allow_users: list[str] = Field(default_factory=list, description="Platform user ids.")
+    allow_users: list[str] = Field(default=[], description="Platform user ids.")
     allow_channels: list[str] = Field(
-        default_factory=list, description="Channel/chat ids whose members may talk to the bot."
+        default=[], description="Channel/chat ids whose members may talk to the bot."
     )
     approvers: list[str] = Field(
-        default_factory=list, description="User ids who may approve admin tool calls."
+        default=[], description="User ids who may approve admin tool calls."
     )
     require_mention: bool = Field(
         True, description="In group channels answer only when mentioned or in the bot's thread."

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from channels.gate import AccessConfig
 from core.errors import ConfigError
@@ -14,6 +14,8 @@ from core.errors import ConfigError
 class SuggestedPrompt(BaseModel):
     """One suggested prompt of an assistant thread: its button `title` and the `message`
     it sends."""
+
+    model_config = ConfigDict(defer_build=True)  # built within `SlackConfig` (see `AccessConfig`)
 
     title: str = Field(min_length=1)
     message: str = Field(min_length=1)
@@ -42,7 +44,7 @@ class SlackConfig(AccessConfig):
         90.0, gt=0, description="Re-send a lasting status this often (Slack drops it after ~2 min)."
     )
     suggested_prompts: list[SuggestedPrompt] = Field(
-        default_factory=list,
+        default=[],
         max_length=4,
         description="Offered when someone opens an assistant thread (Slack shows up to 4).",
     )

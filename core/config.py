@@ -73,7 +73,7 @@ class ProviderConfig(_Section):
         "as every conversation may run its turn at once.",
     )
     fallbacks: list[str] = Field(
-        default_factory=list,
+        default=[],
         description="Providers a turn goes on with, in order, when this one fails past its "
         "retries (docs/providers.md#failover).",
     )
@@ -298,7 +298,7 @@ class JobConfig(_Section):
     timezone: str = "UTC"
     channel: str = Field(description="Target: `<channel type>:<channel or chat id>`.")
     prompt: str
-    allow_tools: list[str] = Field(default_factory=list)
+    allow_tools: list[str] = Field(default=[])
     provider: str | None = None
     max_iterations: int | None = Field(None, ge=1, le=500)
     misfire_grace_seconds: int = Field(3600, ge=1)
@@ -350,7 +350,7 @@ class CoreConfig(_Section):
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     instructions: InstructionsConfig = Field(default_factory=InstructionsConfig)
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
-    jobs: list[JobConfig] = Field(default_factory=list)
+    jobs: list[JobConfig] = Field(default=[])
     failover: FailoverSettings = Field(default_factory=FailoverSettings)
     # Built only when the file has them or when first read (`core.sections`).
     mcp: ClassVar[Section[McpConfig]] = Section(_mcp)

@@ -9,7 +9,7 @@ them: events, tool records and approvals cannot land in another run.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from core.chat import Asker
 from core.events import EventSink, discard
 from core.messages import Message, ToolCall
+from core.records import record
 from core.tools.base import Approver, RoleGate, ToolFinder
-from core.tools.delegation import Delegator
 from core.tools.site import ToolSite
 
 if TYPE_CHECKING:
     from core.cost.meter import Reservation
     from core.events import Usage
+    from core.tools.delegation import Delegator
 
 RunKind = Literal["chat", "cron", "goal", "child"]
 """Who started the run: a person in a chat, a cron job, a goal driver, a parent run."""
@@ -81,7 +82,7 @@ class Auditor(Protocol):
     ) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class RunContext:
     """One run's own things, frozen.
 

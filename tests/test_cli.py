@@ -303,6 +303,17 @@ ONE_SHOT_NEVER_LOADS = (
     # what only a fetch, or a platform's lease, uses
     "core.tools.webnet",
     "core.lease",
+    # what the one-shot turn is not offered: it has no agent to delegate to and no store
+    # to remember in (`build_registry(stateless=True)`)
+    "core.tools.delegate",
+    "core.tools.delegation",
+    "core.memory.tools",
+    "core.memory.service",
+    "core.store.memory_rows",
+    # the network supervisor: only a configuration that supervises sockets starts it
+    "core.tools.netcall",
+    "core.tools.netsupervisor",
+    "core.tools.netsend",
 )
 
 
@@ -313,6 +324,25 @@ async def test_a_one_shot_turn_loads_no_store_agent_or_channel_sdk(
     what needs it (opening a store, `parley run`, a channel), not by the one-shot path.
     A module that shows up here is an eager import that came back."""
     assert await _loaded_by_one_shot(fake_llm, tmp_path, ONE_SHOT_NEVER_LOADS) == []
+
+
+async def test_a_one_shot_turn_is_not_offered_tools_it_cannot_use(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """`parley chat -m` has no agent and no store: `delegate` (child runs are the agent's)
+    and `remember`/`recall` (memory lives in the store) could only refuse there, so the
+    model is not offered them. `parley run`, in the same configuration, offers them."""
+    fake_llm.script(Reply(text="one"), Reply(text="two"))
+    config = write_config(tmp_path, "[memory]\nenabled = true\n[agent]\nmax_depth = 1\n")
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    code, _out, err = await parley("--config", str(config), "chat", "-m", "hi", env=env)
+    assert code == 0, err
+    code, _out, err = await parley("--config", str(config), "run", env=env, stdin=b"hi\n/exit\n")
+    assert code == 0, err
+    one_shot, served = ({t["function"]["name"] for t in r.json["tools"]} for r in fake_llm.requests)
+    stateful = {"delegate", "remember", "recall"}
+    assert served >= stateful | {"read_file", "bash"}
+    assert one_shot == served - stateful
 
 
 async def _collector_at_exit(config: Path, env: dict[str, str], *args: str, stdin: bytes) -> str:

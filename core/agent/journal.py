@@ -28,11 +28,11 @@ class RunJournal(BaseModel):
 
     objective: str = ""
     current_state: str = ""
-    verified_findings: list[str] = Field(default_factory=list)
-    decisions: list[str] = Field(default_factory=list)
-    artifacts: list[str] = Field(default_factory=list)
-    open_questions: list[str] = Field(default_factory=list)
-    blockers: list[str] = Field(default_factory=list)
+    verified_findings: list[str] = Field(default=[])
+    decisions: list[str] = Field(default=[])
+    artifacts: list[str] = Field(default=[])
+    open_questions: list[str] = Field(default=[])
+    blockers: list[str] = Field(default=[])
     handoff_next_action: str = ""
 
     def is_empty(self) -> bool:

@@ -44,16 +44,16 @@ class McpServerConfig(BaseModel):
     )
     url: str | None = Field(None, description="Streamable HTTP: the server's endpoint.")
     env: list[str] = Field(
-        default_factory=list,
+        default=[],
         description="stdio: names of host variables passed to the server (values never here).",
     )
     headers_env: dict[str, str] = Field(
-        default_factory=dict,
+        default={},
         description="HTTP: header name → the host variable that holds its value.",
     )
     default: McpCategory = Field("admin", description="Category of tools not listed in `tools`.")
     tools: dict[str, McpCategory] = Field(
-        default_factory=dict, description="Per-tool category, by the server's tool name."
+        default={}, description="Per-tool category, by the server's tool name."
     )
     trust_annotations: bool = Field(
         False, description="Let the server's `readOnlyHint` make a tool `read`."
@@ -80,7 +80,7 @@ class McpServerConfig(BaseModel):
         "default: `mcp/<name>` beside the store (`~/.parley/mcp/<name>`).",
     )
     read_paths: list[Path] = Field(
-        default_factory=list,
+        default=[],
         description="stdio: more files or directories the server may read (its `command` "
         "files always are).",
     )
@@ -162,7 +162,7 @@ class McpConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    servers: dict[str, McpServerConfig] = Field(default={})
 
     @field_validator("servers")
     @classmethod

@@ -55,7 +55,7 @@ class McpArguments(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    values: dict[str, Any] = Field(default_factory=dict)
+    values: dict[str, Any] = Field(default={})
 
 
 class McpTool(Tool):
@@ -195,7 +195,7 @@ class _GetPrompt(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, description="The prompt's name, from prompts_list.")
-    arguments: dict[str, str] = Field(default_factory=dict, description="Its arguments.")
+    arguments: dict[str, str] = Field(default={}, description="Its arguments.")
 
 
 class McpFeatureTool(Tool):

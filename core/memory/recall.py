@@ -13,7 +13,6 @@ pass for another memory. The system message says, in words that are the same eve
 from __future__ import annotations
 
 import datetime as dt
-from html import escape
 from typing import TYPE_CHECKING
 
 from core.messages import Message
@@ -36,6 +35,8 @@ SYSTEM_NOTE = (
 def quote(rows: list[MemoryRow], *, relevance: bool = False) -> str:
     """`rows` as one `<memories>` block: one `<memory>` each, attributed (id, scope kind,
     author, date; with `relevance`, the recall score), text escaped."""
+    from html import escape  # with its entity table, loaded by the first recall
+
     lines = [f'<memories note="{BLOCK_NOTE}">']
     for row in rows:
         date = dt.datetime.fromtimestamp(row.created_at, dt.UTC).date().isoformat()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.chat import Asker
 from core.errors import ToolValidationError
-from core.tools.delegation import Delegator
+from core.records import record
 from core.tools.jail import Jail
 from core.tools.settings import (
     SandboxSettings,
@@ -25,11 +25,12 @@ if TYPE_CHECKING:
     from core.agent.journal import JournalBox
     from core.memory.service import Memory
     from core.messages import ToolCall
+    from core.tools.delegation import Delegator
 
 Category = Literal["read", "write", "admin"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolResult:
     """What a tool produced: `text` goes to the model (a cut output says so in it);
     `artifacts` are files that hold the full output when `text` is cut."""
@@ -39,7 +40,7 @@ class ToolResult:
     artifacts: tuple[Path, ...] = ()
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class ToolContext:
     """Everything a running tool may use; built once per run by the caller."""
 
@@ -142,7 +143,7 @@ def parse_arguments(tool: str, raw_arguments: str) -> dict[str, Any]:
     return data
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ToolSpec:
     """What a provider needs to describe one tool to the model."""
 

@@ -60,10 +60,10 @@ class CliToolSpec(BaseModel):
     description: str = Field(min_length=1)
     category: Category
     cmd: str = Field(min_length=1)
-    args: list[str] = Field(default_factory=list)
-    optional_args: dict[str, list[str]] = Field(default_factory=dict)
-    parameters: dict[str, ParamSpec] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    args: list[str] = Field(default=[])
+    optional_args: dict[str, list[str]] = Field(default={})
+    parameters: dict[str, ParamSpec] = Field(default={})
+    env: dict[str, str] = Field(default={})
     timeout: float | None = Field(default=None, gt=0, le=3600)
     idempotent: bool | None = None
 
@@ -71,7 +71,7 @@ class CliToolSpec(BaseModel):
 class ToolsFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tools: list[CliToolSpec] = Field(default_factory=list)
+    tools: list[CliToolSpec] = Field(default=[])
 
 
 # --- the parameter model -------------------------------------------------------------------

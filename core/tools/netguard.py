@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import field
+from typing import TYPE_CHECKING, Literal
 
 from core.errors import ConfigError
+from core.records import record
 from core.tools import landlock, seccomp
-from core.tools.netcall import Policy
 from core.tools.netpolicy import PublicOnly, UnixList, nameservers
-from core.tools.netsupervisor import SUPERVISOR, Listener
 from core.tools.settings import SandboxSettings
+
+if TYPE_CHECKING:
+    # The supervisor (its thread, and the code that reads a tool's socket calls) is loaded
+    # by a configuration that supervises, not by every start (docs/benchmarks.md).
+    from core.tools.netcall import Policy
+    from core.tools.netsupervisor import Listener
 
 __all__ = ["Listener", "NetGuard", "describe", "filter_spec", "guard_for", "handled_net"]
 
@@ -53,7 +58,7 @@ def filter_spec(mode: Mode, unix_listed: bool) -> seccomp.FilterSpec:
     )
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class NetGuard:
     """One configuration's network wall: the filter each spawn installs and, when it
     supervises, what its supervisor allows."""
@@ -69,6 +74,9 @@ class NetGuard:
         spec = filter_spec(self.mode, bool(self.unix))
         self.program = seccomp.build(spec)
         if spec.notify_connect:
+            from core.tools.netcall import Policy
+            from core.tools.netsupervisor import SUPERVISOR
+
             assert seccomp.ARCH is not None
             calls = {seccomp.ARCH.nr[name]: name for name in _SUPERVISED_CALLS}
             self.policy = Policy(self.unix, self.public, self.user, calls)
@@ -82,13 +90,19 @@ class NetGuard:
         """Enforce the filter on the calling thread (after `no_new_privs`); its
         listener, already served, when it supervises."""
         fd = seccomp.install(self.program, listener=self.policy is not None)
-        return SUPERVISOR.watch(fd, self.policy) if self.policy is not None else None
+        if self.policy is None:
+            return None
+        from core.tools.netsupervisor import SUPERVISOR
+
+        return SUPERVISOR.watch(fd, self.policy)
 
     @staticmethod
     def release(listener: Listener | None) -> None:
         """The spawn is over: stop serving `listener`. A process that outlived it gets
         ENOSYS from then on."""
         if listener is not None:
+            from core.tools.netsupervisor import SUPERVISOR
+
             SUPERVISOR.release(listener)
 
 

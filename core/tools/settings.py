@@ -39,7 +39,7 @@ class SandboxSettings(BaseModel):
         "unset: `default_workspace()`.",
     )
     allowed_paths: list[Path] = Field(
-        default_factory=list,
+        default=[],
         description="Extra roots file tools may use (the workspace and a temp dir always are).",
     )
     denied_paths: list[Path] = Field(
@@ -65,7 +65,7 @@ class SandboxSettings(BaseModel):
         "internet only, not loopback, private or link-local addresses.",
     )
     unix_sockets: list[Path] = Field(
-        default_factory=list,
+        default=[],
         description="Pathname unix sockets tools may connect to (absolute paths); "
         "every other unix socket is refused.",
     )
@@ -74,7 +74,7 @@ class SandboxSettings(BaseModel):
         description="When Parley runs as root, tools run as this unprivileged user; empty: root.",
     )
     read_only_paths: list[Path] = Field(
-        default_factory=list,
+        default=[],
         description="Extra roots tools may read and execute from (system dirs always are).",
     )
     max_cpu_seconds: int = Field(default=600, ge=0, description="CPU seconds per process; 0: none.")

@@ -416,6 +416,10 @@ def test_start_up_says_when_the_tools_user_cannot_reach_the_workspace(
 
 _AS_USER = r"""
 import asyncio, json, os, sys
+# This interpreter lives under root's home, which the ordinary user cannot read: what
+# Parley imports when first needed (the event loop's thread pool) is imported before the
+# drop, as an ordinary user's own Python would find it.
+import concurrent.futures.thread
 from core.messages import ToolCall
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
