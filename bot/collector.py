@@ -1,4 +1,4 @@
-"""The garbage collector through start-up (docs/benchmarks.md#start-up).
+"""The garbage collector through start-up (docs/benchmarks.md, the CLI).
 
 Start-up (the imports, the configuration, the tool registry) makes a few hundred
 thousand objects, nearly all of them kept until exit, and no garbage worth a pass: the
