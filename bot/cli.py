@@ -320,7 +320,7 @@ def _command(args: argparse.Namespace) -> int:
         app = _build_app(_config_path(args.config), stateless=one_shot)
     except ConfigError as exc:
         return _fail(f"configuration problem\n{exc}")
-    if args.command != "run":  # `parley run` is started once it is ready (`bot.run`)
+    if args.command != "run":  # `parley run` loads its channels first (`bot.run.run_all`)
         start_up_done()
     if app.config.has_section("log") and app.config.log.format == "json":
         from bot.logs import use_json_lines

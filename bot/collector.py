@@ -2,9 +2,10 @@
 
 Start-up (the imports, the configuration, the tool registry) makes a few hundred
 thousand objects, nearly all of them kept until exit, and no garbage worth a pass: the
-collector's passes over them took about a fifth of a one-shot `parley chat -m`. So the
+collector's passes over them took about a sixth of a one-shot `parley chat -m`. So the
 `parley` command (`bot.cli.entry`) pauses the collector first thing, and gives it back
-once start-up is done: before a command's work, or when `parley run` is ready.
+once start-up is done: before a command's work, or, in `parley run`, once its channels'
+libraries are loaded and its store is open, before anything connects or a turn runs.
 """
 
 from __future__ import annotations

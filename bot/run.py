@@ -139,6 +139,9 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
                 f"parley: operator's endpoint on {server.url}: /healthz, /readyz, /metrics; "
                 f"{page_note(app)}\n"
             )
+        # Imports, configuration and store are done: the collector comes back before
+        # anything connects (a platform that keeps a start waiting) or a turn runs.
+        start_up_done()
         for channel in all_channels.values():
             await channel.start(agent)
             started.append(channel)
@@ -226,7 +229,6 @@ def _channels(
 
 async def _serve(stop: asyncio.Event, console_channel: ConsoleChannel | None, out: TextIO) -> None:
     """Ready: wait for a stop signal, or for the console to close."""
-    start_up_done()
     out.write("parley: ready\n")
     out.flush()
     waiters = [asyncio.create_task(stop.wait())]
