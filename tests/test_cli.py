@@ -310,6 +310,9 @@ ONE_SHOT_NEVER_LOADS = (
     "core.memory.tools",
     "core.memory.service",
     "core.store.memory_rows",
+    # the context strategies' trackers: only their strategy loads them
+    "core.context.focus",
+    "core.context.subgoals",
     # the network supervisor: only a configuration that supervises sockets starts it
     "core.tools.netcall",
     "core.tools.netsupervisor",

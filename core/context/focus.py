@@ -29,9 +29,8 @@ import json
 import logging
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from core.context.eviction import jaccard, word_set
+from core.context.settings import FocusSettings
 from core.context.summarize import Summarizer
 from core.context.tokens import TokenCounter
 from core.context.transcript import clip
@@ -52,35 +51,6 @@ MERGE_PROMPT = (
     "open question once.\n\n{body}"
 )
 log = logging.getLogger(__name__)
-
-
-class FocusSettings(BaseModel):
-    """`[context.focus]`: only with `[context] strategy = "focus"`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    compression_interval: int = Field(
-        12, ge=1, description="Tool steps without a completed focus before a reminder."
-    )
-    max_knowledge_tokens: int = Field(
-        4000, ge=64, description="Cap of the Knowledge block; the oldest segment goes first."
-    )
-    auto_consolidate_min_window: int = Field(
-        4, description="Turns between auto-consolidation passes (at least 1)."
-    )
-    consolidate_threshold: float = Field(
-        0.5, gt=0, le=1, description="Word-set similarity at which two segments are merged."
-    )
-
-    @field_validator("auto_consolidate_min_window")
-    @classmethod
-    def _window(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(
-                f"must be at least 1 (got {value}): 0 would call the summary model on every "
-                "completed focus; the default is 4"
-            )
-        return value
 
 
 @record(frozen=True, slots=True)

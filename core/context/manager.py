@@ -25,12 +25,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from core.context.eviction import PROTECTED, ranked_render_async
-from core.context.focus import FocusTracker, is_knowledge
 from core.context.settings import ContextSettings
-from core.context.subgoals import TIER_SCORE, SubgoalTracker, block_start
 from core.context.summarize import SUMMARY_PROMPT, SUMMARY_PROMPT_OVERHEAD, Summarizer
 from core.context.taco import TACO_HEADER as TACO_HEADER
 from core.context.taco import ToolOutputs
@@ -52,6 +50,10 @@ from core.errors import ContextLimitExceeded
 from core.events import CompactionProgress, EventSink, Observed
 from core.messages import Message
 from core.records import record
+
+if TYPE_CHECKING:
+    from core.context.focus import FocusTracker
+    from core.context.subgoals import SubgoalTracker
 
 Pressure = Literal["ok", "ask_human", "stop"]
 Stage = Literal["R1", "R2", "R3"]
@@ -104,10 +106,17 @@ class ContextManager(ToolOutputs):
         self._originals: dict[str, tuple[Message, Message]] = {}
         strategy = self.settings.strategy
         tracking = strategy in ("subgoal", "subgoal_mig")
-        self.subgoals = SubgoalTracker(summarizer) if tracking else None
+        # Each strategy's tracker (and its module) is loaded only for that strategy.
+        self.subgoals: SubgoalTracker | None = None
+        if tracking:
+            from core.context.subgoals import SubgoalTracker
+
+            self.subgoals = SubgoalTracker(summarizer)
         self.focus: FocusTracker | None = None
         self.start_turn()  # the counters; a focus counts turns from the first real one
         if strategy == "focus":
+            from core.context.focus import FocusTracker
+
             self.focus = FocusTracker(self.settings.focus, counter, summarizer)
 
     def subgoal_status(self) -> str | None:
@@ -366,12 +375,16 @@ class ContextManager(ToolOutputs):
         before = self.tokens(messages)
         system = messages[:1] if messages and messages[0].role == "system" else []
         if self.focus is not None and len(messages) > len(system):  # Knowledge: pinned
+            from core.context.focus import is_knowledge
+
             system = messages[: len(system) + is_knowledge(messages[len(system)])]
         p = len(system)
         body = messages[p:]
         cut = tail_start(body, keep)
         registry = self.subgoals.registry if self.subgoals is not None else None
         if (active := self._active_start(messages)) is not None:
+            from core.context.subgoals import block_start
+
             cut = min(cut, block_start(body, max(0, active - p)))  # never into the span
         if cut == 0:
             return CompactionReport(kind, before, before)
@@ -382,6 +395,8 @@ class ContextManager(ToolOutputs):
             return CompactionReport(kind, before, before)
         ranked = None
         if registry is not None:
+            from core.context.subgoals import TIER_SCORE
+
             tiers = registry.tiers(len(messages))
             relevance = [
                 PROTECTED if is_summary(m) else TIER_SCORE[tiers[p + i]]

@@ -4,11 +4,40 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from core.context.focus import FocusSettings
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Strategy = Literal["summary", "subgoal", "subgoal_mig", "focus"]
+
+
+class FocusSettings(BaseModel):
+    """`[context.focus]`: only with `[context] strategy = "focus"`
+    (docs/context.md#the-focus-strategy; the strategy itself, core/context/focus.py, is
+    loaded only for it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compression_interval: int = Field(
+        12, ge=1, description="Tool steps without a completed focus before a reminder."
+    )
+    max_knowledge_tokens: int = Field(
+        4000, ge=64, description="Cap of the Knowledge block; the oldest segment goes first."
+    )
+    auto_consolidate_min_window: int = Field(
+        4, description="Turns between auto-consolidation passes (at least 1)."
+    )
+    consolidate_threshold: float = Field(
+        0.5, gt=0, le=1, description="Word-set similarity at which two segments are merged."
+    )
+
+    @field_validator("auto_consolidate_min_window")
+    @classmethod
+    def _window(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(
+                f"must be at least 1 (got {value}): 0 would call the summary model on every "
+                "completed focus; the default is 4"
+            )
+        return value
 
 
 class ContextSettings(BaseModel):

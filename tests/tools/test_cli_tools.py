@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 from core.errors import ConfigError, ToolValidationError
 from core.messages import ToolCall
-from core.tools.base import Tool, ToolContext, ToolRegistry, compact_schema
+from core.tools.base import Tool, ToolContext, ToolRegistry, ToolResult, compact_schema
 from core.tools.cli import CliTool, load_cli_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
@@ -317,3 +318,39 @@ def test_compact_schema_writes_nested_models_in_place_unless_one_contains_itself
     }
     tree = compact_schema(_Tree.model_json_schema())
     assert tree["$defs"]["_Tree"]["properties"]["children"]["items"] == {"$ref": "#/$defs/_Tree"}
+
+
+def test_a_registry_offers_each_tool_the_schema_it_has_on_its_own() -> None:
+    """The registry makes its tools' schemas in one pass of pydantic's generator; each is
+    the one its tool gives alone: nested models in place, a model that contains itself
+    with only its own definitions, and a tool's own `schema` (delegate's limit) kept."""
+
+    def tool(name: str, model: type[BaseModel]) -> Tool:
+        class One(Tool):
+            description = f"the {name} tool"
+            params = model
+
+            async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+                raise NotImplementedError
+
+        One.name = name
+        return One()
+
+    class Limited(Tool):
+        name = "limited"
+        description = "a tool with a schema of its own"
+        params = _Outer
+
+        def schema(self) -> dict[str, Any]:
+            schema = super().schema()
+            schema["maxProperties"] = 2
+            return schema
+
+        async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+            raise NotImplementedError
+
+    tools = [tool("outer", _Outer), tool("tree", _Tree), tool("inner", _Inner), Limited()]
+    specs = {s.name: s.parameters for s in ToolRegistry(tools).specs()}
+    assert specs == {t.name: t.schema() for t in tools}
+    assert set(specs["tree"]["$defs"]) == {"_Tree"}
+    assert specs["limited"]["maxProperties"] == 2
