@@ -226,6 +226,24 @@ def test_version_imports_no_platform_sdk_or_http_stack() -> None:
     assert result.stdout.startswith("parley ")
 
 
+async def _python(code: str, env: dict[str, str], stdin: bytes = b"") -> list[str]:
+    """The lines a whole `python -c code` process run from the repository printed; it
+    must exit 0."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        cwd=REPO,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
+    assert proc.returncode == 0, err.decode()
+    return out.decode().splitlines()
+
+
 async def _loaded_by_one_shot(
     fake_llm: FakeLLM, tmp_path: Path, modules: tuple[str, ...]
 ) -> list[str]:
@@ -240,18 +258,7 @@ async def _loaded_by_one_shot(
         f"print(sorted(m for m in {modules!r} if m in sys.modules))\n"
         "sys.exit(status)\n"
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        code,
-        cwd=REPO,
-        env=child_env(OPENAI_BASE_URL=fake_llm.base_url),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0, err.decode()
-    lines = out.decode().splitlines()
+    lines = await _python(code, child_env(OPENAI_BASE_URL=fake_llm.base_url))
     assert "no commands needed" in lines[0]
     loaded: list[str] = ast.literal_eval(lines[-1])
     return loaded
@@ -358,19 +365,7 @@ async def _collector_at_exit(config: Path, env: dict[str, str], *args: str, stdi
         "from bot.cli import entry\n"
         "entry()\n"
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        code,
-        cwd=REPO,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
-    assert proc.returncode == 0, err.decode()
-    return out.decode().splitlines()[-1]
+    return (await _python(code, env, stdin))[-1]
 
 
 async def test_the_collector_paused_for_start_up_runs_again_for_the_turn(

@@ -7,6 +7,8 @@ the run's id; a full queue turns the message away and says so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from typing import Protocol
 
 from core.agent.approvals import ApprovalDesk
@@ -81,21 +83,15 @@ class Intake:
         waiter = Queued(inbound, responder, new_run_id(), done)
         if inbound.user_id:  # whoever claims it knows the sender (docs/governance.md#roles)
             store.add_sender(waiter.run_id, inbound.user_id, inbound.user_name, inbound.groups)
-        # Waited for here before the row can be claimed: a claim pass already under way
-        # (woken by another run) may claim it the moment its commit lands.
-        self._waiters[waiter.run_id] = waiter
-        try:
+        with self._awaited(waiter):
             created = await self._create(waiter, conv, self.shares(inbound.key))
-        except BaseException:
-            self._waiters.pop(waiter.run_id, None)
-            raise
         if not created:
             self._waiters.pop(waiter.run_id, None)
             event = {"channel": inbound.channel, "id": inbound.event_id}
             self.host.events.emit("channel.event.duplicate", event)
             waiter.settle(RunReport("", "cancelled", "", stop_reason="duplicate"))
             return False
-        self._announce(waiter, conv)
+        self._announce(conv)
         return True
 
     async def enqueue(self, queued: Queued, trigger: str = "user") -> None:
@@ -103,8 +99,7 @@ class Intake:
         the run ended, wherever it ran (a goal's turns queue so: `core.agent.goals`)."""
         conv = ":".join(queued.inbound.key)
         shared = self.shares(queued.inbound.key)
-        self._waiters[queued.run_id] = queued  # before the row can be claimed (`take_in`)
-        try:
+        with self._awaited(queued):
             await self.host.store.create_run(
                 queued.run_id,
                 conv,
@@ -113,13 +108,21 @@ class Intake:
                 text=queued.inbound.text,
                 shared=shared,
             )
+        self._announce(conv)
+
+    @contextlib.contextmanager
+    def _awaited(self, queued: Queued) -> Iterator[None]:
+        """`queued` is waited for here before its row can be claimed: a claim pass already
+        under way (woken by another run) may claim it the moment its commit lands. Let go
+        again if storing it fails."""
+        self._waiters[queued.run_id] = queued
+        try:
+            yield
         except BaseException:
             self._waiters.pop(queued.run_id, None)
             raise
-        self._announce(queued, conv)
 
-    def _announce(self, queued: Queued, conv: str) -> None:
-        self._waiters[queued.run_id] = queued
+    def _announce(self, conv: str) -> None:
         self.publish("queued", conv)
         self._wake.set()
 
