@@ -156,3 +156,126 @@ def test_a_record_without_fields() -> None:
     assert Empty() == Empty()
     assert hash(Empty()) == hash(())
     assert repr(Empty()).endswith("Empty()")
+
+
+INIT_OPTIONS: list[dict[str, Any]] = [
+    {},
+    {"frozen": True},
+    {"slots": True},
+    {"frozen": True, "slots": True},
+    {"kw_only": True},
+]
+
+
+def init_twins(**options: Any) -> tuple[type, type]:
+    """A class body with every kind of `__init__` field, made by `record` and `dataclass`."""
+
+    def body(decorate: Any) -> type:
+        @decorate(**options)
+        class Job:
+            name: str
+            tries: int = 3
+            tags: list[str] = dataclasses.field(default_factory=list)
+            state: str = dataclasses.field(default="new", init=False)
+            log: list[str] = dataclasses.field(default_factory=list, init=False)
+            owner: str = dataclasses.field(default="ops", kw_only=True)
+            seen: int = dataclasses.field(init=False, repr=False, compare=False)
+
+            def __post_init__(self) -> None:
+                object.__setattr__(self, "seen", len(self.tags))
+
+        return Job
+
+    return body(record), body(dataclasses.dataclass)
+
+
+@pytest.mark.parametrize("options", INIT_OPTIONS, ids=str)
+def test_a_records_init_takes_and_sets_what_the_dataclasss_does(options: dict[str, Any]) -> None:
+    """`__init__` is compiled at the first instance: the same parameters, defaults,
+    factories (a new value each time), `init=False` fields and `__post_init__`."""
+    ours, theirs = init_twins(**options)
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        (("a",), {}),
+        (("a", 5), {}),
+        (("a", 5, ["x", "y"]), {"owner": "dev"}),
+        ((), {"name": "b", "tags": ["z"]}),
+    ]
+    if options.get("kw_only"):
+        calls = [((), {"name": "a"}), ((), {"name": "a", "tries": 5, "owner": "dev"})]
+    names = ("name", "tries", "tags", "state", "log", "owner", "seen")
+    for args, kwargs in calls:
+        a, b = ours(*args, **kwargs), theirs(*args, **kwargs)
+        assert [getattr(a, n) for n in names] == [getattr(b, n) for n in names]
+    first, second = ours(name="a"), ours(name="a")
+    assert first.tags is not second.tags  # made per instance
+    assert first.log is not second.log
+    for args, kwargs in [((), {}), (("a", 1, [], "x"), {}), (("a",), {"state": "x"})]:
+        with pytest.raises(TypeError) as mine:
+            ours(*args, **kwargs)
+        with pytest.raises(TypeError) as the_dataclass:
+            theirs(*args, **kwargs)
+        assert str(mine.value).split("() ", 1)[1] == str(the_dataclass.value).split("() ", 1)[1]
+    assert ours.__init__.__qualname__ == f"{ours.__qualname__}.__init__"
+
+
+def test_a_record_checks_its_field_order_when_defined() -> None:
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
+
+        @record(frozen=True)
+        class Backwards:
+            a: int = 1
+            b: int  # type: ignore[misc]
+
+
+def test_a_record_is_frozen_as_a_dataclass_is() -> None:
+    @record(frozen=True, slots=True)
+    class Pin:
+        at: int
+
+    pin = Pin(1)
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'at'"):
+        pin.at = 2
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot delete field 'at'"):
+        del pin.at
+    with pytest.raises(TypeError, match="Cannot overwrite attribute __setattr__"):
+
+        @record(frozen=True)
+        class Loud:
+            a: int
+
+            def __setattr__(self, name: str, value: Any) -> None: ...
+
+    @record(frozen=True)
+    class Base:
+        a: int
+
+    with pytest.raises(TypeError, match="cannot inherit non-frozen dataclass from a frozen one"):
+
+        @record
+        class Thawed(Base):
+            b: int
+
+    @record(frozen=True)
+    class Child(Base):
+        b: int = 0
+
+    child = Child(1, 2)
+    assert (child.a, child.b) == (1, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        child.a = 3
+
+
+def test_a_record_takes_no_initvar() -> None:
+    with pytest.raises(TypeError, match="InitVar"):
+
+        @record
+        class Hidden:
+            secret: dataclasses.InitVar[str]
+
+
+def test_a_field_named_self_is_a_parameter_like_any_other() -> None:
+    @record
+    class Odd:
+        self: int
+
+    assert Odd(self=3).self == 3
