@@ -49,7 +49,12 @@ ConfigT = TypeVar("ConfigT", bound="CoreConfig")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A section of config.toml. Configuration models are built when first used
+    (`defer_build`): the whole file's model (`bot.config.ParleyConfig`) holds them all, so
+    a section's model of its own is made only if something validates it alone
+    (docs/benchmarks.md)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class ProviderConfig(_Section):
@@ -153,6 +158,8 @@ class AgentConfig(_Section):
 
 class ToolsConfig(SandboxSettings):
     """Sandbox settings plus where the team's CLI tools are defined."""
+
+    model_config = ConfigDict(defer_build=True)  # as `_Section`
 
     tools_file: Path | None = Field(
         Path("tools.yaml"), description="CLI tools (relative to config.toml)."

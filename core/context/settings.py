@@ -14,7 +14,7 @@ class FocusSettings(BaseModel):
     (docs/context.md#the-focus-strategy; the strategy itself, core/context/focus.py, is
     loaded only for it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
 
     compression_interval: int = Field(
         12, ge=1, description="Tool steps without a completed focus before a reminder."
@@ -43,7 +43,7 @@ class FocusSettings(BaseModel):
 class ContextSettings(BaseModel):
     """`[context]` in config.toml: thresholds are fractions of the model's context window."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
 
     soft: float = Field(0.60, gt=0, le=1, description="Mask old tool outputs above this.")
     compact: float = Field(0.70, gt=0, le=1, description="Run the recovery ladder above this.")

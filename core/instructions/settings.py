@@ -12,7 +12,7 @@ from core.instructions.files import DEFAULT_MAX_BYTES
 class SkillsConfig(BaseModel):
     """Agent Skills: folders with a SKILL.md (see `core.instructions.skills`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
 
     paths: list[Path] = Field(
         default_factory=lambda: [Path("skills")],
@@ -24,7 +24,7 @@ class SkillsConfig(BaseModel):
 class InstructionsConfig(BaseModel):
     """Instruction files that join the system message (see `core.instructions.guidance`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
 
     file: Path | None = Field(
         Path("AGENTS.md"),

@@ -21,7 +21,7 @@ MAX_DEPTH = 4
 
 
 class _LoadSkill(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built if there are skills
 
     name: str = Field(min_length=1, max_length=64, description="The skill's name.")
     file: str | None = Field(

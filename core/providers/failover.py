@@ -54,7 +54,7 @@ OUTPUT = (TextDelta, ReasoningDelta, ToolCallDelta)
 class FailoverSettings(BaseModel):
     """`[failover]`: the circuit breaker and the wait when no provider is left."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
 
     cooldown_secs: float = Field(
         30.0, gt=0, description="How long a failed provider is kept out before one probe."

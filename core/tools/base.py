@@ -3,6 +3,7 @@ applied to its arguments (a pydantic model), plus category, idempotency and time
 
 from __future__ import annotations
 
+import functools
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -22,6 +23,8 @@ from core.tools.settings import (
 from core.tools.site import ToolSite
 
 if TYPE_CHECKING:
+    from pydantic.json_schema import GenerateJsonSchema
+
     from core.agent.journal import JournalBox
     from core.memory.service import Memory
     from core.messages import ToolCall
@@ -93,7 +96,9 @@ class Tool(ABC):
 
     def schema(self) -> dict[str, Any]:
         """The JSON Schema of the parameters, as sent to the LLM."""
-        schema: dict[str, Any] = compact_schema(self.params.model_json_schema())
+        schema: dict[str, Any] = compact_schema(
+            self.params.model_json_schema(schema_generator=_json_schema_generator())
+        )
         return schema
 
     def validate(self, raw_arguments: str) -> BaseModel:
@@ -204,11 +209,30 @@ def _schemas_of(models: list[type[BaseModel]]) -> dict[type[BaseModel], dict[str
         return {}
     from pydantic.json_schema import models_json_schema
 
-    refs, top = models_json_schema([(model, "validation") for model in models])
+    refs, top = models_json_schema(
+        [(model, "validation") for model in models], schema_generator=_json_schema_generator()
+    )
     defs = top.get("$defs", {})
     schemas = {m: compact_schema({**refs[(m, "validation")], "$defs": defs}) for m in models}
     # A model that contains itself keeps `$defs`: here they would be every model's.
     return {model: schema for model, schema in schemas.items() if "$defs" not in schema}
+
+
+@functools.cache
+def _json_schema_generator() -> type[GenerateJsonSchema]:
+    """pydantic's JSON Schema generator, but a default that is already JSON (a number, a
+    string, true/false, null) is written as it is: pydantic's own way builds a
+    `TypeAdapter` for each default's type, which loads that machinery for the first
+    request of a one-shot turn (docs/benchmarks.md)."""
+    from pydantic.json_schema import GenerateJsonSchema
+
+    class _Generator(GenerateJsonSchema):
+        def encode_default(self, dft: Any) -> Any:
+            if dft is None or type(dft) in (bool, int, float, str):
+                return dft
+            return super().encode_default(dft)
+
+    return _Generator
 
 
 def compact_schema(schema: Any) -> Any:

@@ -121,7 +121,7 @@ class ToolSearch:
 
 
 class FindToolsArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built if offered
 
     query: str = Field(
         min_length=1, max_length=200, description="What the tool should do, in a few words."

@@ -35,7 +35,7 @@ _BLANKS = re.compile(r"\n{3,}")
 class WebFetchConfig(BaseModel):
     """`[web_fetch]`: the `web_fetch` tool (never offered when `tools.network = false`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
 
     enabled: bool = Field(True, description="Offer `web_fetch` (unless tools.network = false).")
     max_bytes: int = Field(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from core.errors import ConfigError, ToolValidationError
 from core.messages import ToolCall
@@ -354,3 +355,36 @@ def test_a_registry_offers_each_tool_the_schema_it_has_on_its_own() -> None:
     assert specs == {t.name: t.schema() for t in tools}
     assert set(specs["tree"]["$defs"]) == {"_Tree"}
     assert specs["limited"]["maxProperties"] == 2
+
+
+class _Mode(enum.Enum):
+    FAST = "fast"
+    SLOW = "slow"
+
+
+class _Defaults(BaseModel):
+    count: int = 3
+    ratio: float = 0.5
+    name: str = "x"
+    on: bool = False
+    maybe: int | None = None
+    tags: list[str] = Field(default=["a"])
+    mode: _Mode = _Mode.FAST
+    where: Path = Path("/tmp")
+    nested: _Inner = Field(default_factory=lambda: _Inner(path="n"))
+
+
+def test_a_tools_schema_writes_defaults_as_pydantic_does() -> None:
+    """Parley's schema generator writes a number, string, boolean or null default as it
+    is, without pydantic's per-type encoder; every default comes out as pydantic's own."""
+
+    class Defaults(Tool):
+        name = "defaults"
+        description = "every kind of default"
+        params = _Defaults
+
+        async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+            raise NotImplementedError
+
+    assert Defaults().schema() == compact_schema(_Defaults.model_json_schema())
+    assert ToolRegistry([Defaults()]).specs()[0].parameters == Defaults().schema()
