@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
 
 from core.errors import ToolDenied
-from core.tools.paths import mentions_denied_path, resolve_path
+from core.tools.paths import _kernel_realpath, mentions_denied_path, resolve_path
 from core.tools.settings import SandboxSettings, default_temp_root
 from core.tools.site import site_for
 
@@ -140,3 +142,28 @@ def test_mentions_denied_path(
     )
     found = mentions_denied_path(command, settings)
     assert found == (tmp_path / denied if denied else None)
+
+
+def test_the_kernels_answer_is_realpaths(tmp_path: Path) -> None:
+    """`resolve_path` asks the kernel (O_PATH and /proc/self/fd) what realpath would
+    answer: through directory and file links, relative links and `..`; a missing, looping
+    or not-a-directory path fails as realpath's strict mode does."""
+    (tmp_path / "real" / "deep").mkdir(parents=True)
+    (tmp_path / "real" / "deep" / "f.txt").write_text("x")
+    (tmp_path / "dirlink").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "rel").symlink_to("deep/f.txt")
+    (tmp_path / "chain").symlink_to(tmp_path / "dirlink" / "rel")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for name in ("real/deep/f.txt", "dirlink/deep", "dirlink/rel", "chain", "real/deep/../rel"):
+        path = str(tmp_path / name)
+        assert _kernel_realpath(path) == os.path.realpath(path, strict=True), name
+    for name, code in [
+        ("nowhere", errno.ENOENT),
+        ("dangling", errno.ENOENT),
+        ("loop", errno.ELOOP),
+        ("chain/x", errno.ENOTDIR),
+    ]:
+        for resolve in (_kernel_realpath, lambda p: os.path.realpath(p, strict=True)):
+            with pytest.raises(OSError, match=os.strerror(code)):
+                resolve(str(tmp_path / name))
