@@ -113,6 +113,15 @@ class RunEvents:
         self.log.emit(name, data, run_id=self.run_id, conv=self.conv, iteration=self.iteration)
 
     def __call__(self, event: LoopEvent) -> None:
+        """The channel hears of `event` first, then it is recorded: a tool's end or a
+        chunk of text reaches the person without waiting on the event log's write (also
+        when the channel's side fails)."""
+        try:
+            self.forward(event)
+        finally:
+            self._record(event)
+
+    def _record(self, event: LoopEvent) -> None:
         match event:
             case TextDelta() | ReasoningDelta() | ToolCallDelta():
                 if not self._first_token:
@@ -192,7 +201,6 @@ class RunEvents:
                 self.emit(name, dict(data))
             case _:
                 pass
-        self.forward(event)
 
 
 def _tokens(usage: Usage | None) -> dict[str, int]:
