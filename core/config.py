@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar, overloa
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ModelWrapValidatorHandler,
     PrivateAttr,
@@ -34,7 +33,7 @@ from core.errors import ConfigError
 from core.instructions.settings import InstructionsConfig, SkillsConfig
 from core.providers.base import ProviderSettings
 from core.providers.failover import FailoverSettings
-from core.sections import Section, sections_of
+from core.sections import SECTION_CONFIG, Section, sections_of
 from core.store.backends import parse_target
 from core.tools.settings import SandboxSettings
 from core.tools.webfetch import WebFetchConfig
@@ -49,12 +48,9 @@ ConfigT = TypeVar("ConfigT", bound="CoreConfig")
 
 
 class _Section(BaseModel):
-    """A section of config.toml. Configuration models are built when first used
-    (`defer_build`): the whole file's model (`bot.config.ParleyConfig`) holds them all, so
-    a section's model of its own is made only if something validates it alone
-    (docs/benchmarks.md)."""
+    """A section of config.toml (`SECTION_CONFIG`)."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = SECTION_CONFIG
 
 
 class ProviderConfig(_Section):
@@ -159,7 +155,7 @@ class AgentConfig(_Section):
 class ToolsConfig(SandboxSettings):
     """Sandbox settings plus where the team's CLI tools are defined."""
 
-    model_config = ConfigDict(defer_build=True)  # as `_Section`
+    model_config = SECTION_CONFIG
 
     tools_file: Path | None = Field(
         Path("tools.yaml"), description="CLI tools (relative to config.toml)."

@@ -19,8 +19,8 @@ half of them, which made class definitions a sixth of its start-up (docs/benchma
   pays for it. Field order is checked at definition, as the dataclass checks it.
 `__slots__`, `__match_args__` and `dataclasses.fields`/`replace` are the dataclass's own.
 A method the class body defines is kept, as `dataclass` keeps it. `__dataclass_params__`
-says what `dataclass` itself was asked for (no `__init__`, eq, repr or freezing): the
-record's own options are in `__record_options__`.
+says what `dataclass` itself was asked for (no `__init__`, eq, repr or freezing); whether
+a record is frozen is `__record_frozen__`, for the classes that extend it.
 """
 
 from __future__ import annotations
@@ -111,15 +111,7 @@ def record(
                 _put(built, _hash(_values(hashed)))
             else:
                 built.__hash__ = None  # type: ignore[assignment]
-        built.__record_options__ = {  # type: ignore[attr-defined]
-            "init": init,
-            "repr": repr,
-            "eq": eq,
-            "frozen": frozen,
-            "match_args": match_args,
-            "kw_only": kw_only,
-            "slots": slots,
-        }
+        built.__record_frozen__ = frozen  # type: ignore[attr-defined]
         return built
 
     return wrap if cls is None else wrap(cls)
@@ -142,8 +134,8 @@ def _check_bases(klass: type, frozen: bool) -> None:
 
 
 def _frozen_of(klass: type) -> bool:
-    options = vars(klass).get("__record_options__")
-    return bool(options["frozen"] if options else klass.__dataclass_params__.frozen)  # type: ignore[attr-defined]
+    frozen = vars(klass).get("__record_frozen__")
+    return bool(klass.__dataclass_params__.frozen if frozen is None else frozen)  # type: ignore[attr-defined]
 
 
 def _lazy_init(
@@ -219,30 +211,29 @@ def _compiled_init(
 
 
 def _freeze(
-    klass: type, fields: tuple[dataclasses.Field[Any], ...], *, slots: bool, own: set[str]
+    klass: type[Any], fields: tuple[dataclasses.Field[Any], ...], *, slots: bool, own: set[str]
 ) -> None:
     """Frozen's guards, as the dataclass makes them; and, slotted, the state an instance is
     copied and pickled through (set past the guards)."""
     names = frozenset(f.name for f in fields)
-    owner: type[Any] = klass  # (`super` wants it typed so)
 
     def __setattr__(self: Any, name: str, value: Any) -> None:
         if type(self) is klass or name in names:
             raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-        super(owner, self).__setattr__(name, value)
+        super(klass, self).__setattr__(name, value)
 
     def __delattr__(self: Any, name: str) -> None:
         if type(self) is klass or name in names:
             raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
-        super(owner, self).__delattr__(name)
+        super(klass, self).__delattr__(name)
 
     _put(klass, __setattr__)
     _put(klass, __delattr__)
     if slots:
         if "__getstate__" not in own:
-            klass.__getstate__ = _getstate  # type: ignore[assignment,method-assign]
+            klass.__getstate__ = _getstate  # type: ignore[assignment]
         if "__setstate__" not in own:
-            klass.__setstate__ = _setstate  # type: ignore[attr-defined,unused-ignore]
+            klass.__setstate__ = _setstate
 
 
 def _getstate(self: Any) -> list[Any]:

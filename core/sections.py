@@ -13,8 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
 from pydantic_core import InitErrorDetails
+
+SECTION_CONFIG = ConfigDict(extra="forbid", defer_build=True)
+"""The pydantic config of config.toml's models: an unknown key is an error, and a model
+is built when first used (`defer_build`). The whole file's model
+(`bot.config.ParleyConfig`) holds every section's schema, so a section's model of its own
+is made only if something validates it alone (docs/benchmarks.md)."""
 
 T = TypeVar("T")
 

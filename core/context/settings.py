@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from core.sections import SECTION_CONFIG
 
 Strategy = Literal["summary", "subgoal", "subgoal_mig", "focus"]
 
@@ -14,7 +16,7 @@ class FocusSettings(BaseModel):
     (docs/context.md#the-focus-strategy; the strategy itself, core/context/focus.py, is
     loaded only for it)."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
+    model_config = SECTION_CONFIG
 
     compression_interval: int = Field(
         12, ge=1, description="Tool steps without a completed focus before a reminder."
@@ -43,7 +45,7 @@ class FocusSettings(BaseModel):
 class ContextSettings(BaseModel):
     """`[context]` in config.toml: thresholds are fractions of the model's context window."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
+    model_config = SECTION_CONFIG
 
     soft: float = Field(0.60, gt=0, le=1, description="Mask old tool outputs above this.")
     compact: float = Field(0.70, gt=0, le=1, description="Run the recovery ladder above this.")

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from core.instructions.files import DEFAULT_MAX_BYTES
+from core.sections import SECTION_CONFIG
 
 
 class SkillsConfig(BaseModel):
     """Agent Skills: folders with a SKILL.md (see `core.instructions.skills`)."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
+    model_config = SECTION_CONFIG
 
     paths: list[Path] = Field(
         default_factory=lambda: [Path("skills")],
@@ -24,7 +25,7 @@ class SkillsConfig(BaseModel):
 class InstructionsConfig(BaseModel):
     """Instruction files that join the system message (see `core.instructions.guidance`)."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
+    model_config = SECTION_CONFIG
 
     file: Path | None = Field(
         Path("AGENTS.md"),

@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from core.clock import Clock, SystemClock
 from core.errors import ProviderError
@@ -45,6 +45,7 @@ from core.events import (
 from core.messages import Message
 from core.providers.base import Provider, ProviderSettings, complete
 from core.records import record
+from core.sections import SECTION_CONFIG
 from core.tools.base import ToolSpec
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -54,7 +55,7 @@ OUTPUT = (TextDelta, ReasoningDelta, ToolCallDelta)
 class FailoverSettings(BaseModel):
     """`[failover]`: the circuit breaker and the wait when no provider is left."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
+    model_config = SECTION_CONFIG
 
     cooldown_secs: float = Field(
         30.0, gt=0, description="How long a failed provider is kept out before one probe."

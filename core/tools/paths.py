@@ -177,7 +177,7 @@ def _kernel_realpath(path: str) -> str:
     try:
         named = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
-        return os.path.realpath(path, strict=True)
+        named = ""
     finally:
         os.close(fd)
     if named.startswith("/") and not named.endswith(" (deleted)"):

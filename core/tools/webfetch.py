@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ToolError
+from core.sections import SECTION_CONFIG
 from core.tools.base import Category, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ _BLANKS = re.compile(r"\n{3,}")
 class WebFetchConfig(BaseModel):
     """`[web_fetch]`: the `web_fetch` tool (never offered when `tools.network = false`)."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)  # as `core.config._Section`
+    model_config = SECTION_CONFIG
 
     enabled: bool = Field(True, description="Offer `web_fetch` (unless tools.network = false).")
     max_bytes: int = Field(
