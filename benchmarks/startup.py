@@ -45,12 +45,7 @@ ROUNDS = 9  # `parley run` and the floor, back to back
 
 
 def median_seconds(argv: list[str], runs: int = 7) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(argv, cwd=REPO, check=True, capture_output=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(once_seconds(argv) for _ in range(runs))
 
 
 async def turn_peak_rss_mb() -> tuple[float, float]:
