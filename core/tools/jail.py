@@ -4,7 +4,8 @@ A `Jail` is built once per configuration. For each spawn it makes a Landlock rul
 Parley's process and starts the child from a throwaway thread that (see `Spawn`):
 
 0. makes the child the first process of a PID namespace of its own (core/tools/pidns.py),
-   so that every process it leads to dies with it, wherever it moved in the tree;
+   so that every process it leads to dies with it, wherever it moved in the tree, in an
+   IPC namespace of its own, so that no shared memory or message queue outlives the call;
 1. when Parley runs as root, becomes the unprivileged `run_as` user, keeping only the
    DAC-override capabilities as ambient ones (so the workspace stays usable while
    Landlock decides what is reachable) — with no CAP_SYS_PTRACE and another uid, the
@@ -21,7 +22,8 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    abstract sockets of processes outside its domain (Parley, other tool calls); with
    `network = false`, TCP bind/connect are denied (ABI 4). Right after `no_new_privs` it
    installs the seccomp filter of the network mode (core/tools/netguard.py), whose
-   listener, if any, Parley serves while the spawn lasts;
+   listener, if any, Parley serves while the spawn lasts, and the kernel-surface filter
+   (core/tools/surface.py: namespaces, keyrings, bpf, mounts, … denied);
 3. resource limits are lowered (CPU seconds, file size, processes, address space, no
    core file);
 4. the group reaper (core/tools/reaper.py) kills the tool's process group — its PID
@@ -41,6 +43,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from core.errors import ConfigError
 from core.tools import landlock, netguard, pidns
@@ -48,7 +51,7 @@ from core.tools.roots import config_entries, make_root, reach_notes
 from core.tools.settings import SandboxSettings
 from core.tools.spawn import RunAs, Spawn, confine_thread, count_tasks
 
-__all__ = ["Jail", "RunAs", "Spawn", "confine_thread", "count_tasks"]
+__all__ = ["Jail", "MemoryLimit", "RunAs", "Spawn", "confine_thread", "count_tasks"]
 
 SYSTEM_ROOTS = (
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
@@ -61,6 +64,14 @@ _COUNT_TTL = 2.0  # seconds a count of the tool user's tasks stays fresh
 _WORKSPACES_KEPT = 64  # workspaces whose rules stay open (each holds a few O_PATH fds)
 # A conversation's cut outputs: its tools may read them, never change or run them.
 ARTIFACT_RIGHTS = landlock.READ_FILE | landlock.READ_DIR
+
+MemoryLimit = Literal["address_space", "data"]
+"""What `max_memory_bytes` limits in a spawn. `address_space` (RLIMIT_AS): every mapping,
+reserved or used — what tool calls get. `data` (RLIMIT_DATA): the private writable memory
+a process uses (heap, anonymous maps, thread stacks), not address space it only reserves
+— what MCP servers get: V8 reserves gigabytes for each WebAssembly memory and would fail
+under any address-space limit that still means something (docs/guide/extending.md)."""
+_MEMORY_LIMITS = {"address_space": resource.RLIMIT_AS, "data": resource.RLIMIT_DATA}
 
 
 def _is_under(path: Path, root: Path) -> bool:
@@ -121,6 +132,16 @@ def _symlink_target(
     return [landlock.Rule(target, rights & landlock.FILE_RIGHTS)]
 
 
+def _surface(net: netguard.NetGuard | None, ns: pidns.PidNamespaces | None) -> bytes:
+    """The kernel-surface filter, where seccomp filters are enforced (`net` exists)."""
+    if net is None:
+        return b""
+    from core.tools import surface
+
+    flags = ns.unshare_flags if ns is not None else 0
+    return surface.program(unshare_flags=flags, private_ipc=ns is not None and ns.how is not None)
+
+
 def _run_as(settings: SandboxSettings) -> RunAs | None:
     if os.geteuid() != 0 or not settings.run_as or not landlock.can_change_thread_user():
         return None
@@ -179,6 +200,7 @@ class Jail:
         user = (self.run_as.uid, self.run_as.gid) if self.run_as else None
         self.net = netguard.guard_for(settings, self.abi, user)  # the socket rules
         self.pid_namespaces = pidns.probe(os.geteuid()) if self.abi else None
+        self.surface = _surface(self.net, self.pid_namespaces)  # the kernel-surface filter
         self._system: list[landlock.Rule] | None = None
         self._rules: dict[bool, list[landlock.Rule]] = {}  # by read_only
         self._fds: dict[bool, list[tuple[int, int]]] = {}
@@ -275,6 +297,10 @@ class Jail:
         walls = ["files", self._process_wall()]
         if self.abi >= 6:
             walls.append("signals")
+        if self.surface:  # core/tools/surface.py
+            ns = self.pid_namespaces
+            private = ns is not None and ns.how is not None
+            walls.append("kernel surface" + ("" if private else " (no System V IPC)"))
         network = netguard.describe(self.settings.network, self.net, self.abi)
         user = f"; tools run as {self.run_as.name}" if self.run_as else ""
         line = f"sandbox: landlock ABI {self.abi} — {', '.join(walls)}; {network}{user}"
@@ -401,11 +427,13 @@ class Jail:
         artifacts: Path | None = None,
         max_file_bytes: int | None = None,
         readable: Sequence[Path] = (),
+        memory: MemoryLimit = "address_space",
     ) -> Spawn | None:
         """What one spawn needs: the ruleset (see `ruleset`), limits, user and PID
         namespace; None when nothing is enforced. `max_file_bytes` lowers the file-size
-        limit for this spawn (a write quota); `readable`: more paths it may read. Close
-        the result after the spawn."""
+        limit for this spawn (a write quota); `readable`: more paths it may read;
+        `memory`: what `max_memory_bytes` limits (see `MemoryLimit`). Close the result
+        after the spawn."""
         if not self.enforced:
             return None
         ruleset = self.ruleset(
@@ -417,14 +445,17 @@ class Jail:
         )
         return Spawn(
             ruleset,
-            self._limits(max_file_bytes),
+            self._limits(max_file_bytes, memory),
             self.run_as,
             self.settings.max_processes + self.own_tasks,
             pid_namespaces=self.pid_namespaces,
             network=self.net,
+            surface=self.surface,
         )
 
-    def _limits(self, max_file_bytes: int | None = None) -> tuple[tuple[int, int], ...]:
+    def _limits(
+        self, max_file_bytes: int | None = None, memory: MemoryLimit = "address_space"
+    ) -> tuple[tuple[int, int], ...]:
         s = self.settings
         fsize = s.max_file_bytes
         if max_file_bytes is not None:  # at least 1: 0 would mean no limit below
@@ -433,7 +464,7 @@ class Jail:
             (resource.RLIMIT_CORE, 0),
             (resource.RLIMIT_CPU, s.max_cpu_seconds),
             (resource.RLIMIT_FSIZE, fsize),
-            (resource.RLIMIT_AS, s.max_memory_bytes),
+            (_MEMORY_LIMITS[memory], s.max_memory_bytes),
             (resource.RLIMIT_NPROC, self._process_limit() if s.max_processes else 0),
         ]
         return tuple(

@@ -79,6 +79,8 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_RAISE = 2
 CAP_DAC_OVERRIDE = 1
 CAP_DAC_READ_SEARCH = 2
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 _CAPABILITY_VERSION_3 = 0x20080522
 
@@ -195,11 +197,13 @@ def prctl(option: int, arg: int = 0) -> None:
     _check(_prctl(option, arg, 0, 0, 0), f"prctl({option})")
 
 
-def unshare_pid_namespace() -> None:
+def unshare_call_namespaces() -> None:
     """Make the calling thread's next child the first process (PID 1) of a new PID
-    namespace. Per-thread, so allowed in a multithreaded process (unlike a new user
-    namespace); needs CAP_SYS_ADMIN."""
-    _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    namespace, and move the thread into a new IPC namespace its child inherits (System V
+    IPC and POSIX message queues of its own, gone with its last process). Per-thread, so
+    allowed in a multithreaded process (unlike a new user namespace); needs
+    CAP_SYS_ADMIN."""
+    _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWIPC), "unshare(CLONE_NEWPID|CLONE_NEWIPC)")
 
 
 def set_no_new_privs() -> None:

@@ -8,7 +8,8 @@ addresses must be checked, the supervisor (core/tools/netsupervisor.py).
   then only to the listed paths (each connect checked and made by the supervisor).
 - `"public"`: IPv4/IPv6 TCP, UDP and ping sockets, to public addresses only (plus the
   resolv.conf nameservers on port 53); connects and sends with an address are checked
-  and made by the supervisor.
+  and made by the supervisor; outbound only: `bind` and `listen` are refused (and TCP
+  bind by Landlock too).
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ def filter_spec(mode: Mode, unix_listed: bool) -> seccomp.FilterSpec:
         socket.AF_UNIX: unix,
     }
     return seccomp.FilterSpec(
-        seccomp.SocketRules(families, other=False), notify_connect=True, notify_sends=True
+        seccomp.SocketRules(families, other=False),
+        notify_connect=True,
+        notify_sends=True,
+        outbound_only=True,
     )
 
 
@@ -161,9 +165,10 @@ def guard_for(settings: SandboxSettings, abi: int, user: tuple[int, int] | None)
 
 def handled_net(network: bool | str, guard: NetGuard | None) -> int:
     """The Landlock network rights to handle (with no rule: denied). Closed: TCP bind
-    and connect. Supervised: TCP connect, so only the supervisor's own connects, made
+    and connect; public: the same, so no tool is a TCP server (the supervisor connects for
+    it). Otherwise supervised: TCP connect, so only the supervisor's own connects, made
     outside the tool's domain, succeed — a second wall behind the filter."""
-    if mode_of(network) == "closed":
+    if mode_of(network) in ("closed", "public"):
         return landlock.NET_BIND_TCP | landlock.NET_CONNECT_TCP
     return landlock.NET_CONNECT_TCP if guard is not None and guard.supervised else 0
 

@@ -1,4 +1,5 @@
-"""A PID namespace per tool call: no process a tool starts outlives the call.
+"""A PID and an IPC namespace per tool call: no process, and no System V IPC object or
+POSIX message queue, that a tool makes outlives the call or is seen by another.
 
 The first process of a PID namespace is its init; when it ends, the kernel kills every
 other process in the namespace, however it got there (`setsid -f`, double forks,
@@ -10,17 +11,23 @@ descendant: they kill that first process.
 
 How the namespace is made:
 
-- A Parley with CAP_SYS_ADMIN (root) calls `unshare(CLONE_NEWPID)` in the throwaway
-  spawn thread before it drops to the tools' user (see `core.tools.spawn.Spawn`): the
-  thread's next child is PID 1 of a new namespace. No extra process, ~0.1 ms.
+- A Parley with CAP_SYS_ADMIN (root) calls `unshare(CLONE_NEWPID|CLONE_NEWIPC)` in the
+  throwaway spawn thread before it drops to the tools' user (see
+  `core.tools.spawn.Spawn`): the thread's next child is PID 1 of a new PID namespace and
+  inherits the thread's new IPC namespace, whose shared memory the thread caps at the
+  call's memory limit. No extra process, ~0.1 ms.
 - Any other Parley has util-linux `unshare` make a user namespace (the tool keeps its
-  own uid, unmapped, and no capabilities) and a PID namespace inside it, with
+  own uid, unmapped, and no capabilities) and a PID and an IPC namespace inside it, with
   `--kill-child` so that the namespace dies with `unshare` (which reports the exit
   status of the command, signals included). Landlock, `no_new_privs` and the resource
   limits are inherited through it: they are set before `unshare` runs.
 - Where neither works (no CAP_SYS_ADMIN and no user namespaces: a container's seccomp
   profile, a sysctl), tools fall back to the process-group kill, and the start-up line
-  says so.
+  says so, and the kernel-surface filter denies System V IPC and message queues
+  (core/tools/surface.py), which the calls would otherwise share.
+
+An IPC namespace is freed with the last process in it, and every shared memory segment,
+semaphore set and message queue with it.
 
 PID 1 is a small `sh`, not the command: init ignores every signal it has no handler for
 (a script's `kill $$` would do nothing), so the command runs as PID 2 with ordinary
@@ -60,12 +67,16 @@ _ULIMIT = {
     resource.RLIMIT_CPU: ("-t", 1),
     resource.RLIMIT_FSIZE: ("-f", 512),
     resource.RLIMIT_AS: ("-v", 1024),
+    resource.RLIMIT_DATA: ("-d", 1024),  # an MCP server's memory limit (core/tools/jail.py)
     resource.RLIMIT_CORE: ("-c", 512),
 }
 # No uid map: writing one needs /proc, which the sandbox denies. Unmapped, the tool keeps
 # its own uid for every permission check (it only sees itself and others as 65534) and
 # holds no capability once it execs.
-_UNSHARE = ("--user", "--pid", "--fork", "--kill-child", "--")
+_UNSHARE = ("--user", "--pid", "--ipc", "--fork", "--kill-child", "--")
+# The namespace flags util-linux `unshare` passes for `_UNSHARE`, after the filters are in
+# force: the one `unshare` the kernel-surface filter lets through (core/tools/surface.py).
+UNSHARE_FLAGS = landlock.CLONE_NEWUSER | landlock.CLONE_NEWPID | landlock.CLONE_NEWIPC
 
 
 @record(frozen=True, slots=True)
@@ -79,6 +90,11 @@ class PidNamespaces:
     @property
     def in_thread(self) -> bool:
         return self.how == "thread"
+
+    @property
+    def unshare_flags(self) -> int:
+        """The `unshare` flags a call's set-up makes after the filters are installed."""
+        return UNSHARE_FLAGS if self.how == "unshare" else 0
 
     def command(self, argv: Sequence[str], limits: Iterable[tuple[int, int]] = ()) -> list[str]:
         """`argv` run as PID 2 under the `sh` init, which first lowers `limits`
@@ -106,7 +122,7 @@ def _thread_can_unshare() -> str | None:
 
     def attempt() -> None:  # the namespace is dropped with the thread: it starts nothing
         try:
-            landlock.unshare_pid_namespace()
+            landlock.unshare_call_namespaces()
             outcome.append(None)
         except OSError as exc:
             outcome.append(exc.strerror or str(exc))
@@ -143,7 +159,7 @@ def probe(euid: int) -> PidNamespaces:
         return PidNamespaces(None, f"no {SHELL} to be the namespace's init")
     why_not = _thread_can_unshare()
     if why_not is None:
-        return PidNamespaces("thread", "PID namespace per call")
+        return PidNamespaces("thread", "PID and IPC namespace per call")
     if euid == 0:  # root without CAP_SYS_ADMIN: a user namespace would lose its uid drop
         return PidNamespaces(None, f"no PID namespace ({why_not})")
     unshare = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
@@ -151,5 +167,27 @@ def probe(euid: int) -> PidNamespaces:
         return PidNamespaces(None, "no PID namespace (needs CAP_SYS_ADMIN or util-linux unshare)")
     failure = _unshare_works(unshare)
     if failure is not None:
-        return PidNamespaces(None, f"no PID namespace (unshare --user --pid: {failure})")
-    return PidNamespaces("unshare", "user+PID namespace per call", unshare)
+        return PidNamespaces(None, f"no PID namespace (unshare --user --pid --ipc: {failure})")
+    return PidNamespaces("unshare", "user+PID+IPC namespace per call", unshare)
+
+
+SHM_FILES = ("/proc/sys/kernel/shmmax", "/proc/sys/kernel/shmall")
+
+
+def cap_shared_memory(limit: int) -> None:
+    """Cap the System V shared memory of the calling thread's IPC namespace at `limit`
+    bytes (segments are not counted in a process's address space, so the memory limit
+    alone would not hold them). Best effort: a read-only /proc/sys (some containers)
+    leaves the kernel's default; the namespace still ends with the call."""
+    pages = max(1, limit // resource.getpagesize())
+    for path, value in zip(SHM_FILES, (limit, pages), strict=True):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            os.write(fd, b"%d" % value)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)

@@ -16,7 +16,11 @@ What the program checks, in order:
    fall back to plain syscalls; `pidfd_getfd` (taking another process's socket) EPERM;
 4. in supervised modes `connect` (and, for "public", sends carrying an address) go to the
    supervisor through SECCOMP_RET_USER_NOTIF; options that route a packet through another
-   hop first (IPv4 source routes, IPv6 routing headers) and TCP fast open are refused.
+   hop first (IPv4 source routes, IPv6 routing headers) and TCP fast open are refused;
+5. for "public", `bind` and `listen` (EACCES): outbound only, no server on any address.
+
+The kernel surface outside the network (namespaces, keyrings, …) is a second filter,
+core/tools/surface.py, stacked on this one.
 """
 
 from __future__ import annotations
@@ -76,15 +80,16 @@ _ARCHES = {
         0xC000003E,
         True,
         {
-            "socket": 41, "connect": 42, "sendto": 44, "sendmsg": 46, "socketpair": 53,
-            "setsockopt": 54, "sendmmsg": 307, "seccomp": 317,
+            "socket": 41, "connect": 42, "sendto": 44, "sendmsg": 46, "bind": 49,
+            "listen": 50, "socketpair": 53, "setsockopt": 54, "sendmmsg": 307, "seccomp": 317,
         },
     ),
     "aarch64": _Arch(
         0xC00000B7,
         False,
         {
-            "socket": 198, "socketpair": 199, "connect": 203, "sendto": 206,
+            "socket": 198, "socketpair": 199, "bind": 200, "listen": 201, "connect": 203,
+            "sendto": 206,
             "setsockopt": 208, "sendmsg": 211, "sendmmsg": 269, "seccomp": 277,
         },
     ),
@@ -224,6 +229,7 @@ class FilterSpec:
     sockets: SocketRules
     notify_connect: bool = False
     notify_sends: bool = False  # sendto with an address, every sendmsg and sendmmsg
+    outbound_only: bool = False  # no `bind` or `listen`: nothing to be reached at
 
 
 def build(spec: FilterSpec) -> bytes:
@@ -243,6 +249,9 @@ def build(spec: FilterSpec) -> bytes:
     asm.jump(_JEQ, SYS_PIDFD_GETFD, "eperm")
     if spec.notify_connect:
         asm.jump(_JEQ, nr["connect"], "notify")
+    if spec.outbound_only:
+        asm.jump(_JEQ, nr["bind"], "eacces")
+        asm.jump(_JEQ, nr["listen"], "eacces")
     if spec.notify_sends:
         asm.jump(_JEQ, nr["sendto"], "sendto")
         asm.jump(_JEQ, nr["sendmsg"], "sendmsg")

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from core.records import record
-from core.tools import landlock, netguard, pidns
+from core.tools import landlock, netguard, pidns, seccomp
 
 
 @record(frozen=True, slots=True)
@@ -68,7 +68,9 @@ class Spawn:
     which costs ~4 ms in a process of Parley's size). Resource limits are per-process:
     the same thread lowers them on the child right after exec, before the child's own
     start-up (a shell's takes far longer) lets it fork. A PID namespace made by the
-    thread (root) is made first: it needs CAP_SYS_ADMIN, which the uid drop takes away.
+    thread (root) is made first, with the call's IPC namespace: they need CAP_SYS_ADMIN,
+    which the uid drop takes away. The kernel-surface filter goes on after the network
+    filter: stacked, the stricter answer wins.
     """
 
     ruleset: int
@@ -77,6 +79,7 @@ class Spawn:
     process_budget: int = 0  # processes one call may add (the limit is the count + this)
     pid_namespaces: pidns.PidNamespaces | None = None
     network: netguard.NetGuard | None = None  # the seccomp socket rules
+    surface: bytes = b""  # the kernel-surface filter (core/tools/surface.py)
     listener: netguard.Listener | None = None  # served while the spawn lasts
 
     def command(self, argv: Sequence[str]) -> list[str]:
@@ -105,7 +108,10 @@ class Spawn:
         def confined() -> None:
             try:
                 if self.pid_namespaces is not None and self.pid_namespaces.in_thread:
-                    landlock.unshare_pid_namespace()  # the child is PID 1 of its own
+                    landlock.unshare_call_namespaces()  # the child is PID 1 of its own
+                    memory = dict(self.limits).get(resource.RLIMIT_AS)
+                    if memory:  # segments are not in a process's address space
+                        pidns.cap_shared_memory(memory)
                 if self.run_as is not None:
                     keep = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)
                     landlock.drop_thread_to_user(self.run_as.uid, self.run_as.gid, keep)
@@ -113,6 +119,8 @@ class Spawn:
                 if self.network is not None:  # a retried start replaces the first listener
                     netguard.NetGuard.release(self.listener)
                     self.listener = self.network.install()
+                if self.surface:
+                    seccomp.install(self.surface, listener=False)
                 landlock.restrict_self(self.ruleset)
                 proc = _launch_counted(launch, nproc)
                 box.append(proc)

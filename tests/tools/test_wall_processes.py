@@ -240,7 +240,7 @@ def test_start_up_says_how_processes_are_held(settings: SandboxSettings) -> None
     line = jail.describe()
     assert jail.pid_namespaces.detail in line
     if os.geteuid() == 0:  # root: the namespace is made in the spawn thread
-        assert "processes (PID namespace per call)" in line
+        assert "processes (PID and IPC namespace per call)" in line
 
 
 # --- an ordinary user's Parley: a user + PID namespace through util-linux unshare ---------
@@ -292,7 +292,7 @@ async def test_an_ordinary_users_tools_are_held_in_a_namespace_too(tmp_path: Pat
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     text = out.decode()
     try:
-        assert "user+PID namespace per call" in text, text
+        assert "user+PID+IPC namespace per call" in text, text
         assert "cpu=77" in text, text  # the limits hold inside
         assert "nnp=1" in text, text  # and no_new_privs
         assert "wrote=1" in text, text  # and Landlock

@@ -196,6 +196,9 @@ from core.tools.settings import SandboxSettings
 from core.tools.landlock import make_undumpable
 from core.tools.sandbox import run_in_workspace
 
+import concurrent.futures.thread  # noqa: F401  (imported before the drop: this interpreter
+# may live where the user cannot read, e.g. in a 0700 /root)
+
 workspace, become = sys.argv[1], int(sys.argv[2])
 if become:
     os.setgroups([])
