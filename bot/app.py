@@ -46,7 +46,7 @@ from core.providers.failover import Breakers, FailoverProvider
 from core.records import record
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
-from core.tools.base import ToolContext, ToolRegistry
+from core.tools.base import RoleGate, ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.jail import Jail
 from core.tools.landlock import make_undumpable
@@ -131,6 +131,16 @@ class App:
 
             self._roles = Roles(self.config.roles, self.approvers)
         return self._roles
+
+    def terminal_role(self) -> RoleGate | None:
+        """The role of whoever runs Parley in the terminal (`[roles] terminal`), for a run
+        outside the agent (`parley chat -m`). None without `[roles]`: then it is the
+        built-in `admin`, which allows every tool (and `core.roles` stays unloaded)."""
+        if not self.config.has_section("roles"):
+            return None
+        from core.roles import TERMINAL
+
+        return self.roles.of(TERMINAL, "")
 
     def _compose(self) -> None:
         """The registry: the configured tools plus what the MCP servers offer now."""
@@ -388,6 +398,8 @@ class App:
                 config = load_config(config.source)
             line = self._apply(config)
         except ConfigError as exc:
+            if self.config.source is not None:
+                exc.in_file(self.config.source)
             self._stamps = stamps
             log.warning(
                 "a configuration file changed, but the running configuration stays: %s", exc
@@ -408,7 +420,11 @@ class App:
 
         if self.config.source is None:
             raise ConfigError("(file)", "the configuration was not read from a file", "restart")
-        return self._apply(load_config(self.config.source))
+        try:
+            return self._apply(load_config(self.config.source))
+        except ConfigError as exc:
+            exc.in_file(self.config.source)  # a problem found past the schema names no file
+            raise
 
     def _apply(self, config: ParleyConfig) -> str:
         """Make `config` (and the files it names, read now) the running configuration."""

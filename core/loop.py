@@ -46,7 +46,7 @@ from core.run_context import DETACHED, RunContext
 from core.tools.ask import ASK_HUMAN
 from core.tools.base import Category, ToolSpec
 from core.tools.executor import PreparedCall, ToolExecutor
-from core.tools.search import ToolSearch
+from core.tools.search import ToolSearch, offered_specs
 
 if TYPE_CHECKING:
     from core.context.manager import CompactionReport
@@ -159,16 +159,25 @@ class _Run:
     tool_calls: int = 0
     iteration: int = 0
     search: ToolSearch | None = None  # more tools than one request carries
+    # The registry's specs and what the run's role is offered of them, worked out once.
+    offered: tuple[Sequence[ToolSpec], Sequence[ToolSpec]] | None = None
 
     @property
     def sink(self) -> EventSink:
         return self.ctx.sink
 
     def tools(self) -> Sequence[ToolSpec]:
-        """What the next request carries: every tool, or the ones this run offers."""
+        """What the next request carries: every tool the run's role allows, or the ones
+        its tool search offers (docs/governance.md#roles)."""
         if self.search is not None:
             return self.search.specs()
-        return self.executor.registry.specs()
+        registry = self.executor.registry
+        specs = registry.specs()
+        if self.ctx.role is None:
+            return specs
+        if self.offered is None or self.offered[0] is not specs:
+            self.offered = (specs, offered_specs(registry, self.ctx.role))
+        return self.offered[1]
 
     def checkpoint(self, kind: str, iteration: int) -> None:
         if self.ctx.recorder is not None:
@@ -200,7 +209,7 @@ async def run_loop(
     run_guards = (guards or Guards()).for_run(ctx.sink)
     search = None
     if ToolSearch.wanted(executor.registry):
-        search = ToolSearch(executor.registry).seed(messages)
+        search = ToolSearch(executor.registry, ctx.role).seed(messages)
         ctx = replace(ctx, search=search)
     run = _Run(
         messages,
@@ -439,7 +448,7 @@ def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
 
 async def _run_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> None:
     executor, config, messages = run.executor, run.config, run.messages
-    prepared = {c.id: executor.prepare(c) for c in calls}
+    prepared = {c.id: executor.prepare(c, run.ctx.role) for c in calls}
     categories = {call_id: p.category for call_id, p in prepared.items()}
     results: dict[str, Message] = {}
     appended = 0

@@ -124,9 +124,9 @@ class Children:
     # --- what a child may use ----------------------------------------------------------
 
     def _plan(self, task: ChildTask) -> _Plan:
-        """The child's tools (what this run's policy lets run with nobody to ask, narrowed
-        to the task's list) and budget. Raises ToolValidationError for a tool the parent
-        cannot give."""
+        """The child's tools (what this run's role and its policy let run with nobody to
+        ask, narrowed to the task's list) and budget. Raises ToolValidationError for a
+        tool the parent cannot give."""
         registry = self.conversation.executor.registry
         policy = self.conversation.executor.policy.without_approvals()  # the child's
         usable: dict[str, Tool] = {}
@@ -137,6 +137,8 @@ class Children:
             decision = policy.decide(name, tool.category)
             if name == DELEGATE and self.depth + 1 >= self.max_depth:
                 refused[name] = "children may not delegate further ([agent] max_depth)"
+            elif self.role is not None and (why := self.role.tool_refusal(name, tool.category)):
+                refused[name] = why
             elif decision.verdict == "deny":
                 refused[name] = decision.reason
             else:

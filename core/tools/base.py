@@ -161,7 +161,9 @@ class ToolRegistry:
     """Tools by name; also caches the specs sent with every LLM call.
 
     `refused` names tools that exist but are never offered (an MCP tool the configuration
-    denies), with why: a call by name is refused with that reason."""
+    denies), with why: a call by name is refused with that reason. A key ending in `*`
+    covers every name it begins, for tools that cannot be named yet (the tools of an MCP
+    server that has not started): a call to one is answered with the reason as it is."""
 
     def __init__(
         self, tools: Iterable[Tool] = (), refused: Mapping[str, str] | None = None
@@ -184,6 +186,13 @@ class ToolRegistry:
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def unavailable(self, name: str) -> str | None:
+        """Why a tool `name` that is not here cannot be used (a `*` key of `refused`)."""
+        for key, why in self.refused.items():
+            if key.endswith("*") and name.startswith(key[:-1]):
+                return why
+        return None
 
     def names(self) -> list[str]:
         return list(self._tools)
@@ -291,11 +300,16 @@ def _compact(node: Any) -> Any:
 
 class RoleGate(Protocol):
     """What the person a run answers may use (docs/governance.md#roles): asked before
-    the run's own policy, so a tool runs only if both allow it."""
+    the run's own policy, so a tool runs only if both allow it; a tool it refuses is not
+    offered to the model either (`core.tools.search.offered_specs`)."""
 
     @property
     def names(self) -> str:
         """The person's roles, for the audit log."""
+        ...
+
+    def allows_tool(self, tool: str, category: str) -> bool:
+        """Whether the person may use `tool` for a call of `category`."""
         ...
 
     def tool_refusal(self, tool: str, category: str) -> str | None:

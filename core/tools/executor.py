@@ -28,12 +28,14 @@ from core.run_context import DETACHED, RunContext
 from core.tools.base import (
     CallApprover,
     Category,
+    RoleGate,
     Tool,
     ToolContext,
     ToolRegistry,
     ToolResult,
 )
 from core.tools.policy import ToolPolicy
+from core.tools.search import offers
 from core.tools.site import site_for
 
 RETRY_DELAYS: tuple[float, ...] = (0.5, 2.0, 8.0)
@@ -82,12 +84,17 @@ class ToolExecutor:
     clock: Clock = field(default_factory=SystemClock)
     redact: Callable[[str], str] | None = None  # secrets out of tool output (docs/tools.md)
 
-    def prepare(self, call: ToolCall) -> PreparedCall:
+    def prepare(self, call: ToolCall, role: RoleGate | None = None) -> PreparedCall:
+        """Look `call` up and validate it; an unknown tool's error lists the tools a run
+        of `role` is offered."""
         tool = self.registry.get(call.name)
         if tool is None and (refusal := self.registry.refused.get(call.name)) is not None:
             return PreparedCall(call, "read", error=f"error: policy: {refusal}")
+        if tool is None and (why := self.registry.unavailable(call.name)) is not None:
+            return PreparedCall(call, "read", error=f"error: {why}")  # e.g. its server is down
         if tool is None:
-            known = ", ".join(self.registry.names()) or "none"
+            offered = (t.name for t in self.registry.tools() if offers(role, t))
+            known = ", ".join(offered) or "none"
             return PreparedCall(
                 call, "read", error=f"unknown tool `{call.name}`; available: {known}"
             )
@@ -99,7 +106,7 @@ class ToolExecutor:
 
     async def execute(self, call: ToolCall | PreparedCall, run: RunContext = DETACHED) -> Message:
         """Run the call for `run` and return its tool-result message."""
-        prepared = call if isinstance(call, PreparedCall) else self.prepare(call)
+        prepared = call if isinstance(call, PreparedCall) else self.prepare(call, run.role)
         envelope = run.envelope
         if envelope is not None and (stored := await envelope.replay(prepared.call)) is not None:
             return stored
@@ -136,9 +143,8 @@ class ToolExecutor:
             if prepared.error is not None and prepared.error.startswith("error: policy:"):
                 _refused(run, prepared, "policy", prepared.error.removeprefix("error: "))
             return ToolResult(prepared.error or "error: not runnable", is_error=True)
-        if run.role is not None and (
-            refusal := run.role.tool_refusal(tool.name, prepared.category)
-        ):  # the person's role first: the run's own policy cannot widen it
+        if run.role is not None and (refusal := _role_refusal(run.role, tool, prepared.category)):
+            # the person's role first: the run's own policy cannot widen it
             _refused(run, prepared, "role", refusal)
             return ToolResult(f"error: {refusal}", is_error=True)
         try:
@@ -246,6 +252,13 @@ class ToolExecutor:
         if retry_after is not None and retry_after > MAX_RETRY_AFTER:
             return None
         return max(RETRY_DELAYS[attempt - 1], retry_after or 0.0)
+
+
+def _role_refusal(role: RoleGate, tool: Tool, category: Category) -> str | None:
+    """Why `role` may not make this call of `tool` (`category`: the call's own), or None.
+    The tool's own category counts too: a tool the role is not offered
+    (`core.tools.search.offers`) stays refused whatever one call's category."""
+    return role.tool_refusal(tool.name, category) or role.tool_refusal(tool.name, tool.category)
 
 
 def _refused(run: RunContext, prepared: PreparedCall, by: str, reason: str) -> None:

@@ -10,6 +10,10 @@ tools its conversation already called (and those earlier `find_tools` calls foun
 running them again), so the history never names a tool its request lacks. A tool that
 was not found can still be called by name: the executor runs whatever the registry
 holds, through the same policy; it is offered from then on.
+
+A tool the run's role refuses (docs/governance.md#roles) is never offered, found or
+listed, with or without a search (`offered_specs`); called by name anyway, the executor
+refuses it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.messages import Message
-from core.tools.base import Tool, ToolContext, ToolRegistry, ToolResult, ToolSpec
+from core.tools.base import RoleGate, Tool, ToolContext, ToolRegistry, ToolResult, ToolSpec
 
 FIND_TOOLS = "find_tools"
 _WORD = re.compile(r"[a-z0-9]+")
@@ -39,6 +43,22 @@ def with_search(
     return ToolRegistry(listed, refused)
 
 
+def offers(role: RoleGate | None, tool: Tool) -> bool:
+    """Whether a run of `role` (None: no role limits it) is offered `tool`: its role
+    allows the tool's own category. A call escalated above it (a destructive `bash`
+    command) is checked again when it is made."""
+    return role is None or role.allows_tool(tool.name, tool.category)
+
+
+def offered_specs(registry: ToolRegistry, role: RoleGate | None) -> tuple[ToolSpec, ...]:
+    """What a run of `role` is offered of `registry`: every tool its role allows."""
+    specs = registry.specs()
+    if role is None:
+        return specs
+    tools = registry.tools()  # in the order of their specs
+    return tuple(spec for tool, spec in zip(tools, specs, strict=True) if offers(role, tool))
+
+
 @functools.lru_cache(maxsize=4096)
 def _words(text: str) -> frozenset[str]:
     return frozenset(_WORD.findall(_CAMEL.sub(" ", text).lower()))
@@ -53,10 +73,12 @@ def one_line(description: str, limit: int = 120) -> str:
 
 class ToolSearch:
     """One run's offered tools: the registry's built-ins, `find_tools`, and the
-    deferrable tools found so far (see the module docstring)."""
+    deferrable tools found so far, each one the run's role allows (see the module
+    docstring)."""
 
-    def __init__(self, registry: ToolRegistry) -> None:
+    def __init__(self, registry: ToolRegistry, role: RoleGate | None = None) -> None:
         self.registry = registry
+        self.role = role
         self.found: list[str] = []
         self._specs: tuple[ToolSpec, ...] | None = None
 
@@ -83,7 +105,9 @@ class ToolSearch:
     def add(self, names: Iterable[str]) -> None:
         for name in names:
             tool = self.registry.get(name)
-            if tool is not None and tool.deferrable and name not in self.found:
+            if tool is None or not offers(self.role, tool):
+                continue
+            if tool.deferrable and name not in self.found:
                 self.found.append(name)
                 self._specs = None
 
@@ -93,7 +117,7 @@ class ToolSearch:
         exact = query.strip()
         scored: list[tuple[float, int, Tool]] = []
         for index, tool in enumerate(self.registry.tools()):
-            if not tool.deferrable:
+            if not tool.deferrable or not offers(self.role, tool):
                 continue
             if tool.name == exact:
                 score = 1000.0
@@ -108,14 +132,22 @@ class ToolSearch:
         return best
 
     def hidden(self) -> list[Tool]:
-        """Deferrable tools not offered yet."""
-        return [t for t in self.registry.tools() if t.deferrable and t.name not in self.found]
+        """Deferrable tools not offered yet (that the run's role allows)."""
+        return [
+            t
+            for t in self.registry.tools()
+            if t.deferrable and t.name not in self.found and offers(self.role, t)
+        ]
 
     def specs(self) -> tuple[ToolSpec, ...]:
         """What this run's next request carries (one tuple per size of the found set)."""
         if self._specs is None:
             by_name = {spec.name: spec for spec in self.registry.specs()}
-            always = [by_name[t.name] for t in self.registry.tools() if not t.deferrable]
+            always = [
+                by_name[t.name]
+                for t in self.registry.tools()
+                if not t.deferrable and offers(self.role, t)
+            ]
             self._specs = (*always, *(by_name[n] for n in self.found))
         return self._specs
 
@@ -155,4 +187,12 @@ class FindToolsTool(Tool):
         return ToolResult(f"Found {len(found)} tool(s), callable now:\n" + "\n".join(lines))
 
 
-__all__ = ["FIND_TOOLS", "FindToolsTool", "ToolSearch", "one_line", "with_search"]
+__all__ = [
+    "FIND_TOOLS",
+    "FindToolsTool",
+    "ToolSearch",
+    "offered_specs",
+    "offers",
+    "one_line",
+    "with_search",
+]

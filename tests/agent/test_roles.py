@@ -15,6 +15,7 @@ from core.audit import read_rows
 from core.errors import ConfigError
 from core.roles import Roles, RolesConfig
 from tests.agentkit import RecordingResponder, inbound, running_agent
+from tests.delegatekit import PARENT, Scripts, delegate
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 
 SLACK = ("slack", "C1", "")
@@ -92,6 +93,76 @@ async def test_a_user_group_gives_its_role(fake_llm: FakeLLM, tmp_path: Path) ->
     assert "your role (viewer)" in result
 
 
+def tools_offered(fake_llm: FakeLLM, request: int) -> set[str]:
+    return {t["function"]["name"] for t in fake_llm.requests[request].json["tools"]}
+
+
+async def test_a_channel_run_is_offered_only_the_tools_its_role_allows(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """The viewer is not offered `bash` (write) or `list_directory` (denied by name), but
+    is `write_file` (named by the role); an admin in the same channel is offered all."""
+    fake_llm.script(Reply(text="viewer"), Reply(text="admin"))
+    async with running_agent(fake_llm, tmp_path, roles=ROLES, channels=CHANNELS) as agent:
+        await agent.run(inbound("hi", key=SLACK, user_id="U2"))
+        await agent.run(inbound("hi", key=SLACK, user_id="U1"))
+    viewer, admin = tools_offered(fake_llm, 0), tools_offered(fake_llm, 1)
+    assert {"read_file", "write_file"} <= viewer
+    assert not viewer & {"bash", "list_directory", "delegate"}
+    assert viewer < admin
+    assert {"bash", "list_directory", "delegate"} <= admin
+
+
+async def test_a_tool_not_offered_stays_refused_when_a_call_escalates_its_category(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A role with `admin` but not `write` is not offered `bash` (a write tool); a
+    destructive command (an admin call) by name is refused too, never asked about."""
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("bash", {"command": "rm -rf ./junk"})]),
+        Reply(text="Not removed."),
+    )
+    roles = {"default": "odd", "odd": {"categories": ["read", "admin"]}}
+    (tmp_path / "workspace" / "junk").mkdir(parents=True)
+    chat = RecordingResponder(approve_with=True)
+    async with running_agent(fake_llm, tmp_path, roles=roles, channels=CHANNELS) as agent:
+        await agent.run(inbound("clean up", key=SLACK, user_id="U5"), chat)
+        assert await _audit(agent, "approval.asked") == []
+    assert "bash" not in tools_offered(fake_llm, 0)
+    [result] = tool_results(fake_llm, 1)
+    assert "`bash` (write) is not allowed for your role (odd)" in result
+    assert (tmp_path / "workspace" / "junk").is_dir()
+
+
+async def test_a_child_run_gets_no_tool_its_parents_role_refuses(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A role that may delegate but not write: its child is not offered `bash`, and a
+    task asking for `bash` is refused naming the role."""
+    scripts = Scripts()
+    fake_llm.responder = scripts
+    scripts.parent.extend(
+        [
+            Reply(tool_calls=[delegate({"instruction": "beta: run it", "tools": ["bash"]})]),
+            Reply(tool_calls=[delegate("alpha: look around", call_id="d2")]),
+            Reply(text="done"),
+        ]
+    )
+    scripts.child("alpha", Reply(text="alpha looked"))
+    roles = {"planner": {"categories": ["read"], "tools": ["delegate"], "members": ["slack:U3"]}}
+    async with running_agent(fake_llm, tmp_path, roles=roles, channels=CHANNELS) as agent:
+        report = await agent.run(inbound("plan", key=SLACK, user_id="U3"))
+    assert report.state == "completed"
+    assert "delegate" in scripts.tools_offered(PARENT)
+    assert "bash" not in scripts.tools_offered(PARENT)
+    [refused] = scripts.tool_results(PARENT, 1).values()
+    assert "a child run cannot have `bash`" in refused
+    assert "not allowed for your role (planner)" in refused
+    offered = scripts.tools_offered("alpha")
+    assert "read_file" in offered
+    assert not {"bash", "write_file"} & set(offered)
+
+
 async def test_a_command_the_role_lacks_is_refused_naming_the_role(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
@@ -113,6 +184,34 @@ async def test_a_command_the_role_lacks_is_refused_naming_the_role(
         "/goal create ship it --auto",
     ]
     assert refused[0].actor == "slack:U2"
+
+
+async def test_a_command_refused_by_its_own_rule_is_audited_as_refused(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """`/budget set` is open to the member role but for admins only inside: a member's is
+    audited as `command.refused` with why, an admin's as `command`."""
+    chat = RecordingResponder()
+    budgets = {"per_channel_month": 1.0}
+    async with running_agent(fake_llm, tmp_path, channels=CHANNELS, budgets=budgets) as agent:
+        await agent.submit(
+            inbound("/budget set per_channel_month 50", key=SLACK, user_id="U5"), chat
+        )
+        assert chat.sent == ["Only admins (this channel's approvers) can change a budget."]
+        await agent.submit(
+            inbound("/budget set per_channel_month 2", key=SLACK, user_id="U1"), chat
+        )
+        assert chat.sent[-1] == "The per_channel_month budget is now $2.00."
+        [refused] = await _audit(agent, "command.refused")
+        [done] = await _audit(agent, "command")
+    assert (refused.actor, refused.detail["command"], refused.detail["roles"]) == (
+        "slack:U5",
+        "/budget set per_channel_month 50",
+        "member",
+    )
+    assert refused.detail["reason"] == chat.sent[0]
+    assert (done.actor, done.detail["command"]) == ("slack:U1", "/budget set per_channel_month 2")
+    assert "reason" not in done.detail
 
 
 async def test_without_roles_everyone_keeps_todays_permissions(

@@ -107,3 +107,29 @@ async def test_find_tools_says_what_it_found(fake_llm: FakeLLM, tmp_path: Path) 
     assert results["f1"].startswith("Found ")
     assert "- scale_gateway_24: Scale the gateway service." in results["f1"]
     assert results["f2"].startswith("No tool matches `kubernetes`")
+
+
+async def test_tools_the_role_refuses_are_never_found_or_offered(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """docs/governance.md#roles: `find_tools` does not find what the run's role denies,
+    and a denied tool called by name is refused and not offered from then on."""
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("find_tools", {"query": "restart payments"}, "f1")]),
+        Reply(tool_calls=[ToolCallSpec("restart_payments_11", {"note": "x"}, "byname")]),
+        Reply(text="done"),
+    )
+    tools = {"tools_file": str(team_tools(tmp_path, 35))}
+    roles = {"default": "ops", "ops": {"deny_tools": ["restart_*", "bash"]}}
+    async with running_agent(fake_llm, tmp_path, tools=tools, roles=roles) as agent:
+        await agent.submit(inbound("restart payments"), RecordingResponder())
+        await agent.wait_idle()
+    first, second, third = (offered(r) for r in fake_llm.requests)
+    assert "find_tools" in first
+    assert "bash" not in first
+    results = {m["tool_call_id"]: m["content"] for m in fake_llm.requests[2].json["messages"]
+               if m["role"] == "tool"}  # fmt: skip
+    assert "restart_" not in results["f1"]  # other tools match the words; these are not found
+    assert "payments" in results["f1"]
+    assert "`restart_payments_11` (read) is not allowed for your role (ops)" in results["byname"]
+    assert not any(name.startswith("restart_") for name in second + third)
