@@ -234,12 +234,15 @@ class Approvals:
     ) -> Resolution:
         """A click on a prompt button, also on a prompt posted before a restart: `resolve`
         for a request this process waits on, else (an approver only) the agent's
-        `answer_approval` for one it stores, whose prompt is then settled here."""
+        `answer_approval` for one it stores, whose prompt is then settled here. A click
+        by someone who may not answer goes to the agent's audit log."""
         verdict = self.resolve(request_id, user_id, user_name, allow, scope, groups)
+        if verdict == "unknown" and agent is not None and not self.is_approver(user_id, groups):
+            verdict = "not_approver"
+        if verdict == "not_approver" and agent is not None:
+            await agent.approval_refused(request_id, self.platform, user_id, user_name, groups)
         if verdict != "unknown" or agent is None:
             return verdict
-        if not self.is_approver(user_id, groups):
-            return "not_approver"
         try:
             if scope is not None and allow:
                 stored = await agent.answer_approval(request_id, allow, user_name, scope)

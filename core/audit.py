@@ -4,9 +4,11 @@ append-only and hash-chained in the store.
 Kinds recorded (each row: kind, actor, conversation, detail):
 
     approval.asked / approval.granted / approval.denied   who, the tool and exact call
+    approval.refused                                       a click by someone who may not
     grant.added / grant.revoked                            "approve always", `/grants`
     tool.refused                                           by policy or by role
     command / command.refused                              admin commands, and refusals
+                                                           (by role or by the command)
     budget.refused / budget.changed                        (recorded by the budgets)
     config.reloaded / tools.reloaded                       what changed
 
@@ -26,7 +28,7 @@ from typing import Any
 from core.errors import StoreError
 from core.secrets import scrub
 from core.store import AuditRow, AuditStore
-from core.store.audit_rows import Problem, canonical, verify_chain
+from core.store.audit_rows import Problem, canonical, check_anchor, verify_chain
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +94,18 @@ async def read_rows(store: AuditStore, since: float = 0.0) -> list[AuditRow]:
     return rows
 
 
-async def verify(store: AuditStore) -> tuple[int, Problem | None]:
-    """Recompute the whole chain: how many rows it has, and the first that was changed or
-    removed (None if every row is as appended)."""
+async def verify(
+    store: AuditStore, anchor: tuple[int, str] | None = None
+) -> tuple[int, Problem | None]:
+    """Recompute the whole chain: how many rows it has, and the first that was changed,
+    removed or added outside an append (None if every row is as appended). `anchor`: a
+    row number and a prefix of its hash, as an earlier `verify` left them, that must
+    still be in the log."""
     rows = await read_rows(store)
-    return len(rows), verify_chain(rows, await store.audit_head())
+    problem = verify_chain(rows, await store.audit_head())
+    if problem is None and anchor is not None:
+        problem = check_anchor(rows, anchor)
+    return len(rows), problem
 
 
 __all__ = ["AuditLog", "read_rows", "verify"]

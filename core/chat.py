@@ -267,6 +267,15 @@ class AgentPort(Protocol):
         a channel tells its platform "received" only after this returns; if it raises, the
         message is not stored and the platform should deliver it again."""
 
+    async def record_unreadable(self, channel: str, event_id: str, problem: str, raw: str) -> None:
+        """Set aside a platform event the channel cannot take in (an update its SDK cannot
+        parse, a message without a chat): the event `channel.event.unparsable` keeps `raw`
+        (the event as the platform sent it) and `problem` for the operator, once per
+        `event_id` (marked seen; "" if it has none).
+
+        Returns once that is committed, so a channel confirms the event only after this
+        returns; if it raises, nothing is recorded and the platform should send it again."""
+
     async def cancel_running(self, key: ConversationKey) -> bool:
         """Stop the run going on in conversation `key` as `/stop` does, but leave what is
         queued (the console's Ctrl-C). True if a run was going on; one that is already
@@ -283,3 +292,10 @@ class AgentPort(Protocol):
         Returns the request, with its prompt for the channel to settle, if the answer was
         taken; None if it is not pending here (unknown, already answered, or a run is
         waiting on it right now: the channel's own pending requests have it)."""
+
+    async def approval_refused(
+        self, request_id: str, channel: str, user_id: str, user_name: str, groups: Sequence[str]
+    ) -> None:
+        """A click on request `request_id`'s prompt by user `user_id` of platform
+        `channel` (in `groups`), who may not answer it: recorded in the audit log as
+        `approval.refused` (docs/governance.md#the-audit-log). Never raises."""

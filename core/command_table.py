@@ -67,6 +67,17 @@ COMMAND_TABLE: tuple[CommandSpec, ...] = (
     ),
 )
 
+
+@record(frozen=True, slots=True)
+class Refused:
+    """A command handler's reply when it refuses its sender by a rule of its own (not
+    the role's, which is checked before any handler: `/budget set` is for admins). The
+    dispatcher sends `text` and audits the refusal as `command.refused`
+    (docs/governance.md#the-audit-log)."""
+
+    text: str
+
+
 COMMANDS: dict[str, CommandSpec] = {spec.name: spec for spec in COMMAND_TABLE}
 CHANNEL_WIDE = frozenset(spec.name for spec in COMMAND_TABLE if spec.scope == "channel")
 
@@ -98,6 +109,7 @@ __all__ = [
     "COMMANDS",
     "COMMAND_TABLE",
     "CommandSpec",
+    "Refused",
     "help_text",
     "parse_command",
 ]

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from core.audit import AuditLog
 from core.store import open_store
 from tests.process import REPO, child_env, parley, write_config
@@ -76,6 +78,38 @@ async def test_appenders_killed_mid_append_on_postgresql(tmp_path: Path) -> None
         await _kill_appenders(config, url)
 
 
+async def test_verify_fails_when_the_last_row_and_the_head_are_deleted_on_postgresql(
+    tmp_path: Path,
+) -> None:
+    """The attack of issue 38 on PostgreSQL: with the triggers in place the head cannot
+    be deleted nor the log truncated; with them dropped (as the owner can), deleting the
+    last row and the head fails `parley audit --verify`."""
+    import psycopg
+
+    async with postgres_schema() as url:
+        config = write_config(tmp_path)
+        text = config.read_text().replace(f'path = "{tmp_path / "parley.db"}"', f'url = "{url}"')
+        config.write_text(text)
+        store = await open_store(url)
+        for i in range(3):
+            await AuditLog(store).append("command", "console", {"command": f"/provider p{i}"})
+        await store.aclose()
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            for refused in ("DELETE FROM audit_head", "TRUNCATE audit_log, audit_head"):
+                with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+                    await conn.execute(refused)
+            await conn.execute("DROP TRIGGER audit_log_append_only ON audit_log")
+            await conn.execute("DROP TRIGGER audit_head_follows_the_log ON audit_head")
+            await conn.execute("DELETE FROM audit_log WHERE seq = 3")
+            await conn.execute("DELETE FROM audit_head")
+        code, out, _ = await parley("--config", str(config), "audit", "--verify", env=child_env())
+    assert (code, out) == (
+        1,
+        "audit log BROKEN at row 3: the head row was removed; rows after 2 may have been "
+        "removed with it\n",
+    )
+
+
 async def _kill_appenders(config: Path, target: Path | str) -> None:
     """Two processes append in a loop; each is SIGKILLed mid-stream; then `parley audit
     --verify` finds every row whole and chained."""
@@ -97,8 +131,10 @@ async def _kill_appenders(config: Path, target: Path | str) -> None:
     assert count >= seen  # every row an appender saw committed is there
 
 
-async def _verify_after(tmp_path: Path, trigger: str, tampering: str) -> tuple[int, str]:
-    """Three audit rows, then `tampering` done to the file past its guard `trigger` (as
+async def _verify_after(
+    tmp_path: Path, triggers: list[str], *tampering: str, anchor: str = ""
+) -> tuple[int, str]:
+    """Three audit rows, then `tampering` done to the file past its guards `triggers` (as
     someone with the file would); `parley audit --verify`'s exit code and output."""
     config = write_config(tmp_path)
     store = await open_store(tmp_path / "parley.db")
@@ -107,18 +143,23 @@ async def _verify_after(tmp_path: Path, trigger: str, tampering: str) -> tuple[i
         await audit.append("command", "console", {"command": f"/provider p{i}"})
     await store.aclose()
     conn = sqlite3.connect(tmp_path / "parley.db")
-    conn.execute(f"DROP TRIGGER {trigger}")
-    conn.execute(tampering)
+    for trigger in triggers:
+        conn.execute(f"DROP TRIGGER {trigger}")
+    for sql in tampering:
+        conn.execute(sql)
     conn.commit()
     conn.close()
-    code, out, _ = await parley("--config", str(config), "audit", "--verify", env=child_env())
+    more = ["--anchor", anchor] if anchor else []
+    code, out, _ = await parley(
+        "--config", str(config), "audit", "--verify", *more, env=child_env()
+    )
     return code, out
 
 
 async def test_verify_fails_naming_an_edited_row(tmp_path: Path) -> None:
     code, out = await _verify_after(
         tmp_path,
-        "audit_log_no_update",
+        ["audit_log_no_update"],
         "UPDATE audit_log SET actor = 'someone else' WHERE seq = 2",
     )
     assert code == 1
@@ -127,10 +168,66 @@ async def test_verify_fails_naming_an_edited_row(tmp_path: Path) -> None:
 
 async def test_verify_fails_naming_a_deleted_row(tmp_path: Path) -> None:
     code, out = await _verify_after(
-        tmp_path, "audit_log_no_delete", "DELETE FROM audit_log WHERE seq = 1"
+        tmp_path, ["audit_log_no_delete"], "DELETE FROM audit_log WHERE seq = 1"
     )
     assert code == 1
     assert "row 1 was removed" in out
+
+
+async def test_the_head_cannot_be_deleted_while_its_trigger_stands(tmp_path: Path) -> None:
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        await _verify_after(tmp_path, ["audit_log_no_delete"], "DELETE FROM audit_head")
+
+
+async def test_verify_fails_when_the_last_row_and_the_head_are_deleted(tmp_path: Path) -> None:
+    """The attack of issue 38: the last row and the head deleted (their triggers dropped
+    first, as the file's owner can) no longer pass for a whole log."""
+    code, out = await _verify_after(
+        tmp_path,
+        ["audit_log_no_delete", "audit_head_no_delete"],
+        "DELETE FROM audit_log WHERE seq = 3",
+        "DELETE FROM audit_head",
+    )
+    assert (code, out) == (
+        1,
+        "audit log BROKEN at row 3: the head row was removed; rows after 2 may have been "
+        "removed with it\n",
+    )
+
+
+async def test_a_log_cut_back_with_its_head_fails_against_the_printed_anchor(
+    tmp_path: Path,
+) -> None:
+    """`--verify` prints the head as SEQ:HASH; kept elsewhere and given back as
+    `--anchor`, it shows a log whose last row was deleted and its head moved back (which
+    alone reads as a whole, shorter log)."""
+    config = write_config(tmp_path)
+    store = await open_store(tmp_path / "parley.db")
+    for i in range(3):
+        await AuditLog(store).append("command", "console", {"command": f"/provider p{i}"})
+    await store.aclose()
+    verify = ("--config", str(config), "audit", "--verify")
+    code, out, _ = await parley(*verify, env=child_env())
+    assert code == 0
+    anchor = out.rsplit("; head ", 1)[1].strip()
+    assert anchor.startswith("3:")
+    conn = sqlite3.connect(tmp_path / "parley.db")
+    for trigger in ("audit_log_no_delete", "audit_head_follows_the_log"):
+        conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("DELETE FROM audit_log WHERE seq = 3")
+    conn.execute("UPDATE audit_head SET seq = 2, hash = (SELECT hash FROM audit_log WHERE seq = 2)")
+    conn.commit()
+    conn.close()
+    code, out, _ = await parley(*verify, env=child_env())
+    assert code == 0  # the edge the store alone cannot see
+    code, out, _ = await parley(*verify, "--anchor", anchor, env=child_env())
+    assert (code, out) == (
+        1,
+        "audit log BROKEN at row 3: row 3 was removed (the log ends at 2; the anchor names it)\n",
+    )
+    code, _, err = await parley(*verify, "--anchor", "3:xyz", env=child_env())
+    assert code == 2
+    assert "--anchor '3:xyz' is not SEQ:HASH" in err
 
 
 async def test_audit_lists_entries_since(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -122,6 +122,18 @@ class Agent:
         queued run (before this returns, so before the platform hears "received") and
         answered in order. False if it was a duplicate delivery."""
         return await self._take_in(inbound, responder, None)
+
+    async def record_unreadable(self, channel: str, event_id: str, problem: str, raw: str) -> None:
+        """`core.chat.AgentPort.record_unreadable`: the event and the seen mark go out in
+        one commit, so a redelivery after a crash is recorded once."""
+        if event_id and await self.store.seen(channel, event_id):
+            return
+        data = {"channel": channel, "id": event_id, "problem": problem, "raw": raw}
+        self.events.emit("channel.event.unparsable", data)
+        if event_id:
+            await self.store.mark_seen(channel, event_id)  # flushes the event too
+        else:
+            await self.store.flush()
 
     async def run(self, inbound: Inbound, responder: Responder | None = None) -> RunReport:
         """Like `submit`, then wait for the message's run to end and report how it did.
@@ -292,6 +304,14 @@ class Agent:
     ) -> ApprovalRequest | None:
         """`core.chat.AgentPort.answer_approval`."""
         return await self.approvals.answer(request_id, allow, user_name, scope)
+
+    async def approval_refused(
+        self, request_id: str, channel: str, user_id: str, user_name: str, groups: Sequence[str]
+    ) -> None:
+        """`core.chat.AgentPort.approval_refused`."""
+        roles = self.roles.of(channel, user_id, groups).names
+        who = {"name": user_name, "roles": roles}
+        await self.approvals.refused(request_id, f"{channel}:{user_id}", who)
 
     # --- runs ---------------------------------------------------------------------------
 

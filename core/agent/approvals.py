@@ -335,6 +335,24 @@ class ApprovalDesk:
         )
         return ApprovalRequest(row.id, row.tool, row.summary, row.reason, 0.0, prompt=row.prompt)
 
+    async def refused(self, request_id: str, actor: str, who: dict[str, str]) -> None:
+        """`AgentPort.approval_refused`: `actor` clicked request `request_id`'s prompt but
+        may not answer it; recorded with the request's tool and run where it is known (a
+        click may name a request long gone, or none at all)."""
+        if self.audit is None:
+            return
+        detail: dict[str, Any] = {"request": request_id, **who}
+        conv = ""
+        try:
+            row = await self.store.approval(request_id)
+        except StoreError:
+            log.warning("approval %s: the refused click's request was not read", request_id)
+            row = None
+        if row is not None:
+            detail |= {"tool": row.tool, "run": row.run_id}
+            conv = row.conv
+        self.audit.record("approval.refused", actor, detail, conv=conv)
+
 
 class LaneApprover:
     """A lane's approver (`core.tools.base.CallApprover`): asks through the lane's current

@@ -14,7 +14,7 @@ from dataclasses import replace
 from core.agent.grants import grants_command
 from core.agent.lane import Lane, LaneHost
 from core.chat import Inbound, Responder
-from core.command_table import COMMANDS, help_text, parse_command
+from core.command_table import COMMANDS, Refused, help_text, parse_command
 from core.cost.commands import budget_command, cache_status, usage_command
 from core.events import discard
 from core.instructions.command import instructions_command
@@ -25,6 +25,7 @@ from core.tools.sandbox import jail_of
 from core.tools.site import site_for
 
 HELP = help_text()
+_WithInbound = Callable[[Lane, Inbound, str], Awaitable[str | Refused]]
 
 
 class Commands:
@@ -45,7 +46,7 @@ class Commands:
             "journal": self._journal,
         }
         # Commands that act for the person asking get the whole message.
-        self._with_inbound: dict[str, Callable[[Lane, Inbound, str], Awaitable[str]]] = {
+        self._with_inbound: dict[str, _WithInbound] = {
             "memory": self._memory,
             "instructions": self._instructions,
             "grants": self._grants,
@@ -63,30 +64,41 @@ class Commands:
             return False
         name, args = parsed
         self.agent.events.emit("agent.command", {"command": name}, conv=lane.conv_id)
-        if (refusal := self._refusal(lane, inbound, name, args)) is not None:
+        person = self.agent.roles.of(inbound.channel, inbound.user_id, inbound.groups)
+        if (refusal := person.command_refusal(name, args)) is not None:
+            self._audit(lane, inbound, person.names, f"/{name} {args}", refusal)
             await responder.send(refusal)
             return True
-        if name in self._with_inbound:
-            reply: str | None = await self._with_inbound[name](lane, inbound, args)
-        else:
-            reply = await self._handlers[name](lane, args, responder)
-        if reply:
-            await responder.send(reply)
+        reply: str | Refused | None = None
+        try:
+            if name in self._with_inbound:
+                reply = await self._with_inbound[name](lane, inbound, args)
+            else:
+                reply = await self._handlers[name](lane, args, responder)
+        finally:
+            # After the handler, which may refuse by a rule of its own (`Refused`): every
+            # refusal is audited as one, whichever layer made it (docs/governance.md).
+            refused = reply.text if isinstance(reply, Refused) else None
+            if refused is not None or audited(name, args):
+                self._audit(lane, inbound, person.names, f"/{name} {args}", refused)
+        text = reply.text if isinstance(reply, Refused) else reply
+        if text:
+            await responder.send(text)
         return True
 
-    def _refusal(self, lane: Lane, inbound: Inbound, name: str, args: str) -> str | None:
-        """Why the sender's role may not run `/name args` (docs/governance.md#roles), else
-        None; either way an admin command or a refusal goes to the audit log."""
-        person = self.agent.roles.of(inbound.channel, inbound.user_id, inbound.groups)
-        refusal = person.command_refusal(name, args)
-        if refusal is not None or audited(name, args):
-            actor = f"{inbound.channel}:{inbound.user_id}" if inbound.user_id else inbound.channel
-            detail = {"command": f"/{name} {args}".strip(), "roles": person.names}
-            if inbound.user_name and inbound.user_name != inbound.user_id:
-                detail["name"] = inbound.user_name
-            kind = "command" if refusal is None else "command.refused"
-            self.agent.audit.record(kind, actor, detail, conv=lane.conv_id)
-        return refusal
+    def _audit(
+        self, lane: Lane, inbound: Inbound, roles: str, command: str, refusal: str | None
+    ) -> None:
+        """Record an admin command as `command`, or any refused one (with why) as
+        `command.refused` (docs/governance.md#the-audit-log)."""
+        actor = f"{inbound.channel}:{inbound.user_id}" if inbound.user_id else inbound.channel
+        detail = {"command": command.strip(), "roles": roles}
+        if inbound.user_name and inbound.user_name != inbound.user_id:
+            detail["name"] = inbound.user_name
+        if refusal is not None:
+            detail["reason"] = refusal
+        kind = "command" if refusal is None else "command.refused"
+        self.agent.audit.record(kind, actor, detail, conv=lane.conv_id)
 
     async def _help(self, lane: Lane, args: str, responder: Responder) -> str:
         return HELP
@@ -282,7 +294,7 @@ class Commands:
     async def _usage(self, lane: Lane, inbound: Inbound, args: str) -> str:
         return await usage_command(self.agent.ledger, inbound.asker(lane.conv_id), args)
 
-    async def _budget(self, lane: Lane, inbound: Inbound, args: str) -> str:
+    async def _budget(self, lane: Lane, inbound: Inbound, args: str) -> str | Refused:
         """Admins see and change budgets: today the channel's approvers (docs/cost.md)."""
         approvers = self.agent.factory.approvers(inbound.channel)
         admin = approvers is None or inbound.user_id in approvers

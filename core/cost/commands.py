@@ -4,6 +4,7 @@ budgets, which approvers (the admin role) may raise."""
 from __future__ import annotations
 
 from core.chat import Asker
+from core.command_table import Refused
 from core.cost.meter import Ledger, Who, periods, usd
 from core.cost.report import period_start, summarize
 from core.cost.settings import BUDGET_NAMES
@@ -43,17 +44,19 @@ def _line(label: str, calls: list[LlmCall]) -> str:
     )
 
 
-async def budget_command(ledger: Ledger, asker: Asker, args: str, admin: bool) -> tuple[str, bool]:
+async def budget_command(
+    ledger: Ledger, asker: Asker, args: str, admin: bool
+) -> tuple[str | Refused, bool]:
     """`/budget`: each budget, its limit and what its period here has spent;
-    `/budget set NAME USD` raises (or lowers) one, for admins. The reply, and whether a
-    budget changed."""
+    `/budget set NAME USD` raises (or lowers) one, for admins (anyone else's is
+    `Refused`). The reply, and whether a budget changed."""
     words = args.split()
     if not words:
         return await _budgets(ledger, asker), False
     if words[0] != "set" or len(words) != 3:
         return BUDGET_HELP, False
     if not admin:
-        return "Only admins (this channel's approvers) can change a budget.", False
+        return Refused("Only admins (this channel's approvers) can change a budget."), False
     name = words[1]
     try:
         amount = float(words[2].lstrip("$"))

@@ -7,7 +7,9 @@ holds the last row's number and hash: an append reads it under a lock that seria
 chain (SQLite's write lock; `SELECT … FOR UPDATE` on PostgreSQL), inserts the row and
 moves the head, all in one transaction — a process killed at any point leaves either the
 whole row or none of it. The head also shows a removed last row, which the chain alone
-could not.
+could not; triggers keep it like the rows (it only moves to the row appended after it),
+and a missing head fails verification. A log cut back with its head moved back is only
+caught by a head kept outside the store (`check_anchor`).
 """
 
 from __future__ import annotations
@@ -79,13 +81,15 @@ class Problem:
     """The first place where the log is not what was appended."""
 
     seq: int
-    what: str  # "changed" | "removed"
+    what: str  # "changed" | "removed" | "added" (a row the head never moved to)
     text: str
 
 
 def verify_chain(rows: Sequence[AuditRow], head: tuple[int, str] | None) -> Problem | None:
     """Recompute the chain of `rows` (the whole log, in order) against the `head`; the
-    first row that was changed or removed, or None if the log is whole."""
+    first row that was changed, removed or added past the head, or None if the log is
+    whole. A migrated store always has its head row: without it, nothing vouches for the
+    log's end, so a missing head is a problem even with no rows."""
     prev, expected = "", 1
     for row in rows:
         if row.seq != expected:
@@ -100,16 +104,53 @@ def verify_chain(rows: Sequence[AuditRow], head: tuple[int, str] | None) -> Prob
                 row.seq, "changed", f"row {row.seq} was changed (its hash does not match)"
             )
         prev, expected = row.hash, expected + 1
-    last = expected - 1
-    if head is not None and head[0] > last:
+    return _against_head(expected - 1, prev, head)
+
+
+def _against_head(last: int, last_hash: str, head: tuple[int, str] | None) -> Problem | None:
+    """Whether the log's last row (`last`, 0 for none) is the one its head names."""
+    if head is None:
+        after = f"rows after {last}" if last else "every row"
+        return Problem(
+            last + 1, "removed", f"the head row was removed; {after} may have been removed with it"
+        )
+    if head[0] > last:
         return Problem(
             last + 1,
             "removed",
             f"row {last + 1} was removed (the log ends at {last}, its head at {head[0]})",
         )
-    if head is not None and head[0] == last and head[1] != prev:
+    if head[0] < last:
+        return Problem(
+            head[0] + 1,
+            "added",
+            f"row {head[0] + 1} was added outside an append (the head is at {head[0]})",
+        )
+    if head[1] != last_hash:
         return Problem(last, "changed", f"row {last} was changed (it does not match the head)")
     return None
 
 
-__all__ = ["AuditRow", "Problem", "audit_row", "canonical", "chain_hash", "verify_chain"]
+def check_anchor(rows: Sequence[AuditRow], anchor: tuple[int, str]) -> Problem | None:
+    """Whether row `anchor[0]` is still the row whose hash began with `anchor[1]` when
+    an earlier `--verify` printed it (kept outside the store): a log cut back to an
+    earlier row, with its head moved back, verifies on its own but fails this."""
+    seq, prefix = anchor
+    row = rows[seq - 1] if 0 < seq <= len(rows) and rows[seq - 1].seq == seq else None
+    if row is None:
+        ends = f"the log ends at {len(rows)}"
+        return Problem(seq, "removed", f"row {seq} was removed ({ends}; the anchor names it)")
+    if not row.hash.startswith(prefix.lower()):
+        return Problem(seq, "changed", f"row {seq} is not the row the anchor names")
+    return None
+
+
+__all__ = [
+    "AuditRow",
+    "Problem",
+    "audit_row",
+    "canonical",
+    "chain_hash",
+    "check_anchor",
+    "verify_chain",
+]

@@ -8,7 +8,7 @@ import sqlite3
 
 import aiosqlite
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -213,6 +213,19 @@ _MIGRATIONS: dict[int, str] = {
         run_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, user_name TEXT NOT NULL,
         groups TEXT NOT NULL
     );
+    """,
+    # The audit log's head is kept like its rows (docs/governance.md#the-audit-log): never
+    # deleted nor inserted again, and moved only to the row just appended after it.
+    15: """
+    CREATE TRIGGER audit_head_no_delete BEFORE DELETE ON audit_head
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+    CREATE TRIGGER audit_head_no_insert BEFORE INSERT ON audit_head
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+    CREATE TRIGGER audit_head_follows_the_log BEFORE UPDATE ON audit_head
+    WHEN NEW.id IS NOT OLD.id OR NEW.seq IS NOT OLD.seq + 1 OR NOT EXISTS (
+        SELECT 1 FROM audit_log WHERE seq = NEW.seq AND prev = OLD.hash AND hash = NEW.hash
+    )
+    BEGIN SELECT RAISE(ABORT, 'the audit head only moves to the row appended after it'); END;
     """,
 }
 

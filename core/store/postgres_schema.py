@@ -214,6 +214,29 @@ _MIGRATIONS: dict[int, str] = {
         groups TEXT NOT NULL
     );
     """,
+    # The audit log's head is kept like its rows (docs/governance.md#the-audit-log): never
+    # deleted nor inserted again, and moved only to the row just appended after it. Row
+    # triggers do not fire on TRUNCATE: a statement trigger refuses it on both tables.
+    15: """
+    CREATE FUNCTION audit_head_follows_the_log() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP <> 'UPDATE' THEN
+            RAISE EXCEPTION 'the audit log is append-only';
+        END IF;
+        IF NEW.id IS DISTINCT FROM OLD.id OR NEW.seq IS DISTINCT FROM OLD.seq + 1
+            OR NOT EXISTS (SELECT 1 FROM audit_log
+                           WHERE seq = NEW.seq AND prev = OLD.hash AND hash = NEW.hash) THEN
+            RAISE EXCEPTION 'the audit head only moves to the row appended after it';
+        END IF;
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER audit_head_follows_the_log BEFORE INSERT OR UPDATE OR DELETE ON audit_head
+    FOR EACH ROW EXECUTE FUNCTION audit_head_follows_the_log();
+    CREATE TRIGGER audit_head_no_truncate BEFORE TRUNCATE ON audit_head
+    FOR EACH STATEMENT EXECUTE FUNCTION audit_log_append_only();
+    CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
+    FOR EACH STATEMENT EXECUTE FUNCTION audit_log_append_only();
+    """,
 }
 assert sorted(_MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import pytest
@@ -180,6 +180,7 @@ class StoreAgent:
     def __init__(self, stored: ApprovalRequest | None) -> None:
         self.stored = stored
         self.answers: list[tuple[str, bool, str]] = []
+        self.refused: list[tuple[str, str, str]] = []
 
     async def submit(self, inbound: object, responder: object) -> bool:
         raise AssertionError("not used")
@@ -189,6 +190,11 @@ class StoreAgent:
     ) -> ApprovalRequest | None:
         self.answers.append((request_id, allow, user_name))
         return self.stored
+
+    async def approval_refused(
+        self, request_id: str, channel: str, user_id: str, user_name: str, groups: Sequence[str]
+    ) -> None:
+        self.refused.append((request_id, channel, user_id))
 
 
 class SettledPrompts:
@@ -241,12 +247,13 @@ async def test_a_restart_leaves_the_prompt_as_it_is() -> None:
 
 
 async def test_a_click_on_a_request_from_before_a_restart_is_answered_through_the_agent() -> None:
-    approvals = Approvals(["U1"])
+    approvals = Approvals(["U1"], platform="slack")
     old = PromptRef("chat-1", "m3", "Approve?")
     agent, settled = StoreAgent(replace(make_request("old1"), prompt=old)), SettledPrompts()
     click = functools.partial(approvals.resolve_click, agent=agent, settle=settled)
     assert await click("old1", "U2", "Mallory", True) == "not_approver"
     assert agent.answers == []  # never reaches the store
+    assert agent.refused == [("old1", "slack", "U2")]  # but the audit log
     assert await click("old1", "U1", "Ann", False) == "ok"
     assert agent.answers == [("old1", False, "Ann")]
     assert settled.settled == [(old, "❌ Denied by Ann")]

@@ -1,7 +1,7 @@
 """Roles through the real adapters and their fakes (docs/governance.md#roles): a Discord
 member's role ids, a Slack user's user groups (usergroups.list) and Telegram user ids give
 roles; only a role that approves answers a prompt, and anyone else is told which role is
-needed."""
+needed, and their click is audited (`approval.refused`)."""
 
 from __future__ import annotations
 
@@ -95,6 +95,14 @@ async def _approve_as_oncall(fake: FakeDiscord, agent: Any, junk: Path) -> None:
     rows = await read_rows(agent.store)
     granted = [r for r in rows if r.kind == "approval.granted"]
     assert [r.actor for r in granted] == ["olga"]
+    # A click refused is recorded too: one from outside allow_users, one from a member.
+    refused = [r for r in rows if r.kind == "approval.refused"]
+    assert [r.actor for r in refused] == [f"discord:{STRANGER.id}", f"discord:{USER.id}"]
+    assert [r.detail["name"] for r in refused] == ["mallory", "alice"]
+    assert {(r.detail["tool"], r.detail["roles"], r.conv) for r in refused} == {
+        ("bash", "member", granted[0].conv)
+    }
+    assert refused[0].detail["request"] == granted[0].detail["request"]
 
 
 async def test_slack_user_groups_give_roles_to_messages_and_clicks(
@@ -147,7 +155,15 @@ async def test_slack_a_user_group_approves(fake_llm: FakeLLM, tmp_path: Path) ->
             assert note.params["text"] == "Only approvers (role admin) can answer this request."
             await fake.click("D1", prompt.ts, APPROVE_ACTION, user="U3")
             await final_text(fake, "D1", None, "Removed it.")
+            await agent.audit.flush()
+            rows = await read_rows(agent.store)
     assert not junk.exists()
+    [refused] = [r for r in rows if r.kind == "approval.refused"]
+    assert (refused.actor, refused.detail["tool"], refused.detail["roles"]) == (
+        "slack:U1",
+        "bash",
+        "member",
+    )
 
 
 async def test_telegram_user_ids_give_roles_to_commands_and_clicks(
@@ -190,6 +206,14 @@ async def test_telegram_user_ids_give_roles_to_commands_and_clicks(
             fake.click(ALICE, BOB.id, prompt["message_id"], tg_button(prompt, "Approve"))
             await fake.wait_until(lambda: "Removed the junk." in fake.texts(BOB.id), what="done")
             await agent.wait_idle()
+            await agent.audit.flush()
+            rows = await read_rows(agent.store)
         finally:
             await channel.stop()
     assert not junk.exists()
+    [refused] = [r for r in rows if r.kind == "approval.refused"]
+    assert (refused.actor, refused.detail["tool"], refused.detail["roles"]) == (
+        f"telegram:{BOB.id}",
+        "bash",
+        "guest",
+    )

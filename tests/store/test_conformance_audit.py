@@ -3,7 +3,8 @@ hash chain, read back whole, and `verify` names the first row changed or removed
 queued run's sender (core/store/sender_tables.py), which roles are decided from.
 
 Tampering is done with SQL through the store's raw `write` (the triggers that keep the
-table append-only are dropped first, as someone with the database's owner rights can)."""
+log and its head append-only are dropped first, as someone with the database's owner
+rights can); with them in place, the same SQL is refused."""
 
 from __future__ import annotations
 
@@ -15,14 +16,23 @@ import pytest
 from core.audit import AuditLog, read_rows, verify
 from core.errors import StoreError
 from core.store import Store
+from core.store.audit_rows import chain_hash
 from tests.store.conftest import Reopen
 
 _DROP_TRIGGERS = {
     "sqlite": [
         "DROP TRIGGER audit_log_no_update",
         "DROP TRIGGER audit_log_no_delete",
+        "DROP TRIGGER audit_head_no_delete",
+        "DROP TRIGGER audit_head_no_insert",
+        "DROP TRIGGER audit_head_follows_the_log",
     ],
-    "postgres": ["DROP TRIGGER audit_log_append_only ON audit_log"],
+    "postgres": [
+        "DROP TRIGGER audit_log_append_only ON audit_log",
+        "DROP TRIGGER audit_log_no_truncate ON audit_log",
+        "DROP TRIGGER audit_head_follows_the_log ON audit_head",
+        "DROP TRIGGER audit_head_no_truncate ON audit_head",
+    ],
 }
 
 
@@ -82,6 +92,29 @@ async def test_the_table_refuses_updates_and_deletes(store: Store) -> None:
     assert await verify(store) == (3, None)
 
 
+@pytest.mark.store_failures_expected
+async def test_the_head_refuses_deletes_inserts_and_moves_but_an_append(store: Store) -> None:
+    """The head is kept like the rows: it only ever moves to the row appended after it."""
+    await _three(store)
+    rows = await read_rows(store)
+    write = store.write  # type: ignore[attr-defined]
+    refused = [
+        "DELETE FROM audit_head",
+        "INSERT INTO audit_head (id, seq, hash) VALUES (2, 0, '')",
+        f"UPDATE audit_head SET seq = 2, hash = '{rows[1].hash}'",  # back to row 2
+        "UPDATE audit_head SET seq = 4, hash = 'f00'",  # to a row never appended
+        f"UPDATE audit_head SET seq = 3, hash = '{rows[2].hash}'",  # in place
+    ]
+    if _backend(store) == "postgres":  # row triggers do not fire on TRUNCATE
+        refused += ["TRUNCATE audit_log", "TRUNCATE audit_head", "TRUNCATE audit_log, audit_head"]
+    for sql in refused:
+        with pytest.raises(StoreError):
+            await write(sql)
+    assert await verify(store) == (3, None)
+    await AuditLog(store).append("command", "console", {"command": "/clear"})
+    assert await verify(store) == (4, None)
+
+
 async def test_verify_names_an_edited_row(store: Store) -> None:
     await _three(store)
     await _tamper(store, 'UPDATE audit_log SET detail = \'{"tool":"ls"}\' WHERE seq = 2')
@@ -105,6 +138,65 @@ async def test_verify_names_a_deleted_last_row(store: Store) -> None:
     _, problem = await verify(store)
     assert problem is not None
     assert (problem.seq, problem.what) == (3, "removed")
+
+
+async def test_verify_fails_when_the_last_row_and_the_head_are_deleted(store: Store) -> None:
+    await _three(store)
+    await _tamper(store, "DELETE FROM audit_log WHERE seq = 3")
+    await store.write("DELETE FROM audit_head")  # type: ignore[attr-defined]
+    assert await store.audit_head() is None
+    count, problem = await verify(store)
+    assert count == 2
+    assert problem is not None
+    assert (problem.seq, problem.what) == (3, "removed")
+    assert "the head row was removed" in problem.text
+
+
+async def test_verify_fails_when_every_row_and_the_head_are_deleted(store: Store) -> None:
+    await _three(store)
+    await _tamper(store, "DELETE FROM audit_log")
+    await store.write("DELETE FROM audit_head")  # type: ignore[attr-defined]
+    count, problem = await verify(store)
+    assert count == 0
+    assert problem is not None
+    assert (problem.seq, problem.what) == (1, "removed")
+
+
+async def test_verify_names_a_row_added_past_the_head(store: Store) -> None:
+    """A row inserted with a correct hash but without moving the head (as an append
+    would, in the same transaction) shows."""
+    await _three(store)
+    last = (await read_rows(store))[-1]
+    digest = chain_hash(last.hash, 4, 1.0, "command", "console", "", "{}")
+    await store.write(  # type: ignore[attr-defined]
+        "INSERT INTO audit_log (seq, at, kind, actor, conv, detail, prev, hash) "
+        f"VALUES (4, 1.0, 'command', 'console', '', '{{}}', '{last.hash}', '{digest}')"
+    )
+    _, problem = await verify(store)
+    assert problem is not None
+    assert (problem.seq, problem.what) == (4, "added")
+
+
+async def test_a_log_cut_back_with_its_head_fails_only_against_an_anchor(store: Store) -> None:
+    """The edge the store cannot see alone (docs/governance.md#the-audit-log): someone
+    who drops the triggers, deletes the last rows and moves the head back leaves a whole,
+    shorter chain. The head printed by an earlier verify, kept elsewhere, shows it."""
+    await _three(store)
+    rows = await read_rows(store)
+    anchor = (3, rows[2].hash[:16])
+    assert await verify(store, anchor) == (3, None)
+    await _tamper(store, "DELETE FROM audit_log WHERE seq = 3")
+    await store.write(  # type: ignore[attr-defined]
+        f"UPDATE audit_head SET seq = 2, hash = '{rows[1].hash}'"
+    )
+    assert await verify(store) == (2, None)
+    _, problem = await verify(store, anchor)
+    assert problem is not None
+    assert (problem.seq, problem.what) == (3, "removed")
+    assert (await verify(store, (2, rows[1].hash[:16])))[1] is None
+    _, problem = await verify(store, (2, rows[2].hash[:16]))
+    assert problem is not None
+    assert (problem.seq, problem.what) == (2, "changed")
 
 
 async def test_a_rehashed_row_still_breaks_the_next_link(store: Store) -> None:
