@@ -25,10 +25,13 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
 # The operator's page is tested in Debian's headless chromium (tests/operate/test_page_browser.py):
-# installed here when missing and running as root (CI); elsewhere the test says how, and skips.
+# installed here with apt-get when missing and running as root (CI), saying so first; with
+# NO_APT=1, or not root, nothing is installed: the test says how, and skips.
+NO_APT ?=
 browser:
 	@if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && [ -z "$(NO_APT)" ] && command -v apt-get >/dev/null; then \
+	    echo "make: installing Debian packages chromium and chromium-driver with apt-get (running as root; NO_APT=1 skips): the operator's page test drives a headless browser"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else echo "make: no chromium/chromedriver (apt-get install chromium chromium-driver): the browser test will skip"; fi; \
 	fi

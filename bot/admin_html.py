@@ -5,7 +5,9 @@ fixed markup and numbers."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import html
 import json
 
@@ -22,6 +24,17 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .usage{display:flex;flex-wrap:wrap;gap:2em;align-items:flex-start}
 .usage svg{border:1px solid #ccc;background:#fcfcfc}
 """
+
+_STYLE_HASH = base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
+CSP = (
+    "default-src 'none'; "
+    f"style-src 'sha256-{_STYLE_HASH}'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+"""The page's Content-Security-Policy, as docs/operations.md#the-operators-page states it:
+no script, image, font, frame or connection at all; of styles only the one `<style>`
+element below (`STYLE`, by its hash — an injected `<style>` or `style=` would restyle
+nothing, e.g. hide a row); the login form posts only here; no other site may frame it."""
 
 
 def e(value: object) -> str:
@@ -82,4 +95,4 @@ def ago(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-__all__ = ["STYLE", "ago", "cap", "e", "json_text", "page", "pre", "table", "when"]
+__all__ = ["CSP", "STYLE", "ago", "cap", "e", "json_text", "page", "pre", "table", "when"]

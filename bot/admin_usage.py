@@ -1,7 +1,7 @@
 """Usage and cost per day on the operator's page (docs/operations.md#the-operators-page):
-the last `DAYS` days (UTC) as an inline SVG bar chart — drawn on the server, no script,
-so the page's `Content-Security-Policy: default-src 'none'` holds — with a table of the
-days beside it and one of the models below. The sums are `parley usage`'s own
+the last `DAYS` days (UTC) as an inline SVG bar chart — drawn on the server, no script
+and no `style=`, so the page's Content-Security-Policy (`bot.admin_html.CSP`) holds —
+with a table of the days beside it and one of the models below. The sums are `parley usage`'s own
 (`core.cost.report.summarize` over `UsageStore.llm_calls`, docs/cost.md#usage)."""
 
 from __future__ import annotations

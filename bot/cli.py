@@ -20,7 +20,8 @@ from bot.collector import pause_collector, start_up_done
 if TYPE_CHECKING:
     from bot.app import App
     from core.agent.conversation import Conversation
-    from core.tools.base import Approver
+    from core.errors import ConfigError
+    from core.tools.base import Approver, RoleGate
 
 EXIT_CONFIG = 2
 
@@ -74,6 +75,12 @@ def _parser() -> argparse.ArgumentParser:
         "--verify",
         action="store_true",
         help="recompute the hash chain; exit 1 naming the first row changed or removed",
+    )
+    audit.add_argument(
+        "--anchor",
+        metavar="SEQ:HASH",
+        help="with --verify: also check that row SEQ still has the hash an earlier "
+        "--verify printed (kept outside the store)",
     )
     usage = sub.add_parser("usage", help="what LLM calls cost, as a table (or CSV)")
     usage.add_argument(
@@ -148,6 +155,14 @@ def _fail(message: str, code: int = EXIT_CONFIG) -> int:
     return code
 
 
+def _config_problem(exc: ConfigError, path: Path | None) -> int:
+    """Report a configuration problem, naming the file actually read (`--config`'s or
+    $PARLEY_CONFIG's), also for a problem found after reading it (`ConfigError.in_file`)."""
+    if path is not None:
+        exc.in_file(path)
+    return _fail(f"configuration problem\n{exc}")
+
+
 def _build_app(config_path: Path, *, stateless: bool = False) -> App:
     """The application; `stateless` for a one-shot turn (see `build_registry`)."""
     from bot.app import App, build_registry
@@ -173,7 +188,8 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
             approver = ConsoleApprover(reader, sys.stderr, timeout)
             await app.start_mcp()
             try:
-                return await _one_shot(app.conversation(provider_name), message, approver)
+                conversation = app.conversation(provider_name)
+                return await _one_shot(conversation, message, approver, app.terminal_role())
             finally:
                 await app.stop_mcp()
         sys.stderr.write(f"parley: {app.jail.describe()}\n")
@@ -196,18 +212,27 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         await app.aclose()
 
 
-async def _one_shot(conversation: Conversation, message: str, approver: Approver) -> int:
+async def _one_shot(
+    conversation: Conversation, message: str, approver: Approver, role: RoleGate | None
+) -> int:
     """`parley chat -m`: one stateless turn on a conversation of its own, outside the
-    agent; the answer streams to stdout as it arrives (see `ConsoleRenderer` for a file
-    or a pipe)."""
+    agent, under the terminal's `role` (docs/governance.md#roles: a tool it refuses is
+    neither offered nor run); the answer streams to stdout as it arrives (see
+    `ConsoleRenderer` for a file or a pipe)."""
+    import secrets
+
     from channels.console import ConsoleRenderer
     from core.chat import valid_text
     from core.errors import ContextLimitExceeded, ProviderError
     from core.run_context import RunContext
+    from core.tools.site import one_off_site
 
     # stdout captured (a file or a pipe) holds exactly the answer (docs/channels.md#terminal)
     renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=False, exact=not sys.stdout.isatty())
-    ctx = RunContext(sink=renderer, approver=approver)
+    # artifacts of this run's own: every one-shot run is outside any conversation
+    site = one_off_site(conversation.executor.ctx.sandbox, secrets.token_hex(8))
+    conversation.place(site)
+    ctx = RunContext(sink=renderer, approver=approver, role=role, site=site)
     try:
         outcome = await conversation.turn(valid_text(message), ctx)
     except (ProviderError, ContextLimitExceeded) as exc:
@@ -248,7 +273,7 @@ async def _jobs(app: App, action: str, name: str | None) -> int:
             for channel in channels.values():
                 await channel.stop()
     except ConfigError as exc:
-        return _fail(f"configuration problem\n{exc}")
+        return _config_problem(exc, app.config.source)
     finally:
         await app.aclose()
     sys.stdout.write(f"{name}: {result.state}, delivered: {result.delivery}\n")
@@ -315,11 +340,12 @@ def _command(args: argparse.Namespace) -> int:
         return _fail(problem)
     from core.errors import ConfigError
 
+    config_path = _config_path(args.config)
     try:
         one_shot = args.command == "chat" and args.message is not None
-        app = _build_app(_config_path(args.config), stateless=one_shot)
+        app = _build_app(config_path, stateless=one_shot)
     except ConfigError as exc:
-        return _fail(f"configuration problem\n{exc}")
+        return _config_problem(exc, config_path)
     if args.command != "run":  # `parley run` loads its channels first (`bot.run.run_all`)
         start_up_done()
     if app.config.has_section("log") and app.config.log.format == "json":
@@ -341,7 +367,9 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "audit":
         from bot.audit_cli import audit_command
 
-        return asyncio.run(audit_command(app.config, args.since, args.verify, app.environ))
+        return asyncio.run(
+            audit_command(app.config, args.since, args.verify, app.environ, args.anchor)
+        )
     wanted = args.provider
     if wanted and wanted not in app.config.providers:
         known = ", ".join(app.config.providers)
@@ -352,7 +380,7 @@ def _command(args: argparse.Namespace) -> int:
         return _fail(
             "no LLM provider is usable:\n"
             f"{details}\n"
-            "Set the variables of at least one provider (see config.toml):\n"
+            f"Set the variables of at least one provider (see {config_path}):\n"
             f"{app.how_to_configure()}\n"
             "e.g. export OPENAI_API_KEY=sk-…   or, for a local OpenAI-compatible server,\n"
             "     export OPENAI_BASE_URL=http://localhost:11434/v1 OPENAI_MODEL=llama3.1"
@@ -364,7 +392,7 @@ def _command(args: argparse.Namespace) -> int:
             return asyncio.run(_run(app, name, console=args.console))
         return asyncio.run(_chat(app, name, args.message))
     except ConfigError as exc:  # a job or channel problem found at start-up
-        return _fail(f"configuration problem\n{exc}")
+        return _config_problem(exc, config_path)
     except KeyboardInterrupt:
         return 130
 

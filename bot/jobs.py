@@ -167,7 +167,7 @@ class Scheduler:
 
     def _error(self, key: str, problem: str, fix: str) -> ConfigError:
         source = self.app.config.source
-        return ConfigError(key, problem, fix, source=str(source) if source else "config.toml")
+        return ConfigError(key, problem, fix, source=str(source) if source else None)
 
     # --- lifecycle ----------------------------------------------------------------------
 

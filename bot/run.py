@@ -214,7 +214,8 @@ def _channels(
     channels = build_channels(app)
     if not channels and not console:
         out.write(
-            "parley: no channel is enabled in config.toml ([channels.slack] enabled = true, …); "
+            f"parley: no channel is enabled in {app.config.source or 'config.toml'} "
+            "([channels.slack] enabled = true, …); "
             "starting the terminal console instead\n"
         )
         console = True

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from bot import admin_page
+from bot.admin_html import CSP
 from channels import retry
 from core import metrics
 from core.errors import StoreError
@@ -200,7 +201,7 @@ def _html(body: str, status: int = 200) -> web.Response:
         status=status,
         content_type="text/html",
         headers={
-            "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
+            "Content-Security-Policy": CSP,
             "X-Content-Type-Options": "nosniff",
             "Cache-Control": "no-store",
         },

@@ -108,6 +108,7 @@ class DiscordResponder:
             budget=adapter.edit_budget(self._target),
             typing=self._send_typing,
             status_lines=True,  # a tool step or a compaction: one line under the preview
+            status_alone=True,  # …or a message of its own until text comes (no blank wait)
             repost_over=adapter.config.repost_final_over,
         )
 

@@ -171,6 +171,11 @@ class ReplyStreamer:
     given, is called after each intermediate post (posting clears the typing indicator
     on some platforms while the run goes on). `finish` makes the messages read exactly
     the final text.
+
+    With `status_lines`, a tool step or a compaction shows as one line under the text
+    (`channels.status`); with `status_alone` too, a run that starts with such a step
+    posts the line as a message of its own at once, and that message becomes the
+    answer when text comes (until then it shows the latest step).
     """
 
     def __init__(
@@ -182,10 +187,12 @@ class ReplyStreamer:
         budget: EditBudget | None = None,
         typing: Callable[[], Awaitable[None]] | None = None,
         status_lines: bool = False,
+        status_alone: bool = False,
         repost_over: int | None = None,
     ) -> None:
         self._surface = surface
         self._status_lines, self._status = status_lines, ""  # channels.status
+        self._status_alone = status_lines and status_alone
         self._repost_over = repost_over  # a longer final answer is posted anew
         self._clock = clock or SystemClock()
         self._budget = budget
@@ -245,7 +252,11 @@ class ReplyStreamer:
         """Show the current text (plain) if it changed; failures are left to `finish`."""
         text = self._text
         if may_become_silent(text):
-            return  # a status alone posts nothing: the typing indicator says as much
+            if not (self._status_alone and self._status):
+                # nothing to show, or a status alone where the typing indicator says as
+                # much; a status message already up stays as it is (the latest step)
+                return
+            text = ""  # the step alone (never a silent marker's first letters)
         pieces = _pieces(self._surface, with_status(text, self._status))
         for i, piece in enumerate(pieces):
             final = i < len(pieces) - 1  # earlier messages are complete

@@ -470,7 +470,7 @@ def parse_config(
     try:
         config = schema.model_validate(raw)
     except ValidationError as exc:
-        raise _config_error(exc, str(source or "config.toml")) from exc
+        raise _config_error(exc, str(source) if source else None) from exc
     config.source = source
     return config
 
@@ -483,7 +483,7 @@ class FixableError(ValueError):
         self.fix = fix
 
 
-def _config_error(exc: ValidationError, source: str) -> ConfigError:
+def _config_error(exc: ValidationError, source: str | None) -> ConfigError:
     err = exc.errors(include_url=False)[0]
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     kind = err["type"]

@@ -34,6 +34,8 @@ cannot carry it into a log, the store, a chat or the terminal.
 
 from __future__ import annotations
 
+from os import PathLike
+
 from core.secrets import scrub
 
 
@@ -45,11 +47,28 @@ class ParleyError(Exception):
 
 
 class ConfigError(ParleyError):
-    """A configuration problem, phrased for a human: which key, what is wrong, how to fix it."""
+    """A configuration problem, phrased for a human: which key, what is wrong, how to fix it.
 
-    def __init__(self, key: str, problem: str, fix: str, *, source: str = "config.toml") -> None:
+    `source` is the file the key is in. A problem found after the file was read (a user
+    that does not exist, a variable that is not set) is raised without one, and whoever
+    read the file names it with `in_file` before it is shown: `--config other.toml` is
+    named as such, never as `config.toml`.
+    """
+
+    def __init__(self, key: str, problem: str, fix: str, *, source: str | None = None) -> None:
         self.key, self.problem, self.fix, self.source = key, problem, fix, source
-        super().__init__(f"{source}: `{key}`: {problem}\n  fix: {fix}")
+        super().__init__(self._text())
+
+    def in_file(self, source: str | PathLike[str]) -> ConfigError:
+        """Name the file the problem is in, unless it names one already; returns itself."""
+        if self.source is None:
+            self.source = str(source)
+            self.args = (scrub(self._text()),)
+        return self
+
+    def _text(self) -> str:
+        # "config.toml" only where no caller knew the file (a config parsed from a dict)
+        return f"{self.source or 'config.toml'}: `{self.key}`: {self.problem}\n  fix: {self.fix}"
 
 
 class ProviderError(ParleyError):

@@ -134,6 +134,7 @@ async def test_no_provider_reachable_says_what_to_set(tmp_path: Path) -> None:
     assert "OPENAI_API_KEY is not set" in err
     assert "ANTHROPIC_API_KEY is not set" in err
     assert "OPENAI_BASE_URL" in err
+    assert f"(see {config})" in err  # the file given, whatever its name
     assert "Traceback" not in err
 
 
@@ -431,6 +432,47 @@ async def test_run_with_a_missing_channel_token_names_the_variable(
     code, _out, err = await parley("--config", str(config), "run", env=env, stdin=b"")
     assert code == 2
     assert "SLACK_BOT_TOKEN" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("command", "edit", "key"),
+    [
+        # found while reading the file (the schema)
+        (("chat", "-m", "hi"), ("", "[agent]\nmax_iterations = 0\n"), "agent.max_iterations"),
+        # found while building the application (no such user on this machine)
+        (
+            ("chat", "-m", "hi"),
+            ("[tools]\n", '[tools]\nrun_as = "no-such-user-p38"\n'),
+            "tools.run_as",
+        ),
+        # found while starting a channel (its token's variable is not set)
+        (
+            ("run",),
+            ("", '[channels.slack]\nenabled = true\nallow_users = ["U1"]\n'),
+            "channels.slack",
+        ),
+        # found by a command (no such job)
+        (("jobs", "runs", "nightly"), ("", ""), "`jobs`"),
+    ],
+    ids=["schema", "build", "start-up", "command"],
+)
+async def test_a_config_problem_names_the_file_given_to_config(
+    fake_llm: FakeLLM, tmp_path: Path, command: tuple[str, ...], edit: tuple[str, str], key: str
+) -> None:
+    """`--config other.toml`: every configuration problem says `other.toml:`, wherever
+    it is found, never `config.toml:`."""
+    written = write_config(tmp_path)
+    config = written.rename(tmp_path / "other.toml")
+    old, new = edit
+    text = config.read_text()
+    config.write_text(text.replace(old, new, 1) if old else text + new)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    code, _out, err = await parley("--config", str(config), *command, env=env, stdin=b"")
+    assert code == 2, err
+    assert f"configuration problem\n{config}: " in err
+    assert key in err.split(f"{config}: ", 1)[1].splitlines()[0]
+    assert "config.toml:" not in err
     assert "Traceback" not in err
 
 

@@ -72,6 +72,22 @@ async def test_a_broken_file_keeps_the_running_configuration(
     assert app.generation == 0
 
 
+async def test_a_problem_found_on_reload_names_the_file_it_is_in(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """A file that validates but names no user of this machine: the error names the file
+    read (not `config.toml`), and the running configuration stays."""
+    path = tmp_path / "other.toml"
+    write(path, fake_llm, "You are the old bot.")
+    config = load_config(path)
+    app = App(config, {}, build_registry(config, {}))
+    path.write_text(path.read_text().replace("[tools]\n", '[tools]\nrun_as = "no-such-p38"\n'))
+    with pytest.raises(ConfigError) as caught:
+        app.reload()
+    assert str(caught.value).startswith(f"{path}: `tools.run_as`: no user `no-such-p38`")
+    assert app.config is config
+
+
 async def test_sighup_reloads_parley_run(fake_llm: FakeLLM, tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     write(path, fake_llm, "You are the old bot.")

@@ -1,5 +1,7 @@
 """Discord's streamed previews (docs/channels.md#answering): a tool step or a compaction
-shows as one status line under the preview and is gone from the answer; headings below ###
+shows as one status line under the preview and is gone from the answer; a run that starts
+with a tool step shows the step at once as a message of its own, which becomes the answer;
+headings below ###
 are bold while streaming too; a long final answer is posted as a new message. Real
 discord.py against the fake Discord, the real agent against the fake LLM."""
 
@@ -68,6 +70,35 @@ async def test_tool_steps_show_as_one_status_line_under_the_preview(
     assert shown[-1] == answer  # and is not part of the answer
 
 
+async def test_a_run_that_starts_with_tool_steps_shows_them_at_once_then_answers_there(
+    fake: FakeDiscord, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """No text before the first tool: its status is posted while it runs (the tool waits
+    until the test has seen it), and after the next step the same message turns into the
+    answer — one message, never deleted."""
+    answer = "Both steps ran."
+    wait_for_go = "for i in $(seq 400); do [ -e go ] && break; sleep 0.05; done; echo one"
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("bash", {"command": wait_for_go})]),
+        Reply(tool_calls=[ToolCallSpec("list_directory", {"path": "."})]),
+        Reply(text=answer),
+    )
+    async with running_agent(fake_llm, tmp_path) as agent, discord_channel(fake, agent):
+        await fake.dm("run both")
+        await fake.wait_for("create_message")
+        first = fake.calls_of("create_message")[0]
+        assert first.params["content"] == RUNNING  # shown while the first step still runs
+        assert len(fake_llm.requests) == 1
+        (tmp_path / "workspace" / "go").touch()
+        await wait_texts(fake, DM_CHANNEL_ID, [answer])
+        await agent.wait_idle()
+    assert len(fake.calls_of("create_message")) == 1  # the status message became the answer
+    assert not fake.calls_of("delete_message")
+    edits = fake.calls_of("edit_message")
+    assert len({c.params["message_id"] for c in edits}) == 1  # all in that one message
+    assert edits[-1].params["content"] == answer
+
+
 async def test_deep_headings_are_bold_while_streaming(fake: FakeDiscord) -> None:
     async def pause(_: int) -> None:
         await asyncio.sleep(0.4)
@@ -121,7 +152,7 @@ async def test_compaction_status_shows_in_the_preview_and_is_removed(fake: FakeD
 class NoProviders(StandInAgent):
     """A stand-in agent whose run finds every provider down after a first step
     (docs/providers.md#failover): the failover's warning while it waits, then the message
-    that names them. (Before any text, a status alone posts nothing on Discord.)"""
+    that names them."""
 
     async def submit(self, inbound: Inbound, responder: Responder) -> bool:
         stream = responder.stream()

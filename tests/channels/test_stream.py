@@ -13,7 +13,8 @@ import pytest
 from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
 from channels.text import split_message
 from core.errors import ChannelRateLimited, ChannelUnavailable, DeliveryFailed
-from core.events import Notice, StreamRestarted, TextDelta
+from core.events import Notice, StreamRestarted, TextDelta, ToolFinished, ToolStarted
+from core.messages import Message, ToolCall
 from tests.fakes.clock import FakeClock
 
 
@@ -321,6 +322,54 @@ async def test_silent_finish_deletes_a_posted_placeholder() -> None:
     empty = ReplyStreamer(surface, clock=clock)
     await empty.finish("   ")
     assert surface.calls[-1].op == "delete"
+
+
+def steps(name: str) -> tuple[ToolStarted, ToolFinished]:
+    call = ToolCall("c1", name)
+    return ToolStarted(call, "read"), ToolFinished(call, Message.tool_result(call, "ok"), 0.01)
+
+
+async def test_a_status_alone_is_posted_kept_and_turned_into_the_answer() -> None:
+    """`status_alone` (Discord): a run that starts with a tool step shows the step as a
+    message of its own, keeps it through the step's end (no blank message, no churn), and
+    that message becomes the answer; without it a status alone posts nothing."""
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    streamer = ReplyStreamer(surface, clock=clock, status_lines=True, status_alone=True)
+    started, finished = steps("bash")
+    streamer(started)
+    await until(lambda: len(surface.calls) == 1)
+    streamer(finished)
+    clock.now += 5
+    await settle()
+    assert surface.messages == {"m1": "⚙️ running `bash`…"}  # kept while the model thinks
+    streamer(TextDelta("NO_"))  # could still become the silent marker: the step stays alone
+    clock.now += 5
+    await settle()
+    streamer(TextDelta("w it is done."))
+    clock.now += 5
+    await until(lambda: surface.messages == {"m1": "NO_w it is done."})
+    await streamer.finish("NO_w it is done.")
+    assert [c.op for c in surface.calls] == ["post", "edit", "edit"]
+    assert surface.messages == {"m1": "NO_w it is done."}
+
+    plain = ReplyStreamer(surface, clock=clock, status_lines=True)
+    plain(started)
+    clock.now += 5
+    await settle()
+    assert len(surface.calls) == 3  # no message for a status alone
+    await plain.finish("done")
+
+
+async def test_a_silent_answer_after_a_status_alone_leaves_nothing() -> None:
+    clock = FakeClock()
+    surface = RecordingSurface(clock)
+    streamer = ReplyStreamer(surface, clock=clock, status_lines=True, status_alone=True)
+    streamer(steps("bash")[0])
+    await until(lambda: len(surface.calls) == 1)
+    await streamer.finish("NO_REPLY")
+    assert [c.op for c in surface.calls] == ["post", "delete"]
+    assert surface.messages == {}
 
 
 async def test_discarded_attempt_is_replaced() -> None:

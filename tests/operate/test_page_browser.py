@@ -129,6 +129,9 @@ async def test_log_in_open_a_run_and_see_its_tool_calls_in_a_browser(
     assert HOSTILE in result["tool_calls"]  # the arguments, shown as text
     assert HOSTILE in result["transcript"]  # the user's message, shown as text
     assert result["scripts"] == 0  # nothing the texts held became an element
+    # the policy refused nothing the page needs, and its style applied
+    assert not [m for m in result["console"] if "Content Security Policy" in m], result["console"]
+    assert result["header_background"] == "rgba(243, 243, 243, 1)"
     assert result["bold"] == 0
     assert not result["alert"]
     # usage and cost per day: 30 bars, the session's two priced days the only costs
@@ -161,6 +164,7 @@ def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str,
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(flag)
     options.add_argument("--window-size=1280,1400")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP reports land there
     browser = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
     try:
         browser.set_page_load_timeout(30)
@@ -171,6 +175,10 @@ def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str,
         # a click navigates without waiting: the overview is there once its run link is
         WebDriverWait(browser, 30).until(seen.presence_of_element_located((By.LINK_TEXT, run_id)))
         found["overview"] = browser.find_element(By.TAG_NAME, "body").text
+        # the page's own style applies under its Content-Security-Policy (docs/operations.md)
+        found["header_background"] = browser.find_element(By.TAG_NAME, "th").value_of_css_property(
+            "background-color"
+        )
         found["overview_scripts"] = len(browser.find_elements(By.TAG_NAME, "script"))
         found["bars"] = [
             (
@@ -204,6 +212,7 @@ def _browse(chromium: str, driver_path: str, url: str, run_id: str) -> dict[str,
             found["alert"] = False
         if shot := os.environ.get("PARLEY_SCREENSHOT_RUN"):
             browser.save_screenshot(shot)
+        found["console"] = [entry["message"] for entry in browser.get_log("browser")]
         return found
     finally:
         browser.quit()
