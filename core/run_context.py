@@ -107,8 +107,9 @@ class RunContext:
             and conversation's artifacts (None: derived from `conv` and `scratch`).
         search: the run's tool search, when it has more tools than it offers at once
             (set by the loop; core/tools/search.py).
-        role: what the person the run answers may use (docs/governance.md#roles); None:
-            no role limits the run (a cron job: its `allow_tools` do).
+        role: what the person the run answers may use (docs/governance.md#roles): the
+            tools it refuses are neither offered to the model nor run; None: no role
+            limits the run (a cron job: its `allow_tools` do).
         audit: where refusals are recorded (docs/governance.md#the-audit-log); None:
             nowhere.
         meter: prices the run's LLM calls and holds them to the budgets (None: neither).

@@ -4,8 +4,9 @@ Parley fills one registry (`SECRETS`) at start-up with every secret value its
 configuration names: API keys, bot and app tokens, the store password, `tools.yaml` `env:`
 values (and anything else through `add`). `scrub` then replaces each value with
 `[redacted:NAME]`, also when it is spelled the way an error body, a URL or a log line
-might carry it: lower-cased, URL-quoted, base64 (standard and URL-safe, wherever it
-starts in the encoded text), JSON-escaped (once or twice) and hex.
+might carry it: lower- or upper-cased, URL-quoted, base64 (standard and URL-safe,
+wherever it starts in the encoded text), JSON-escaped (once or twice) and hex (either
+case).
 
 The edges call it: the mapping of provider and channel errors into `core.errors`, every
 `ParleyError`'s message, the store's writes, the events log, channel posts, the log
@@ -36,22 +37,23 @@ _PERCENT = re.compile(r"%[0-9A-F]{2}")
 
 
 def encodings(value: str) -> set[str]:
-    """The spellings of `value` a text may carry it in: raw (also in lower case),
-    URL-quoted (`quote`, path-safe `quote`, `quote_plus`, lower-case escapes),
+    """The spellings of `value` a text may carry it in: raw (also in lower and in upper
+    case), URL-quoted (`quote`, path-safe `quote`, `quote_plus`, lower-case escapes),
     JSON-escaped (ASCII or not, `\\/`, and escaped twice: a JSON body quoted inside
-    another), lower-case hex, and base64.
+    another), hex of its UTF-8 (lower and upper case), and base64.
 
     A base64 encoding of a longer text holds `value` at one of three alignments; for each,
     only the characters that encode nothing but `value`'s own bits are kept, so the
     needle is found wherever the secret sat in what was encoded."""
-    spellings = {value, value.lower()}  # SDKs reword errors: PTB lower-cases Telegram's
+    # SDKs reword errors (PTB lower-cases Telegram's); a tool may print it upper-cased
+    spellings = {value, value.lower(), value.upper()}
     for quoted in (quote(value, safe=""), quote(value), quote_plus(value)):
         spellings |= {quoted, _PERCENT.sub(lambda m: m.group().lower(), quoted)}
     once = {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
     once |= {s.replace("/", "\\/") for s in once}
     spellings |= once | {json.dumps(s)[1:-1] for s in once}
     raw = value.encode()
-    spellings.add(raw.hex())
+    spellings |= {raw.hex(), raw.hex().upper()}  # `xxd -p`/`od` and `%02X` spell it both ways
     for align in range(3):
         encoded = base64.b64encode(b"\0" * align + raw).decode()
         start, end = -(-8 * align // 6), 8 * (align + len(raw)) // 6

@@ -46,6 +46,7 @@ def leaks(text: str | bytes, secret: str = CANARY) -> list[str]:
         "quote_plus": quote_plus(secret),
         "json-escaped": json.dumps(secret)[1:-1],
         "hex": secret.encode().hex(),
+        "upper-case hex": secret.encode().hex().upper(),
     }
     found = [name for name, spelling in spellings.items() if spelling in text]
     pieces = {secret[i : i + PIECE] for i in range(len(secret) - PIECE + 1)}
@@ -324,7 +325,15 @@ def test_every_alignment_of_base64_and_every_escape_is_found() -> None:
         line = ("h" * lead + f"Bearer {CANARY};").encode()
         for encoded in (base64.b64encode(line), base64.urlsafe_b64encode(line)):
             assert leaks(registry.scrub(f"[{encoded.decode()}]")) == [], lead
-    for spelling in (quote(CANARY), quote_plus(CANARY), json.dumps(json.dumps(CANARY))):
+    hexed = CANARY.encode().hex()
+    for spelling in (
+        quote(CANARY),
+        quote_plus(CANARY),
+        json.dumps(json.dumps(CANARY)),
+        CANARY.upper(),
+        hexed,
+        hexed.upper(),
+    ):
         assert registry.scrub(spelling).count(f"[redacted:{KEY_NAME}]") == 1, spelling
 
 

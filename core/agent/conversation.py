@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from core.agent.journal import JournalBox
+from core.context.manager import ContextManager
 from core.context.tokens import TokenCounter
 from core.instructions import Guidance
 from core.loop import Guards, LoopConfig, LoopOutcome, run_loop
@@ -22,6 +23,7 @@ from core.providers.failover import FailoverProvider
 from core.records import record
 from core.run_context import DETACHED, RunContext
 from core.tools.executor import ToolExecutor
+from core.tools.site import ToolSite
 
 
 @record(slots=True)
@@ -41,6 +43,14 @@ class Conversation:
     # (`core.instructions`): a change of those files reaches the next turn, never this one.
     instructions: str = ""
     skills: str = ""
+
+    def place(self, site: ToolSite) -> None:
+        """Work at `site` from the next run on: the system message names its workspace,
+        and results the context manager offloads go to its artifacts (which the run's
+        tools may read, and no other conversation's)."""
+        self.workspace = site.workspace
+        if isinstance(self.guards.context, ContextManager):
+            self.guards.context.artifacts_dir = site.artifacts
 
     def _head(self) -> str:
         workspace = self.workspace or self.executor.ctx.sandbox.resolved_workspace()

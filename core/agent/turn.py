@@ -25,7 +25,6 @@ from core.agent.lane import Lane, RunReport, RunState
 from core.agent.runs import RunRecorder, close_unanswered, reopen_resumable
 from core.audit import AuditLog
 from core.chat import Asker, ConversationKey, Inbound, ReplyStream, Responder, previews
-from core.context.manager import ContextManager
 from core.cost.meter import Ledger, Who
 from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
@@ -336,10 +335,7 @@ class Turn:
         site = site_for(
             conversation.executor.ctx.sandbox, self.lane.conv_id, run_scratch(self.run_id)
         )
-        conversation.workspace = site.workspace
-        context = conversation.guards.context
-        if isinstance(context, ContextManager):  # the conversation's tools may read them
-            context.artifacts_dir = site.artifacts
+        conversation.place(site)
         return site
 
     def _actor(self) -> str:

@@ -17,8 +17,8 @@ verdict wins: blocked > interactive > destructive > ok.
 This module finds every simple command and what it runs; what its words expand to is in
 `shellexpand.py`, how programs take their arguments in `programargs.py` and `wrappers.py`,
 and the rules on one program's static words in `commandrules.py` (blocked programs,
-deletion, including without `rm`), `coderules.py` (code given in an option or a variable)
-and `gitrules.py`.
+deletion, including without `rm`), `coderules.py` (code given in an option or a variable),
+`awkrules.py` (awk programs that run commands) and `gitrules.py`.
 
 Approvals fail closed: a command is at least "destructive" (a human must approve) when
 Parley cannot read what will run: a parse problem; a program name computed at run time
@@ -49,9 +49,9 @@ from typing import Literal
 from tree_sitter import Node
 
 from core.records import record
+from core.tools.awkrules import awk_args, awk_text, awk_verdict
 from core.tools.coderules import code_rules, code_variable, code_variables
 from core.tools.commandrules import (
-    AWK_RUNS,
     SED_EXEC,
     deleting,
     fixed_rules,
@@ -63,7 +63,6 @@ from core.tools.programargs import (
     SHELL_OPTIONS,
     STDIN_PATHS,
     Interpreter,
-    awk_program,
     interpreter_args,
     interpreter_for,
     option_value,
@@ -72,7 +71,7 @@ from core.tools.programargs import (
 )
 from core.tools.shellexpand import MAX_VALUE, Word, expand, static_output
 from core.tools.shellparse import parse_readings, short, text
-from core.tools.verdicts import OK, BlockVerdict, VerdictKind, unreadable, worst
+from core.tools.verdicts import BlockVerdict, VerdictKind, unreadable, worst
 from core.tools.wrappers import WRAPPERS, unwrap
 
 # --- tables ------------------------------------------------------------------------------
@@ -469,13 +468,13 @@ def _interpreter(name: str, spec: Interpreter, argv: list[Word], ctx: _Ctx, stdi
 
 
 def _awk(name: str, args: list[Word], ctx: _Ctx, stdin: _Stdin) -> None:
-    program, file_from_stdin = awk_program(args)
-    if file_from_stdin:
-        _stdin_program(name, ctx, stdin, lambda _: OK)
-    elif program is not None and program.dynamic:
-        ctx.unreadable(f"the `{name}` program is computed at run time")
-    elif program is not None and AWK_RUNS.search(program.text):
-        ctx.unreadable(f"the `{name}` program runs commands")
+    found = awk_args(args)
+    for program_file in found.files:
+        if program_file.text in STDIN_PATHS:
+            _stdin_program(name, ctx, stdin, lambda text: awk_verdict(name, awk_text(text)))
+        elif program_file.substituted:  # `awk -f <(curl …)`
+            ctx.unreadable(f"`{name}` runs a program produced by another command")
+    ctx.verdicts.append(awk_verdict(name, found))
 
 
 def _find(args: list[Word], ctx: _Ctx, depth: int) -> None:

@@ -4,8 +4,9 @@ Each parameter spec becomes a field of a pydantic model built with `create_model
 the JSON Schema sent to the LLM and the validation of its arguments are one definition.
 Every `{{name}}` fills exactly one argv position. Two rules go beyond the schema, both
 towards safety: a `pattern` must match the whole value (as if anchored with `^…$`), and a
-free-form string value may not start with `-` wherever it sits in an argv item (option
-injection), unless its parameter says `allow_leading_dash: true`.
+value not from an `enum` may not start with `-` wherever it sits in an argv item (option
+injection) — a negative number neither — unless its parameter says
+`allow_leading_dash: true`.
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ class ParamSpec(BaseModel):
     optional: bool = False
     allow_leading_dash: bool = Field(
         default=False,
-        description="Let a value start with '-' (it could then be read as an option).",
+        description=(
+            "Let a value start with '-', a negative number too (it could then be read as an "
+            "option)."
+        ),
     )
 
 
@@ -174,11 +178,13 @@ class CliTool(Tool):
             if "\0" in text:
                 raise ToolValidationError(f"`{name}` must not contain NUL bytes")
             # Wherever the value sits (`{{ref}}..HEAD` too): a leading dash could turn the
-            # whole argument into an option such as `--output=/tmp/x`.
-            dash = isinstance(value, str) and value.startswith("-")
+            # whole argument into an option such as `--output=/tmp/x`; a negative number
+            # too (`head {{n}}` with -5 is `head -5`, `-1` to `date` an option).
+            dash = text.startswith("-") and not isinstance(value, bool)
             if dash and param.enum is None and not param.allow_leading_dash:
+                what = "be negative" if param.type in {"integer", "number"} else "start with '-'"
                 raise ToolValidationError(
-                    f"`{name}` must not start with '-' (it would be read as an option)"
+                    f"`{name}` must not {what} (`{text[:40]}` would be read as an option)"
                 )
             return text
 

@@ -3,8 +3,8 @@
 `blocklist.py` finds every simple command in a command line and what it runs; this module
 says what is wrong with one program and its static words (`sudo`, `mkfs`, `rm -rf /`,
 `git push --force`, `dd of=/dev/sda`, editors and pagers that would wait for a human), which
-inline code is harmless, and which awk, sed and git spellings run other programs. Verdicts
-rank blocked > interactive > destructive > ok; the worst one wins.
+inline code is harmless, and which sed and git spellings run other programs (awk's are in
+`awkrules.py`). Verdicts rank blocked > interactive > destructive > ok; the worst one wins.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from core.tools.shellexpand import Word
 from core.tools.verdicts import OK, BlockVerdict, worst
 
 __all__ = [
-    "AWK_RUNS",
     "OK",
     "SED_EXEC",
     "BlockVerdict",
@@ -85,10 +84,6 @@ READ_ONLY_INLINE = tuple(
 # Inline code or a program from stdin that forks in a loop is a fork bomb.
 LOOP = re.compile(r"\b(while|for|loop|until)\b")
 FORK = re.compile(r"\bfork\b")
-# awk programs that run commands: system(), `print | "cmd"`, `"cmd" | getline`, `|&`.
-AWK_RUNS = re.compile(
-    r"\bsystem\s*\(|\|&|(?<!\|)\|(?!\|)\s*(getline\b|\"|[A-Za-z_]\w*\s*($|[;}\n)]))"
-)
 # GNU sed's `e` command and the `e` flag of `s///` run shell commands.
 SED_EXEC = re.compile(
     r"(^|[;\n{}])\s*(\d+|\$|/[^/\n]*/)?(\s*,\s*(\d+|\$|/[^/\n]*/))?\s*!?\s*e\b"

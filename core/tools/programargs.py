@@ -1,6 +1,6 @@
 """How common programs take their arguments, for the `bash` blocklist.
 
-`sh -c`, interpreters' inline-code flags (`python3 -c`, `perl -e` …), awk and sed scripts,
+`sh -c`, interpreters' inline-code flags (`python3 -c`, `perl -e` …), sed scripts,
 option clusters and `ssh`'s remote command (wrappers such as `env` and `xargs` are in
 `wrappers.py`). Which of those are dangerous is decided in `blocklist.py`,
 `commandrules.py`, `coderules.py` and `gitrules.py`, not here.
@@ -141,25 +141,6 @@ def shell_args(args: list[Word]) -> tuple[Word | None, bool, list[Word]]:
     if command_mode:
         return (operands[0] if operands else Word("")), False, operands[1:]
     return None, reads_stdin or not operands or operands[0].text in STDIN_PATHS, operands
-
-
-def awk_program(args: list[Word]) -> tuple[Word | None, bool]:
-    """(inline awk program, whether a `-f` program file is stdin) from awk arguments."""
-    i = 0
-    while i < len(args):
-        arg = args[i].text
-        if arg in {"-f", "--file"}:
-            return None, i + 1 < len(args) and args[i + 1].text in STDIN_PATHS
-        if arg in {"-e", "--source"}:
-            return (args[i + 1] if i + 1 < len(args) else None), False
-        if arg in {"-v", "-F", "--assign", "--field-separator", "-i", "--include"}:
-            i += 1
-        elif arg == "--":
-            return (args[i + 1] if i + 1 < len(args) else None), False
-        elif not arg.startswith("-") or arg == "-":
-            return args[i], False
-        i += 1
-    return None, False
 
 
 def options(args: list[str]) -> tuple[set[str], list[str]]:

@@ -4,7 +4,8 @@
 Everything here follows from the conversation id (`slack:C0123:1700000000.0001`) and the
 run's scratch dir, so the executor, the turn and `/status` compute the same site. A child
 run (`…:child:<run id>`) works where the conversation that delegated it does: its answer
-and its artifacts are the parent's to read.
+and its artifacts are the parent's to read. A run outside any conversation
+(`parley chat -m`) has artifacts of its own (`one_off_site`).
 """
 
 from __future__ import annotations
@@ -96,6 +97,16 @@ def _site(sandbox: SandboxSettings, conv: str, scratch: Path | None) -> ToolSite
     return ToolSite(workspace, scratch, artifacts, owner, scope)
 
 
+def one_off_site(sandbox: SandboxSettings, run_id: str) -> ToolSite:
+    """The site of run `run_id` outside any conversation (`parley chat -m`): the workspace
+    root like every such run, a scratch dir per call, and artifacts of its own — the
+    empty conversation's would be one directory shared by every one-shot run, each
+    reading what the others cut."""
+    site = site_for(sandbox, "")
+    artifacts = sandbox.resolved_artifacts() / f"run-{_digest(run_id, 16)}"
+    return ToolSite(site.workspace, None, artifacts, site.conversation, site.scope)
+
+
 def describe_places(sandbox: SandboxSettings) -> str:
     """One line for start-up: where tools work and how much they may write."""
     root = sandbox.resolved_workspace()
@@ -128,6 +139,7 @@ __all__ = [
     "ToolSite",
     "describe_places",
     "dir_name",
+    "one_off_site",
     "owner_conversation",
     "prepare_site",
     "site_for",

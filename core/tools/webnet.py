@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import field
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
 
 import httpcore2
+import idna
 
 from core.errors import ToolDenied, ToolError, ToolTransientError
 from core.records import record
@@ -30,6 +32,9 @@ Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 AddressRule = Callable[[IPAddress, int], bool]
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "Parley-web_fetch/1 (+https://github.com/parley)"
+_HOST_NAME = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?")
+# what stays as it is in a path or query; everything else (spaces, non-ASCII) is %-encoded
+_URL_SAFE = "!$%&'()*+,/:;=?@[]~"
 
 
 class FetchRefused(ToolDenied):
@@ -99,14 +104,16 @@ class CheckedBackend(httpcore2.AsyncNetworkBackend):
 
 
 def checked_url(url: str) -> str:
-    """`url` if `web_fetch` may try it: http or https, a host, no credentials.
+    """`url` if `web_fetch` may try it (http or https, a host, no credentials), in ASCII:
+    the host as a browser would write it (`ascii_host`), the rest percent-encoded.
 
     Raises:
-        FetchRefused: another scheme, no host, or a user name or password in it.
+        FetchRefused: another scheme, no host or an invalid one, or a user name or
+            password in it.
     """
     try:
         parts = urlsplit(url.strip())
-        parts.port  # noqa: B018  (raises on a port that is not a number)
+        port = parts.port  # raises on a port that is not a number
     except ValueError as exc:
         raise FetchRefused(f"refused: `{url}` is not a valid URL ({exc})") from exc
     if parts.scheme.lower() not in ("http", "https"):
@@ -115,7 +122,57 @@ def checked_url(url: str) -> str:
         raise FetchRefused(f"refused: `{url}` names no host")
     if parts.username is not None or parts.password is not None:
         raise FetchRefused("refused: URLs with a user name or password are not fetched")
-    return parts.geturl()
+    host = ascii_host(parts.hostname)
+    netloc = f"[{host}]" if ":" in host else host
+    netloc += f":{port}" if port is not None else ""
+    # the fragment never goes over HTTP; the rest is sent as ASCII, like a browser does
+    path = quote(parts.path or "/", safe=_URL_SAFE)
+    query = quote(parts.query, safe=_URL_SAFE)
+    return urlunsplit((parts.scheme.lower(), netloc, path, query, ""))
+
+
+def ascii_host(host: str) -> str:
+    """`host` as the WHATWG URL standard turns it into ASCII before it is looked up:
+    percent-decoded, then mapped by UTS #46 (NFKC, case folded, `。`/`．`/`｡` become
+    dots) and IDNA-encoded; an IPv6 literal as it is.
+
+    So `１２７．０．０．１` is `127.0.0.1` here, as in a browser, and meets the address
+    rule like any other spelling.
+
+    Raises:
+        FetchRefused: a host no browser would accept (a character not allowed in a
+            host name, an invalid IDNA label, an invalid IPv6 literal).
+    """
+    if ":" in host:  # urlsplit took the brackets off an IPv6 literal
+        try:
+            return str(ipaddress.IPv6Address(host))
+        except ValueError as exc:
+            raise FetchRefused(f"refused: `[{host}]` is not a valid IPv6 address") from exc
+    try:
+        name = unquote(host, errors="strict")
+        if not name.isascii():
+            mapped = idna.uts46_remap(name, std3_rules=False)
+            name = ".".join(
+                label if label.isascii() else idna.alabel(label).decode("ascii")
+                for label in mapped.split(".")
+            )
+    except (UnicodeError, idna.IDNAError) as exc:
+        raise FetchRefused(f"refused: `{host}` is not a valid host name ({exc})") from exc
+    if not _HOST_NAME.fullmatch(name):
+        raise FetchRefused(f"refused: `{host}` is not a valid host name")
+    if name.endswith(".") and _is_ipv4(name[:-1]):
+        name = name[:-1]  # `127.0.0.1.` is an address to a browser, not a name to look up
+    return name.lower()
+
+
+def _is_ipv4(name: str) -> bool:
+    """`name` is an IPv4 address in one of the forms C and browsers read (`127.1`,
+    `0x7f.1`, `2130706433` …)."""
+    try:
+        socket.inet_aton(name)
+    except OSError:
+        return False
+    return True
 
 
 @record(frozen=True, slots=True)
@@ -215,6 +272,7 @@ __all__ = [
     "FetchRefused",
     "Fetched",
     "Fetcher",
+    "ascii_host",
     "checked_url",
     "public_only",
     "system_resolver",

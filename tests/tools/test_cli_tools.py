@@ -114,6 +114,58 @@ def test_leading_dash_is_refused_as_option_injection(tmp_path: Path) -> None:
         apply.argv(apply.validate(json.dumps({"file": "--kubeconfig=/evil"})))
 
 
+NUMBERS = """
+tools:
+  - name: last_lines
+    description: "The last lines of the log."
+    category: read
+    cmd: echo
+    args: ["{{lines}}", "app.log"]
+    optional_args:
+      scale: ["--scale={{scale}}"]
+    parameters:
+      lines: {type: integer}
+      scale: {type: number, optional: true}
+  - name: shift
+    description: "Shift by an offset."
+    category: read
+    cmd: echo
+    args: ["{{offset}}", "{{step}}"]
+    parameters:
+      offset: {type: integer, allow_leading_dash: true}
+      step: {type: integer, enum: [-1, 1]}
+"""
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"lines": -5}, {"lines": 5, "scale": -0.5}, {"lines": 5, "scale": -0.0}],
+)
+async def test_a_negative_number_is_refused_as_option_injection(
+    tmp_path: Path, arguments: dict[str, object]
+) -> None:
+    """`head {{n}}` with -5 is `head -5`: a negative number is a leading dash too."""
+    tool = load(tmp_path, NUMBERS)[0]
+    settings = SandboxSettings(workspace=tmp_path / "ws", artifacts_dir=tmp_path / "art")
+    executor = ToolExecutor(ToolRegistry([tool]), ToolPolicy(), ToolContext(settings))
+    call = ToolCall(id="c1", name="last_lines", arguments=json.dumps(arguments))
+    result = await executor.execute(call)
+    assert result.is_error
+    assert "must not be negative" in result.content
+    assert "would be read as an option" in result.content
+    assert "app.log" not in result.content  # echo never ran
+
+
+def test_a_number_may_be_negative_by_opt_in_or_enum(tmp_path: Path) -> None:
+    last_lines, shift = load(tmp_path, NUMBERS)
+    assert isinstance(last_lines, CliTool)
+    assert isinstance(shift, CliTool)
+    args = last_lines.validate('{"lines": 5, "scale": 1e-05}')
+    assert last_lines.argv(args) == ["echo", "5", "app.log", "--scale=1e-05"]
+    args = shift.validate('{"offset": -3, "step": -1}')
+    assert shift.argv(args) == ["echo", "-3", "-1"]
+
+
 def test_pattern_must_match_in_full(tmp_path: Path) -> None:
     tool = load(
         tmp_path,

@@ -25,6 +25,43 @@ def test_known_values_and_token_shapes_are_masked_and_counted() -> None:
     assert redact("nothing here") == "nothing here"
 
 
+def test_a_secret_upper_cased_or_in_upper_case_hex_is_masked() -> None:
+    secret = "k-0123456789abcdef-token"
+    redact = Redactor([secret])
+    hexed = secret.encode().hex()
+    for spelling in (secret.upper(), hexed.upper(), hexed, secret.lower()):
+        out = redact(f"out: {spelling} end")
+        assert out.startswith("out: [REDACTED] end"), spelling
+        assert out.endswith("[Parley redacted 1 secret from this output.]")
+
+
+async def test_the_model_never_sees_a_secret_a_tool_upper_cases_or_hexes(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """As the finding was made: a tool reads a key from a file and prints it through
+    `tr a-z A-Z` and `basenc --base16` (upper-case hex)."""
+    secret = "k-0123456789abcdef-token"
+    command = "tr a-z A-Z < key.txt; echo; basenc --base16 -w0 key.txt"
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("bash", {"command": command})]), Reply(text="done")
+    )
+    async with running_agent(
+        fake_llm,
+        tmp_path,
+        environ={"FAKE_KEY": secret},
+        providers={"fake": {"api_key_env": "FAKE_KEY"}},
+    ) as agent:
+        (tmp_path / "workspace").mkdir(exist_ok=True)
+        (tmp_path / "workspace" / "key.txt").write_text(secret)
+        await agent.submit(inbound("show the key"), RecordingResponder())
+        await agent.wait_idle()
+    result = fake_llm.requests[-1].json["messages"][-1]["content"]
+    assert secret.upper() not in result
+    assert secret.encode().hex().upper() not in result
+    assert result.count("[REDACTED]") == 2, result
+    assert "[Parley redacted 2 secrets from this output.]" in result
+
+
 def test_secret_env_names_come_from_every_env_key(fake_llm: FakeLLM, tmp_path: Path) -> None:
     config = agent_config(
         fake_llm,

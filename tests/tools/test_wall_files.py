@@ -352,9 +352,6 @@ asyncio.run(main())
 async def test_the_file_walls_hold_for_root_and_an_ordinary_user(user: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("switching between root and an ordinary user needs root")
-    holder = tempfile.TemporaryDirectory(dir="/tmp", prefix="parley-files-")
-    base = Path(holder.name)
-    os.chmod(base, 0o777)
     become = 0
     if user != "root":
         import pwd
@@ -363,6 +360,9 @@ async def test_the_file_walls_hold_for_root_and_an_ordinary_user(user: str) -> N
             become = pwd.getpwnam("parleytest").pw_uid
         except KeyError:
             pytest.skip("no user `parleytest`")
+    holder = tempfile.TemporaryDirectory(dir="/tmp", prefix="parley-files-")
+    base = Path(holder.name)
+    os.chmod(base, 0o777)
     env = {"PATH": os.environ["PATH"], "TMPDIR": str(base), "PYTHONPATH": str(REPO)}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", textwrap.dedent(_PROBE), str(base), str(become),

@@ -137,6 +137,19 @@ async def fetch(ex: ToolExecutor, url: str, **more: int) -> tuple[str, bool]:
         "http://100.64.0.1/",
         "http://[fe80::1]/",
         "https://127.0.0.1:{port}/",
+        # the Unicode spellings a browser maps to ASCII (UTS #46): fullwidth digits and
+        # dots, the ideographic full stops, mixed, circled digits, a %-encoded dot
+        "http://\uff11\uff12\uff17.\uff10.\uff10.\uff11:{port}/",
+        "http://127\u30020\u30020\u30021:{port}/",
+        "http://127\uff0e0\uff0e0\uff0e1:{port}/",
+        "http://127\uff610\uff610\uff611:{port}/",
+        "http://\uff11\uff12\uff17\uff0e0.\uff10\u30021:{port}/",
+        "http://\u2460\u2461\u2466.0.0.1:{port}/",
+        "http://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54:{port}/",
+        "http://\uff10\uff58\uff17\uff46\uff0e\uff11:{port}/",
+        "http://\uff11\uff16\uff19.254.169.254/latest/meta-data/",
+        "http://127%2E0%2E0%2E1:{port}/",
+        "http://127.0.0.1.:{port}/",
     ],
 )
 async def test_internal_addresses_are_refused_in_every_spelling(
@@ -159,6 +172,38 @@ async def test_only_http_urls_with_a_host_are_fetched(tmp_path: Path, url: str) 
     text, error = await fetch(executor(tmp_path), url)
     assert error
     assert "refused" in text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://a..b/",
+        "http://\uff3b::1\uff3d/",  # fullwidth brackets: `[` is no host name character
+        "http://127.0.0.1:\uff18\uff10/",  # a port in fullwidth digits
+        "http://exa%00mple.com/",
+        "http://\u2028.example/",
+    ],
+)
+async def test_a_host_no_browser_accepts_is_refused_clearly(tmp_path: Path, url: str) -> None:
+    text, error = await fetch(executor(tmp_path), url)
+    assert error
+    assert "refused: `" in text
+    assert "not a valid" in text
+
+
+async def test_a_unicode_url_is_fetched_as_a_browser_writes_it(
+    tmp_path: Path, sites: dict[str, Site]
+) -> None:
+    """The host mapped to ASCII, the path and query sent %-encoded as UTF-8."""
+    ex = executor(tmp_path, Fetcher(allow=loopback_two))
+    port = sites["allowed"].port
+    text, error = await fetch(
+        ex, f"http://\uff11\uff12\uff17\u30020.0.\uff12:{port}/caf\u00e9 x?q=\u00e4"
+    )
+    assert not error, text
+    assert "served by 127.0.0.2" in text
+    assert f"URL: http://127.0.0.2:{port}/caf%C3%A9%20x?q=%C3%A4" in text
+    assert sites["allowed"].hits == ["/caf\u00e9 x"]
 
 
 async def test_the_model_is_refused_the_metadata_service(fake_llm: FakeLLM, tmp_path: Path) -> None:
