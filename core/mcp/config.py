@@ -82,7 +82,7 @@ class McpServerConfig(BaseModel):
     read_paths: list[Path] = Field(
         default=[],
         description="stdio: more files or directories the server may read (its `command` "
-        "files always are).",
+        "files and the interpreter and installation they resolve to always are).",
     )
 
     @field_validator("env")

@@ -8,7 +8,9 @@ stop. A lost connection is made again after a backoff (0.5 s, doubling, at most 
 `max_restarts` losses within `RESTART_WINDOW` park the server: its tools then answer
 the model with an error saying so and `/status` shows it; it is tried again every
 `PARKED_RETRY` seconds (a remote server that comes back is used again) and at once when
-the configuration is reloaded.
+the configuration is reloaded. A server that has never listed its tools is
+`unavailable()`: a call to one of its tools is answered that it failed to start, with the
+last line of its stderr (the hub offers that with the tools, core/mcp/hub.py).
 
 Every SDK object lives in the supervisor's task (anyio's task groups must be entered and
 left in one task); calls from runs only send requests through the client.
@@ -44,10 +46,12 @@ RESTART_WINDOW = 300.0  # seconds in which `max_restarts` losses park a server
 PARKED_RETRY = 300.0  # a parked server is tried again this often
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 _LIST_PAGES = 50  # a server that pages forever is cut off here
+STDERR_LINES, STDERR_CHARS = 8, 1500  # of a failed call's stderr, added to its error
 
 Opener = Callable[[Callable[[ServerProcess], None]], AbstractAsyncContextManager[Any]]
 """Makes the SDK transport of one connection; told of the process (stdio) it starts."""
 T = TypeVar("T")
+StderrMark = tuple[ServerProcess, int] | None
 
 
 @record(frozen=True, slots=True)
@@ -74,12 +78,14 @@ class McpConnection:
         clock: Clock | None = None,
     ) -> None:
         self.name, self.config, self._open = name, config, opener
-        self._on_tools = on_tools
+        self._on_tools = on_tools  # told when `tools` or `unavailable()` changes
         self._clock = clock or SystemClock()
         self.state: State = "starting"
         self.tools: tuple[RemoteTool, ...] = ()
         self.last_error = ""
+        self.last_stderr = ""  # the last line of stderr of the server that last failed
         self.restarts = 0
+        self._told: str | None = None  # the `unavailable()` the hub was last told of
         self._client: Client | None = None
         self._process: ServerProcess | None = None
         self._losses: deque[float] = deque()
@@ -111,6 +117,39 @@ class McpConnection:
         """Wake everyone waiting for the state to change."""
         self._settled.set()
         self._settled = asyncio.Event()
+
+    def unavailable(self) -> str | None:
+        """Why this server's tools cannot be called while it has never listed any: it
+        failed to start (with the last line of its stderr); None otherwise."""
+        if self.tools or self.state not in ("restarting", "parked"):
+            return None
+        why = f"MCP server `{self.name}` failed to start: {self.last_stderr or self.last_error}"
+        if self.state == "parked":
+            return (
+                f"{why}; it is parked after {self.restarts} failures and tried again every "
+                f"{PARKED_RETRY / 60:g} minutes, or at a reload (its tools are unknown until then)"
+            )
+        return f"{why}; it is being started again (its tools are unknown until it starts)"
+
+    def _tell(self) -> None:
+        """Tell the hub when `unavailable()` changed (it is offered with the tools)."""
+        now = self.unavailable()
+        if now != self._told:
+            self._told = now
+            self._on_tools(self)
+
+    def stderr_mark(self) -> StderrMark:
+        """Where the stdio server's stderr is now, for `stderr_since`; None over HTTP."""
+        process = self._process
+        return (process, process.stderr.total) if process is not None else None
+
+    def stderr_since(self, mark: StderrMark) -> str:
+        """The stderr the server wrote after `mark` (scrubbed of known secrets); nothing
+        when the process is another one since."""
+        if mark is None or mark[0] is not self._process:
+            return ""
+        process, total = mark
+        return scrub(process.stderr.since(total))
 
     def describe(self) -> str:
         """One line for start-up and `/status`."""
@@ -145,6 +184,8 @@ class McpConnection:
             if self._stopping:
                 return
             self.last_error = scrub(why)
+            process = self._process
+            self.last_stderr = scrub(process.stderr.last_line()) if process is not None else ""
             log.warning("MCP server %s: %s", self.name, self.last_error)
             if not await self._backoff():
                 return
@@ -168,6 +209,7 @@ class McpConnection:
                 starting.deadline = math.inf
                 self._client, self.state, self.last_error = client, "ready", ""
                 self._set_tools(tools)
+                self._tell()
                 self._pulse()
                 async with anyio.create_task_group() as group:
                     if _listens(client):
@@ -215,6 +257,7 @@ class McpConnection:
             else:
                 self.state = "restarting"
                 delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (len(self._losses) - 1))
+        self._tell()
         self._pulse()  # callers waiting on this attempt go on without it
         sleeper = asyncio.ensure_future(self._clock.sleep(delay))
         stopped = asyncio.ensure_future(self._stop.wait())
@@ -274,6 +317,7 @@ class McpConnection:
             ToolTransientError: the server is (re)starting, or the connection was lost.
         """
         client = await self._live(min(within, self.config.connect_timeout_seconds))
+        mark = self.stderr_mark()
         try:
             async with asyncio.timeout(within):
                 return await send(client)
@@ -290,7 +334,9 @@ class McpConnection:
                 raise ToolTransientError(
                     f"the connection to MCP server `{self.name}` was lost during {what}"
                 ) from exc
-            raise ToolError(f"MCP server `{self.name}` refused {what}: {exc.message}") from exc
+            note = stderr_note(self.stderr_since(mark))
+            why = exc.message or "no detail"
+            raise ToolError(f"MCP server `{self.name}` refused {what}: {why}{note}") from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
             self._lose()
             raise ToolTransientError(
@@ -319,6 +365,19 @@ class McpConnection:
             return await self._live(0)
         why = f": {self.last_error}" if self.last_error else ""
         raise ToolTransientError(f"MCP server `{self.name}` is {self.state}{why}")
+
+
+def stderr_note(stderr: str) -> str:
+    """The end of what a server wrote to stderr during a call that failed, as a note for
+    its error: SDKs often answer an exception with a bare "Error executing tool NAME" and
+    log the why there."""
+    lines = stderr.splitlines()[-STDERR_LINES:]
+    if not lines:
+        return ""
+    tail = "\n".join(lines)
+    if len(tail) > STDERR_CHARS:
+        tail = "…" + tail[-STDERR_CHARS:]
+    return f"\nthe server's stderr during the call ends:\n{tail}"
 
 
 def _remote(tool: types.Tool) -> RemoteTool:
@@ -360,4 +419,4 @@ def _log_crash(task: asyncio.Task[None]) -> None:
         log.error("MCP supervisor crashed", exc_info=task.exception())
 
 
-__all__ = ["McpConnection", "Opener", "RemoteTool", "State"]
+__all__ = ["McpConnection", "Opener", "RemoteTool", "State", "StderrMark", "stderr_note"]

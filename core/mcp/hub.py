@@ -2,7 +2,9 @@
 
 `McpHub` builds one `McpConnection` per `[mcp.servers.<name>]` and turns their tool lists
 into Parley tools (`core/mcp/tools.py`): a `deny` tool is never offered, and the hub
-keeps why, so a call by name is refused with the reason. When a server's tool list
+keeps why, so a call by name is refused with the reason; likewise a call to a tool of a
+server that failed to start is answered with why (`McpConnection.unavailable`), not as a
+misspelt name. When a server's tool list
 changes (it said so, or it was restarted), `on_change` is called; the application then
 rebuilds its registry, which conversations pick up before their next turn — a running
 turn keeps the tools it started with.
@@ -27,10 +29,17 @@ from typing import Any
 from core.clock import Clock
 from core.mcp.config import McpServerConfig, check_env, command_files
 from core.mcp.connection import McpConnection, Opener
-from core.mcp.stdio import Launch, ServerProcess, server_env, stdio_transport
+from core.mcp.install import cache_env, installation
+from core.mcp.stdio import (
+    Launch,
+    ServerProcess,
+    server_env,
+    stdio_transport,
+    trusted_repositories,
+)
 from core.mcp.tools import McpFeatureTool, McpTool, tool_name
 from core.tools.base import Tool
-from core.tools.jail import Jail
+from core.tools.jail import SYSTEM_ROOTS, Jail
 from core.tools.roots import make_root
 from core.tools.settings import SandboxSettings, default_temp_root
 
@@ -46,6 +55,16 @@ def _argv(config: McpServerConfig, base: Path) -> list[str]:
         relative = not item.startswith(("-", "/", "~"))
         argv.append(str(candidate) if relative and candidate.is_file() else item)
     return argv
+
+
+def _named_dirs(argv: list[str]) -> list[Path]:
+    """The directories `argv` names (`/srv/repo`, `--repository=/srv/repo`)."""
+    named = []
+    for item in argv[1:]:
+        value = item.partition("=")[2] if item.startswith("-") else item
+        if value.startswith(("/", "~")) and Path(os.path.expanduser(value)).is_dir():
+            named.append(Path(os.path.expanduser(value)))
+    return named
 
 
 def server_directory(name: str, config: McpServerConfig, state: Path) -> Path:
@@ -158,6 +177,8 @@ class McpHub:
                 else:
                     names.add(name)
                     tools.append(McpTool(name, remote, connection, category))
+            if (why := connection.unavailable()) is not None:  # its tools are not known
+                refused[f"{tool_name(server, '')}*"] = why
             for action, offered in (
                 ("resources_list", config.resources),
                 ("resources_read", config.resources),
@@ -205,15 +226,27 @@ class McpHub:
         root = default_temp_root() / "mcp"
         root.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
-        readable = [*command_files(config, self.base), *config.read_paths]
+        if owner is not None:  # its HOME: git and others check theirs with access(2)
+            os.chown(scratch, *owner)
+        argv = _argv(config, self.base)
+        env = server_env(config.env, self.environ, scratch)
+        read_paths = [Path(os.path.expanduser(p)) for p in config.read_paths]
+        readable = [
+            *command_files(config, self.base),
+            *read_paths,
+            *installation(argv, path=env["PATH"], cwd=directory, system=SYSTEM_ROOTS),
+        ]
+        if not config.only_reads():  # a read-only server's directory cannot hold a cache
+            env.update(cache_env(argv, directory))
+        env.update(trusted_repositories(env, [directory, *read_paths, *_named_dirs(argv)]))
         spawn = jail.prepare(
             scratch,
             workspace=directory,
             read_only=config.only_reads(),
-            readable=[Path(os.path.expanduser(p)) for p in readable],
+            readable=readable,
+            memory="data",  # V8 reserves far more than it uses (see MemoryLimit)
         )
-        env = server_env(config.env, self.environ, scratch)
-        return Launch(_argv(config, self.base), env, directory, spawn), scratch
+        return Launch(argv, env, directory, spawn), scratch
 
     def _http(self, name: str, config: McpServerConfig) -> Opener:
         def open_http(_on_process: Callable[[ServerProcess], None]) -> Any:

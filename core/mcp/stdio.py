@@ -2,11 +2,14 @@
 
 The process is started as a tool's is (core/tools/jail.py): from a confined throwaway
 thread, so it runs under Landlock (its own directory read-write, its temp dir, the system
-dirs and what `read_paths` lists readable; no `$HOME`, no `/proc`, no other conversation's
-files, Parley's configuration read-only), the network mode's seccomp filter, the resource
-limits, as `run_as` when Parley is root, and as the first process of a PID namespace of
-its own; the reaper kills it if Parley dies. Its environment is a minimal `PATH` and
-`LANG`, its temp dir as `HOME` and `TMPDIR`, and the variables its configuration names.
+dirs, what `read_paths` lists and its installation (core/mcp/install.py) readable; no
+`$HOME`, no `/proc`, no other conversation's files, Parley's configuration read-only),
+the network mode's seccomp filter, the resource limits (memory as its data size, see
+`core.tools.jail.MemoryLimit`), as `run_as` when Parley is root, and as the first process
+of a PID namespace of its own; the reaper kills it if Parley dies. Its environment is a
+minimal `PATH` and `LANG`, its temp dir as `HOME` and `TMPDIR`, the variables its
+configuration names, git's `safe.directory` for its directories (`trusted_repositories`)
+and, for `npx`/`uvx`, a package cache in its own directory.
 
 `stdio_transport` bridges the pipes to the SDK's message streams (newline-delimited
 JSON-RPC). A line longer than `MAX_MESSAGE_BYTES` ends the connection: the server is
@@ -63,6 +66,26 @@ def server_env(names: Sequence[str], environ: Mapping[str, str], scratch: Path) 
     return env
 
 
+def trusted_repositories(env: Mapping[str, str], roots: Sequence[Path]) -> dict[str, str]:
+    """git configuration, as variables, that trusts the repositories at `roots` (and,
+    from git 2.46, beneath them) whoever owns them: a server running as `run_as` would
+    otherwise find the operator's repositories of "dubious ownership" and refuse them.
+    Appended to any `GIT_CONFIG_COUNT` entries `env` already holds."""
+    places: list[str] = []
+    for root in roots:
+        for path in dict.fromkeys((str(root), str(root.resolve()))):
+            places += [path, path.rstrip("/") + "/*"]
+    try:
+        first = int(env.get("GIT_CONFIG_COUNT", "0"))
+    except ValueError:
+        first = 0
+    trust = {"GIT_CONFIG_COUNT": str(first + len(places))}
+    for i, place in enumerate(places, start=first):
+        trust[f"GIT_CONFIG_KEY_{i}"] = "safe.directory"
+        trust[f"GIT_CONFIG_VALUE_{i}"] = place
+    return trust
+
+
 def start(launch: Launch) -> subprocess.Popen[bytes]:
     """Start the server process (in its sandbox, in a process group of its own).
 
@@ -100,20 +123,36 @@ def start(launch: Launch) -> subprocess.Popen[bytes]:
 
 
 class _Tail(asyncio.Protocol):
-    """Keeps the last `STDERR_KEPT` bytes of the server's stderr."""
+    """Keeps the last `STDERR_KEPT` bytes of the server's stderr, and counts them all."""
 
     def __init__(self) -> None:
         self.chunks: deque[bytes] = deque()
         self.size = 0
+        self.total = 0  # bytes ever received: a mark to ask what came `since`
+        self.ended = asyncio.Event()  # stderr reached its end (all of it was read)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended.set()
 
     def data_received(self, data: bytes) -> None:
         self.chunks.append(data)
         self.size += len(data)
+        self.total += len(data)
         while self.size - len(self.chunks[0]) >= STDERR_KEPT:
             self.size -= len(self.chunks.popleft())
 
     def text(self) -> str:
         return b"".join(self.chunks)[-STDERR_KEPT:].decode("utf-8", "replace").strip()
+
+    def since(self, mark: int) -> str:
+        """What arrived after `total` was `mark` (as much of it as is still kept)."""
+        new = min(self.total - mark, self.size, STDERR_KEPT)
+        kept = b"".join(self.chunks)
+        return kept[len(kept) - new :].decode("utf-8", "replace").strip() if new > 0 else ""
+
+    def last_line(self) -> str:
+        lines = self.text().splitlines()
+        return lines[-1].strip() if lines else ""
 
 
 class ServerProcess:
@@ -186,6 +225,9 @@ class ServerProcess:
         self._unwatch()
         await asyncio.to_thread(self.proc.wait)
         REAPER.untrack(self.proc.pid)
+        with contextlib.suppress(TimeoutError):  # its last words explain why it ended
+            async with asyncio.timeout(_EXIT_GRACE):
+                await self.stderr.ended.wait()
         for transport in self._transports:
             transport.close()
 
@@ -278,4 +320,12 @@ def transport_of(launch: Launch, on_process: Callable[[ServerProcess], None]) ->
     return transport
 
 
-__all__ = ["MAX_MESSAGE_BYTES", "Launch", "ServerProcess", "server_env", "start", "transport_of"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "Launch",
+    "ServerProcess",
+    "server_env",
+    "start",
+    "transport_of",
+    "trusted_repositories",
+]

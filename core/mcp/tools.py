@@ -5,8 +5,9 @@ approvals and journal as every other tool.
 A call's result reaches the model as text: text blocks as they are, embedded text
 resources by their text, images, audio and binary resources as a one-line note, and
 structured content as JSON when there is nothing else. An `isError` result is an error
-result. A result longer than `output_cap_bytes` is cut to head and tail like a tool
-process's output, the whole kept as an artifact the conversation's tools can read.
+result, with the end of what a stdio server wrote to stderr meanwhile. A result longer
+than `output_cap_bytes` is cut to head and tail like a tool process's output, the whole
+kept as an artifact the conversation's tools can read.
 
 Resources and prompts are offered only where `resources` / `prompts` name a category:
 `mcp__<server>__resources_list`, `…__resources_read`, `…__prompts_list`, `…__prompts_get`.
@@ -28,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ToolValidationError
 from core.mcp.config import OfferedCategory
-from core.mcp.connection import McpConnection, RemoteTool
+from core.mcp.connection import McpConnection, RemoteTool, stderr_note
 from core.tools.base import Tool, ToolContext, ToolResult, compact_schema, parse_arguments
 from core.tools.outputcap import CappedStream
 from core.tools.quota import call_quota
@@ -104,12 +105,14 @@ class McpTool(Tool):
             return await client.call_tool(remote, args.values)
 
         timeout = self.call_timeout(args, ctx.sandbox)
+        mark = self.connection.stderr_mark()
         result = await self.connection.request(f"`{remote}`", call, timeout)
         text = content_text(result.content)
         if not text and result.structured_content is not None:
             text = json.dumps(result.structured_content, ensure_ascii=False)
         if result.is_error:
             text = f"error (reported by MCP server `{self.connection.name}`): {text or 'no detail'}"
+            text += stderr_note(self.connection.stderr_since(mark))
         return capped(text or "(no output)", result.is_error, ctx)
 
 

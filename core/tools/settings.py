@@ -82,7 +82,11 @@ class SandboxSettings(BaseModel):
         default=512, ge=0, description="Processes the tool user may add; 0: no limit."
     )
     max_file_bytes: int = Field(default=1 << 30, ge=0, description="Largest file a tool writes.")
-    max_memory_bytes: int = Field(default=8 << 30, ge=0, description="Address space per process.")
+    max_memory_bytes: int = Field(
+        default=8 << 30,
+        ge=0,
+        description="Address space per tool process (an MCP server: its data size).",
+    )
     workspace_scope: Literal["channel", "conversation", "shared"] = Field(
         default="channel",
         description="Who shares a workspace directory under `workspace`: each channel (chat, "

@@ -109,7 +109,8 @@ class Spawn:
             try:
                 if self.pid_namespaces is not None and self.pid_namespaces.in_thread:
                     landlock.unshare_call_namespaces()  # the child is PID 1 of its own
-                    memory = dict(self.limits).get(resource.RLIMIT_AS)
+                    limits = dict(self.limits)  # address space, or data for MCP servers
+                    memory = limits.get(resource.RLIMIT_AS) or limits.get(resource.RLIMIT_DATA)
                     if memory:  # segments are not in a process's address space
                         pidns.cap_shared_memory(memory)
                 if self.run_as is not None:

@@ -136,6 +136,17 @@ def whoami() -> str:
 
 
 @app.tool()
+def git_status(path: str) -> str:
+    """`git status` in a repository, as mcp-server-git runs it."""
+    import subprocess
+
+    done = subprocess.run(
+        ["git", "-C", path, "status", "--short", "--branch"], capture_output=True, text=True
+    )
+    return done.stdout + done.stderr
+
+
+@app.tool()
 async def grow(ctx: Context) -> str:
     """Adds the tool `grown` and says the list changed."""
     app.add_tool(lambda: "grown here", name="grown", description="A tool added later.")
