@@ -23,7 +23,8 @@ they are acknowledged at once.
 This module is the adapter's lifecycle and its bolt listeners. Beside it: the Web API
 edge (`slack_api`), where answers go (`slack_reply`), native streaming (`slack_stream`),
 the thread's status (`slack_status`), assistant threads (`slack_assistant`), approval
-blocks (`slack_blocks`), events on their way in (`slack_events`), settings (`slack_config`).
+blocks (`slack_blocks`), events on their way in (`slack_events`), the HTTP endpoint
+(`slack_http`), settings (`slack_config`).
 Receipt is shown with `ack_reaction`.
 """
 
@@ -60,6 +61,7 @@ from channels.slack_events import (
     react,
 )
 from channels.slack_groups import UserGroups
+from channels.slack_http import events_app
 from channels.slack_reply import SlackResponder
 from channels.slack_status import ThreadStatus
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, Deciders, Inbound
@@ -155,8 +157,10 @@ class SlackChannel:
         await self._socket.connect_async()  # type: ignore[no-untyped-call]  # bolt leaves it untyped
 
     async def _serve_http(self, app: AsyncApp) -> None:
-        """Bolt's aiohttp app (signature checks included) on http_listen:http_port."""
-        self._runner = web.AppRunner(app.web_app(path=EVENTS_PATH), handle_signals=False)
+        """Bolt's aiohttp route (signature checks included; bodies bolt cannot read get
+        400, `channels.slack_http`) on http_listen:http_port."""
+        web_app = events_app(app, EVENTS_PATH, self._signing_secret)
+        self._runner = web.AppRunner(web_app, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.http_listen, self.config.http_port)
         await site.start()

@@ -14,24 +14,26 @@ Stored before confirmed: Telegram forgets an update once it is confirmed — by 
 `getUpdates` offset past it, or by the webhook's 200 — so both wait until the update is
 taken in: a message stored by the agent as a queued run (or dropped as a redelivery), a
 command started (commands store nothing), anything else handled. PTB's `Updater` confirms
-each batch as soon as it has fetched it, so polling is driven here (`_poll`) instead; the
-webhook answers once the update is taken in, 500 if that failed. An update whose hand-over
-failed is not confirmed, and Telegram delivers it again.
+each batch as soon as it has fetched it, so polling is driven by Parley (`telegram_poll`);
+the webhook answers once the update is taken in, 500 if that failed. An update whose
+hand-over failed is not confirmed, and Telegram delivers it again.
 
-This module is the adapter's lifecycle, its update loop and its handlers; beside it are the
-Bot API edge and its error mapping (`telegram_api`), where answers go and the approval
-prompt (`telegram_reply`), messages read as `Inbound` (`telegram_updates`) and the
-settings (`telegram_config`).
+Poison updates: an update PTB cannot parse, or whose fields have the wrong shape, is set
+aside — one warning line, its JSON recorded for the operator (`AgentPort.record_unreadable`)
+— and confirmed (offset, webhook 200) once that record is committed; it stops nothing.
+
+This module is the adapter's lifecycle and its handlers; beside it are the long poll
+(`telegram_poll`), the Bot API edge and its error mapping (`telegram_api`), where answers
+go and the approval prompt (`telegram_reply`), updates read from JSON and messages read as
+`Inbound` (`telegram_updates`) and the settings (`telegram_config`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 from collections.abc import Mapping
-from datetime import timedelta
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -51,8 +53,15 @@ from channels.retry import call_with_retry
 from channels.stream import EditBudget
 from channels.telegram_api import bot_id_of, telegram_call
 from channels.telegram_config import TelegramConfig, webhook_secret
+from channels.telegram_poll import ALLOWED_UPDATES, Poller
 from channels.telegram_reply import Place, TelegramResponder, approval_prompt
-from channels.telegram_updates import Handover, MessageReader
+from channels.telegram_updates import (
+    Handover,
+    MessageReader,
+    raw_json,
+    read_update,
+    update_id_of,
+)
 from core.chat import (
     AgentPort,
     ApprovalRequest,
@@ -64,17 +73,13 @@ from core.chat import (
 )
 from core.clock import Clock, SystemClock
 from core.command_table import COMMAND_TABLE
-from core.errors import ChannelError, ChannelRefused, ChannelUnavailable, ConfigError
+from core.errors import ChannelError, ConfigError
 from core.lease import Singleton
 
 log = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-ALLOWED_UPDATES = ("message", "callback_query")
 DRAFTS_PER_SECOND = 25  # draft updates across the bot's chats (Telegram allows ~30 calls/s)
-POLL_TIMEOUT = timedelta(seconds=10)  # long poll
-HANDOVER_WAIT = 1.0  # seconds to wait for unfinished hand-overs before polling again
-POLL_BACKOFF = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # waits while getUpdates fails; 30 s repeats
 
 
 class TelegramChannel:
@@ -113,7 +118,7 @@ class TelegramChannel:
             .base_url(f"{base}/bot")
             .base_file_url(f"{base}/file/bot")
             .job_queue(None)  # scheduling is Parley's own (APScheduler in bot/)
-            .updater(None)  # polling is ours: see `_poll`
+            .updater(None)  # polling is ours: `channels.telegram_poll`
             .build()
         )
         self.app.add_handler(
@@ -126,8 +131,7 @@ class TelegramChannel:
         self._workers: set[asyncio.Task[None]] = set()
         self._taking: dict[int, asyncio.Future[None]] = {}  # id(update) → taken in
         self._poller: asyncio.Task[None] | None = None
-        self._offset = 0  # every update below it is taken in
-        self._handovers: dict[int, asyncio.Future[None]] = {}  # polled, at or past the offset
+        self._polling = Poller(self.app.bot, self.clock, self._dispatch, self._set_aside)
         self._webhook: web.AppRunner | None = None
         self.webhook_port: int | None = None
         self._reader = MessageReader()  # who the bot is: known once started
@@ -152,7 +156,7 @@ class TelegramChannel:
                 await self._start_webhook()
             elif not self._leased:
                 await self.app.bot.delete_webhook()  # getUpdates is refused while one is set
-                self._poller = asyncio.create_task(self._poll(), name="telegram polling")
+                self._poller = asyncio.create_task(self._polling.run(), name="telegram polling")
                 self._poller.add_done_callback(_poller_ended)
         except BaseException:
             await self.stop()
@@ -173,7 +177,7 @@ class TelegramChannel:
         may be another's by then): the next holder fetches again what was not confirmed,
         and drops as redeliveries the messages already stored here."""
         await telegram_call(self.app.bot.delete_webhook())
-        await self._poll()
+        await self._polling.run()
 
     async def stop(self) -> None:
         """Stop taking updates, hand over what was already received, close connections."""
@@ -190,8 +194,7 @@ class TelegramChannel:
         if self._workers:  # hand what was received to the agent
             await asyncio.gather(*self._workers, return_exceptions=True)
         if polling:
-            self._advance(self._handovers)
-            await self._confirm()
+            await self._polling.settle()
         await self.app.shutdown()
         await self.app.bot.shutdown()  # in case initialize() failed half-way
 
@@ -235,13 +238,16 @@ class TelegramChannel:
             )
             return web.Response(status=401, text="wrong secret token")
         try:
-            data = await request.json()
-            if not isinstance(data, dict):
-                raise TypeError("an update is a JSON object")
-            update = Update.de_json(data, self.app.bot)
-        except (ValueError, TypeError, KeyError):
-            log.warning("telegram: webhook request with a malformed update")
+            data = await request.json()  # not UTF-8: UnicodeDecodeError, a ValueError
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            log.warning("telegram: webhook request whose body is no JSON object")
             return web.Response(status=400, text="malformed update")
+        update = read_update(data, self.app.bot)
+        if isinstance(update, str):  # set aside: answered 200 once recorded, 500 if not
+            failed = await self._set_aside(update_id_of(data), data, update)
+            return web.Response(status=500 if failed else 200, text="set aside")
         taken = await self._dispatch(update)
         try:
             await asyncio.shield(taken)
@@ -249,73 +255,29 @@ class TelegramChannel:
             return web.Response(status=500, text="update not taken in")
         return web.Response(text="ok")
 
-    # ------------------------------------------------------------------ polling
+    # ------------------------------------------------------------------ updates
 
-    async def _poll(self) -> None:
-        """Long polling that confirms an update only once it is taken in.
-
-        The offset sent to `getUpdates` confirms every update below it, so it stays at the
-        first update still being taken in. Until that one is done, polls return at once
-        (with it again: skipped) after waiting up to `HANDOVER_WAIT` for it, so a slow
-        hand-over in one chat holds back the confirmation, not the other chats.
-        """
-        handovers = self._handovers
-        while True:
-            updates = await call_with_retry(
-                self._fetch_updates,
-                clock=self.clock,
-                attempts=None,  # polling goes on until stopped, however long Telegram is away
-                backoff=POLL_BACKOFF,
-                rate_limits=None,
-                what="telegram getUpdates",
-            )
-            for update in updates:
-                if update.update_id not in handovers:
-                    handovers[update.update_id] = await self._dispatch(update)
-            unfinished = [h for h in handovers.values() if not h.done()]
-            if unfinished:
-                await asyncio.wait(unfinished, timeout=HANDOVER_WAIT)
-            if not self._advance(handovers):
-                await self.clock.sleep(HANDOVER_WAIT)  # a failed hand-over: retry it calmly
-
-    async def _fetch_updates(self) -> tuple[Update, ...]:
-        """One `getUpdates` from the offset. A refusal counts as an outage here: Telegram
-        answers 409 while a webhook or another poller holds the updates, which passes."""
+    async def _set_aside(
+        self, update_id: int | None, raw: object, problem: str
+    ) -> Exception | None:
+        """An update that cannot be taken in: one warning line, and its JSON recorded for
+        the operator. Returns why recording failed, if it did (the update is then not
+        confirmed: it comes again and is recorded then)."""
+        what = "an update without an id" if update_id is None else f"update {update_id}"
+        log.warning(
+            "telegram: %s set aside: %s (its JSON is in the event channel.event.unparsable)",
+            what,
+            problem,
+        )
+        if self._agent is None:
+            return None
+        event_id = "" if update_id is None else str(update_id)
         try:
-            return await telegram_call(
-                self.app.bot.get_updates(
-                    offset=self._offset,
-                    timeout=timedelta(0) if self._handovers else POLL_TIMEOUT,
-                    allowed_updates=list(ALLOWED_UPDATES),
-                )
-            )
-        except ChannelRefused as exc:
-            raise ChannelUnavailable(str(exc)) from exc
-
-    def _advance(self, handovers: dict[int, asyncio.Future[None]]) -> bool:
-        """Move the offset past the updates taken in, up to the first that is not; False
-        if one failed (it is forgotten here, so the next poll takes it in again)."""
-        for update_id in sorted(handovers):
-            handover = handovers[update_id]
-            if not handover.done():
-                return True
-            del handovers[update_id]
-            if handover.cancelled() or handover.exception() is not None:
-                return False
-            self._offset = max(self._offset, update_id + 1)
-        return True
-
-    async def _confirm(self) -> None:
-        """Tell Telegram what was taken in before stopping, so a restart does not fetch
-        it again (it would be dropped as a redelivery anyway)."""
-        if not self._offset:
-            return
-        with contextlib.suppress(ChannelError):
-            await telegram_call(
-                self.app.bot.get_updates(
-                    offset=self._offset, timeout=timedelta(0), allowed_updates=list(ALLOWED_UPDATES)
-                )
-            )
+            await self._agent.record_unreadable(self.name, event_id, problem, raw_json(raw))
+        except Exception as exc:
+            log.warning("telegram: %s could not be recorded (%s); it comes again", what, exc)
+            return exc
+        return None
 
     async def _dispatch(self, update: Update) -> asyncio.Future[None]:
         """Run PTB's handlers on `update`; returns what is done once it is taken in."""

@@ -1,13 +1,16 @@
-"""Telegram messages on their way to the agent: a message read as an `Inbound` (commands
-normalised, the bot's own @mentions taken out, the text as Markdown) and the hand-over
-that tells the update loop when it may confirm the update."""
+"""Telegram messages on their way to the agent: an update read from its JSON on its own
+(`read_update`: one the library cannot read is set aside, not fatal to its batch), a
+message read as an `Inbound` (commands normalised, the bot's own @mentions taken out, the
+text as Markdown) and the hand-over that tells the update loop when it may confirm the
+update."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
-from telegram import Message, MessageEntity, User
+from telegram import Bot, Message, MessageEntity, Update, User
 from telegram.constants import ChatType
 
 from channels.inbound import telegram_markdown
@@ -16,6 +19,51 @@ from core.command_table import COMMANDS
 from core.records import record
 
 _ALIASES = {"start": "help"}  # Telegram clients send /start when a user opens the bot
+
+
+def update_id_of(raw: object) -> int | None:
+    """The `update_id` of an update's JSON, if it has a usable one."""
+    update_id = raw.get("update_id") if isinstance(raw, dict) else None
+    return update_id if isinstance(update_id, int) and not isinstance(update_id, bool) else None
+
+
+def raw_json(raw: object) -> str:
+    """The update as JSON text again, for the operator (ASCII: a lone surrogate stays an
+    escape, which any store can hold)."""
+    return json.dumps(raw, sort_keys=True, default=str)
+
+
+def read_update(raw: object, bot: Bot) -> Update | str:
+    """One update from its JSON, or why it cannot be taken in: python-telegram-bot cannot
+    parse it, or fields the adapter reads have the wrong shape (PTB checks no types)."""
+    if not isinstance(raw, dict) or update_id_of(raw) is None:
+        return "no integer update_id"
+    try:
+        update = Update.de_json(raw, bot)  # PTB copies what it parses: `raw` stays as sent
+    except Exception as exc:  # PTB parses data it does not expect in many ways; none is ours
+        return f"python-telegram-bot cannot parse it ({type(exc).__name__}: {exc})"
+    return _misshapen(update) or update
+
+
+def _misshapen(update: Update) -> str | None:
+    """What is wrong with a parsed update's fields that the handlers read, if anything."""
+    if (message := update.message) is not None:
+        chat, sender = message.chat, message.from_user
+        if chat is None or not isinstance(chat.id, int):
+            return "a message without a chat"
+        if message.text is not None and not isinstance(message.text, str):
+            return "a message whose text is not text"
+        if sender is not None and not isinstance(sender.id, int):
+            return "a message whose sender has no user id"
+        for entity in message.entities:
+            if not (isinstance(entity.offset, int) and isinstance(entity.length, int)):
+                return "a message entity without an offset and a length"
+    if (query := update.callback_query) is not None:
+        if query.from_user is None or not isinstance(query.from_user.id, int):
+            return "a button click without a sender"
+        if query.data is not None and not isinstance(query.data, str):
+            return "a button click whose data is not text"
+    return None
 
 
 @record(frozen=True, slots=True)

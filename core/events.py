@@ -166,6 +166,7 @@ EventName = Literal[
     "memory_miss",
     # channels
     "channel.event.duplicate",
+    "channel.event.unparsable",
     "channel.delivery.failed",
     "channel.preview.posted",
     "channel.reply.redelivered",

@@ -15,7 +15,8 @@ after entity parsing, strict HTML for `parse_mode=HTML` ("can't parse entities")
 is not modified", unknown chats, messages and forum topics. Updates wait in a queue served
 by `getUpdates` (long poll, confirmed by `offset`) or, once `setWebhook` was called, are
 POSTed to the webhook with the `X-Telegram-Bot-Api-Secret-Token` header. `fail_next`
-injects 429 (with `parameters.retry_after`), 5xx or a 400 with a chosen description.
+injects 429 (with `parameters.retry_after`), 5xx or a 400 with a chosen description;
+`push_raw` delivers a malformed update and `answer_raw` a malformed answer.
 Unknown methods answer 404 so gaps fail loudly.
 """
 
@@ -234,6 +235,7 @@ class FakeTelegram(LogsCalls):
         self.drafts_enabled = True  # False: a Bot API before 9.3 (404 for sendMessageDraft)
         self._pending: list[_Pending] = []
         self._failures = FailureQueue()
+        self._raw_answers: dict[str, list[dict[str, Any]]] = {}
         self._update_ids = itertools.count(1000)
         self._message_ids = itertools.count(500)
         self._callback_ids = itertools.count(1)
@@ -394,6 +396,16 @@ class FakeTelegram(LogsCalls):
         }
         return self._push({"callback_query": query})
 
+    def push_raw(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Deliver `update` (given an `update_id`) exactly as written, however malformed:
+        what a newer Bot API, or a broken one, may send that the library cannot read."""
+        return self._push(update)
+
+    def answer_raw(self, method: str, body: dict[str, Any]) -> None:
+        """Answer the next call of `method` with HTTP 200 and `body` as it stands (e.g.
+        `{"ok": true}` without a `result`)."""
+        self._raw_answers.setdefault(method, []).append(body)
+
     def redeliver(self, update: dict[str, Any]) -> dict[str, Any]:
         """Send an update again with the same `update_id`, as Telegram does when it did not
         see it confirmed (offset not advanced / webhook not answered)."""
@@ -468,6 +480,10 @@ class FakeTelegram(LogsCalls):
         failure = self._failures.take(method, params)
         if failure is not None:
             return self._record_failure(method, params, headers, failure)
+        if raw_answers := self._raw_answers.get(method):
+            body = raw_answers.pop(0)
+            self.log.record(method, params, headers, 200, body.get("result"))
+            return web.json_response(body)
         try:
             result = await handler(params)
         except _ApiError as exc:
