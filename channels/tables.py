@@ -8,11 +8,15 @@ Discord ``` blocks).
 
 Where that block would be wider than `TABLE_WIDTH` columns, the table becomes one
 "column: value" line per non-empty cell instead, a blank line between rows, with the cell
-markup kept for the converter (links stay clickable). 60 columns: a code block wider than
-its message area wraps or scrolls, and a wrapped aligned table is harder to read than the
-line-per-cell form. Slack's thread pane and Discord's and Telegram's desktop message
-columns show about 60 to 80 monospace columns before wrapping; 60 keeps tables aligned in
-the narrowest of these. (Phones wrap or scroll from about 35 columns whatever we choose.)
+markup kept for the converter (links stay clickable); a line that would open a code fence
+(a cell reading ``` or ~~~) has its fence marker backslash-escaped, as CommonMark allows,
+so it shows as typed and no fence swallows the rest of the reply.
+
+60 columns: a code block wider than its message area wraps or scrolls, and a wrapped
+aligned table is harder to read than the line-per-cell form. Slack's thread pane and
+Discord's and Telegram's desktop message columns show about 60 to 80 monospace columns
+before wrapping; 60 keeps tables aligned in the narrowest of these. (Phones wrap or scroll
+from about 35 columns whatever we choose.)
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import unicodedata
 from collections.abc import Callable
 from typing import Literal
 
+from channels.fences import opens
 from core.records import record
 
 TABLE_WIDTH = 60
@@ -175,15 +180,26 @@ def _by_row(table: Table) -> str:
         if row is None:
             continue
         lines = [
-            f"{_label(name)}: {value}" if name else value
+            _unfenced(f"{_label(name)}: {value}" if name else value)
             for name, value in zip(table.header, row, strict=True)
             if value
         ]
         if lines:
             groups.append("\n".join(lines))
     if not groups:  # a table of headers only
-        return "\n".join(_label(name) for name in table.header if name)
+        return "\n".join(_unfenced(_label(name)) for name in table.header if name)
     return "\n\n".join(groups)
+
+
+def _unfenced(line: str) -> str:
+    """`line`, with its fence marker backslash-escaped if it would open a code fence (a cell
+    reading ``` or ~~~): the by-row form is prose, where such a line would swallow the rest
+    of the reply into a code block, and leave it unclosed. The converters and Discord show
+    the escaped marker as typed."""
+    m = opens(line)
+    if m is None:
+        return line
+    return m[1] + "".join("\\" + char for char in m[2]) + line[m.end(2) :]
 
 
 def _label(name: str) -> str:

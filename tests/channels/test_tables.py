@@ -91,3 +91,13 @@ def test_header_only_table() -> None:
 
 def test_cells_starting_with_backticks_get_a_longer_fence() -> None:
     assert laid_out("| code |\n|---|\n| ``` |") == "````\ncode\n----\n```\n````"
+
+
+def test_by_row_lines_never_open_a_code_fence() -> None:
+    # Written out by row, a cell reading ``` or ~~~ (or a column name with "*", kept as
+    # typed) would be a fence line in prose: its marker is escaped, CommonMark-style.
+    text = "| | *x* ``` |\n|---|---|\n| ``` | ~~~~ a |\n| ```py | `c` |"
+    assert laid_out(text, width=5) == "\\`\\`\\`\n*x* ```: ~~~~ a\n\n\\`\\`\\`py\n*x* ```: `c`"
+    assert laid_out("| ~~~ * | ``` |\n|---|---|", width=1) == "\\~\\~\\~ *\n**```**"
+    # Not a fence line: left as is.
+    assert laid_out("| | b |\n|---|---|\n| ```x``` | 1 |", width=1) == "```x```\n**b**: 1"

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from channels import discord_reply, slack_api, telegram_reply
@@ -407,6 +407,12 @@ _RAW_ROW = re.compile(r"^\s*\|.*\|\s*$|^\|?\s*:?-+:?\s*\|", re.M)
 
 @settings(max_examples=200, deadline=None)
 @given(text=_TABLE_DOCUMENT, limit=st.integers(min_value=40, max_value=600))
+# A cell reading ``` in a table written out by row opened a fence in the prose.
+@example(
+    text=">\n\n|  |  |  |  |  |\n|---|---|---|---|---\n"
+    "| ``` | <<界界 | <<<<<<<<<<<界 | <<<<<<<<<<界界 | [a](https://e.x/a_b)",
+    limit=40,
+)
 def test_split_property_tables(text: str, limit: int) -> None:
     laid_out = render_tables(text)
     assert render_tables(laid_out) == laid_out
