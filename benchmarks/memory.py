@@ -29,9 +29,16 @@ messages). With `--heap`, the Python heap the conversations hold (`tracemalloc`)
 printed beside it, in a run of its own: its traces would inflate the RSS. RSS also holds
 what the allocator keeps after a turn's temporaries are freed, and SQLite's page cache.
 
+**A big message** (`--big N`, default 3; `--big-only`): what a worker keeps after taking
+in 100 KB messages (a pasted log), each in a conversation of its own, through the same
+real agent with a 128,000-token window (the fake LLM answers each with a short text). The
+first one loads the tokenizer (tiktoken's `cl100k_base`), which the process keeps; the
+table gives the RSS after each message and what it added.
+
 Usage (from the repo root)::
 
     .venv/bin/python benchmarks/memory.py [--quick] [--idle N] [--tool-calls K] [--idle-only]
+        [--big N] [--big-only]
 """
 
 from __future__ import annotations
@@ -390,6 +397,61 @@ async def idle_conversations(
     print("\nGoal: an idle conversation (its lane evicted or not) costs ≤ 20 KB.")
 
 
+BIG_MESSAGE = 100_000
+
+
+async def big_messages(count: int) -> None:
+    """RSS after each of `count` 100 KB messages, after 20 short turns (imports, caches,
+    the first connections): the first loads the tokenizer, once per process
+    (docs/benchmarks.md#memory-after-a-big-message)."""
+    import gc
+
+    from bot.app import App, build_registry
+    from core.agent import QuietResponder
+    from tests.agentkit import agent_config, inbound
+    from tests.fakes.llm import FakeLLM, Reply
+
+    text = ("Our deploy log, pasted whole: step ok; " * (BIG_MESSAGE // 38 + 1))[:BIG_MESSAGE]
+    rows: list[tuple[str, int, bool]] = []
+    with TemporaryDirectory() as tmp:
+        async with FakeLLM() as fake:
+            fake.responder = lambda _request: Reply(text="Noted.")
+            window = {"providers": {"fake": {"context_window": 128_000}}}
+            config = agent_config(fake, Path(tmp), **window)
+            app = App(config, {}, build_registry(config, {}))
+            agent = await app.open_agent()
+            responder = QuietResponder()
+
+            async def converse(name: str, message: str) -> None:
+                key = ("bench", name, "")
+                await agent.submit(inbound(message, key=key, event_id=name), responder)
+                await agent.wait_idle()
+                fake.requests.clear()  # the fake shares the process: keep only Parley's
+                gc.collect()
+
+            try:
+                for i in range(20):
+                    await converse(f"short{i}", "When is the release?")
+                rows.append(("20 short turns (warm-up)", rss_kb(), app.counter.loaded))
+                for i in range(1, count + 1):
+                    await converse(f"big{i}", text)
+                    rows.append((f"100 KB message {i}", rss_kb(), app.counter.loaded))
+            finally:
+                await app.close_agent(agent)
+                await app.aclose()
+    print("| after | RSS (MB) | RSS added (MB) | tokenizer loaded |")
+    print("|---|---:|---:|---|")
+    previous = None
+    for label, rss, loaded in rows:
+        added = "–" if previous is None else f"{(rss - previous) / 1024:+.1f}"
+        print(f"| {label} | {rss / 1024:.1f} | {added} | {'yes' if loaded else 'no'} |")
+        previous = rss
+    print(
+        "\nThe first big message loads the tokenizer (~40 MB, kept for the process's life); "
+        "later ones add what their conversations hold."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the 200 memories only")
@@ -403,10 +465,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--heap", action="store_true", help="also trace the Python heap (a second run is better)"
     )
+    parser.add_argument(
+        "--big", type=int, default=3, help="100 KB messages after the warm-up (0: none)"
+    )
+    parser.add_argument("--big-only", action="store_true", help="only the big messages")
     args = parser.parse_args(argv)
+    if args.big_only:
+        asyncio.run(big_messages(args.big))
+        return 0
     if not args.idle_only:
         asyncio.run(run(args.quick))
         print()
+        if args.big:  # before the idle conversations: a process that never loaded tiktoken
+            asyncio.run(big_messages(args.big))
+            print()
     n = args.idle or (500 if args.quick else 10_000)
     asyncio.run(idle_conversations(n, tool_calls=args.tool_calls, heap=args.heap))
     return 0

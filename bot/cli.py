@@ -184,6 +184,8 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
     timeout = app.config.agent.approval_timeout_seconds
     try:
         if message is not None:  # one stateless turn, for scripts
+            for warning in app.guidance.warnings:  # stdout stays the answer alone
+                sys.stderr.write(f"parley: warning: {warning}\n")
             reader = LineReader() if sys.stdin.isatty() else None
             approver = ConsoleApprover(reader, sys.stderr, timeout)
             await app.start_mcp()
@@ -196,6 +198,8 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
         from core.tools.site import describe_places
 
         sys.stderr.write(f"parley: {describe_places(app.config.tools)}\n")
+        for line in app.guidance.start_up_lines():  # as `parley run` prints them
+            sys.stderr.write(f"parley: {line}\n")
         responder = terminal_responder(timeout)
         reader = responder.approver.reader
         assert reader is not None

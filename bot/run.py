@@ -119,9 +119,8 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
         out.write(f"parley: provider {app.default_provider}; store {agent.store.describe()}\n")
         out.write(f"parley: {app.jail.describe()}\n")
         out.write(f"parley: {describe_places(app.config.tools)}\n")
-        out.write(f"parley: {app.guidance.describe()}\n")
-        for warning in app.guidance.warnings:
-            out.write(f"parley: warning: {warning}\n")
+        for line in app.guidance.start_up_lines():  # as `parley chat` prints them
+            out.write(f"parley: {line}\n")
         for line in app.tool_status():  # the MCP servers, connected by open_agent
             out.write(f"parley: {line}\n")
         for name, channel in all_channels.items():

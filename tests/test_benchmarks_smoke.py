@@ -19,7 +19,15 @@ REPO = Path(__file__).resolve().parents[1]
         ("compaction.py", ["| summary |", "| subgoal |", "| subgoal_mig |", "| focus |"]),
         ("concurrency.py", ["| ratio Parley/raw |", "throughput at 0 ms", "p99 at 200 ms"]),
         ("relay.py", ["| telegram |", "| slack |", "| discord |", "max edits in window"]),
-        ("memory.py", ["| SQLite (FTS5) | 200 |", "recall@5", "results from other scopes"]),
+        (
+            "memory.py",
+            [
+                "| SQLite (FTS5) | 200 |",
+                "recall@5",
+                "results from other scopes",
+                "| 100 KB message 1 |",
+            ],
+        ),
         ("redaction.py", ["| tool output |", "scrub µs per iteration"]),
         ("tool_search.py", ["| search on: first request |", "under the 12 KB goal"]),
         ("caching.py", ["| openai_chat |", "| anthropic |", "of the previous request"]),

@@ -48,6 +48,12 @@ class TokenCounter:
             self.exact = False
             return chars_estimate
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the encoding has been loaded (about 40 MB of RSS, kept for the process's
+        life: docs/benchmarks.md#memory-after-a-big-message)."""
+        return self._encode is not None
+
     def text(self, text: str) -> int:
         if not text:
             return 0

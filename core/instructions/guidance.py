@@ -106,6 +106,11 @@ class Guidance:
         library = f"; instruction library: {', '.join(self.library)}" if self.library else ""
         return f"instructions: {', '.join(read) or 'none'}; skills: {skills}{library}"
 
+    def start_up_lines(self) -> list[str]:
+        """What every interactive start prints (`parley run`, `parley chat`): the line
+        of what was read, then a line per file cut or not used."""
+        return [self.describe(), *(f"warning: {w}" for w in self.warnings)]
+
 
 def _section(title: str, file: InstructionFile) -> str:
     return f"{title}:\n\n{file.text}"

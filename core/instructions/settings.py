@@ -38,7 +38,11 @@ class InstructionsConfig(BaseModel):
         "`/instructions set NAME` (relative: to config.toml's folder); empty for none.",
     )
     max_bytes: int = Field(
-        DEFAULT_MAX_BYTES, ge=256, le=1 << 20, description="Per file; the rest is cut."
+        DEFAULT_MAX_BYTES,
+        ge=256,
+        le=1 << 20,
+        description="Per file; a longer one is cut at a line, with a marker the model sees "
+        "and a warning.",
     )
 
 

@@ -194,7 +194,9 @@ class ReadFileTool(Tool):
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         assert isinstance(args, ReadFileParams)
         files = file_jail_of(ctx)
-        path = resolve_path(args.path, ctx.sandbox, for_write=False, site=files.site)
+        path = resolve_path(
+            args.path, ctx.sandbox, for_write=False, site=files.site, readable=files.readable
+        )
         cap = ctx.sandbox.output_cap_bytes
         try:
             page_of = _read_inline(path, args.offset, args.limit, cap)
@@ -313,7 +315,9 @@ class ListDirectoryTool(Tool):
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         assert isinstance(args, ListDirectoryParams)
         files = file_jail_of(ctx)
-        path = resolve_path(args.path, ctx.sandbox, for_write=False, site=files.site)
+        path = resolve_path(
+            args.path, ctx.sandbox, for_write=False, site=files.site, readable=files.readable
+        )
         try:
             names = await files.run(_list, path)
         except (NotADirectoryError, FileNotFoundError):

@@ -36,7 +36,7 @@ from typing import Any, TypeVar, cast
 
 from core.errors import ToolError
 from core.tools.jail import Jail
-from core.tools.paths import PathRules
+from core.tools.paths import PathRules, root_prefixes
 from core.tools.settings import SandboxSettings
 from core.tools.site import ToolSite
 from core.tools.spawn import confine_thread
@@ -158,6 +158,8 @@ class FileJail:
     def __init__(self, jail: Jail | None, sandbox: SandboxSettings, site: ToolSite) -> None:
         self.site = site
         self.rules = PathRules.of(sandbox, site)
+        # The skill folders: the file tools may read them as bash may (docs/guide/safety.md).
+        self.readable = root_prefixes(jail.readable) if jail is not None else ()
         # Weakly: the jail's collection ends this worker (see `_forget`).
         self._jail = weakref.ref(jail) if jail is not None and jail.enforced else None
         self._worker: _Worker | None = None
@@ -246,7 +248,7 @@ def _forget(jail_id: int) -> None:
 def file_jail(jail: Jail, sandbox: SandboxSettings, site: ToolSite) -> FileJail:
     """The file tools' jail for the run at `site`, confined at its first call."""
     if not jail.enforced:
-        return FileJail(None, sandbox, site)
+        return FileJail(jail, sandbox, site)  # path checks alone (its rules, no worker)
     key = (id(jail), site)
     found = _LIVE.get(key)
     if found is not None:

@@ -32,7 +32,7 @@ def _is_under(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
-def _prefixes(roots: Iterable[Path]) -> tuple[str, ...]:
+def root_prefixes(roots: Iterable[Path]) -> tuple[str, ...]:
     """Each root as a string ending in one "/": `p + "/"` starts with one of them exactly
     when `p` is that root or inside it (one C call per check; pathlib's is ~40× slower)."""
     return tuple(str(root).rstrip("/") + "/" for root in roots)
@@ -48,7 +48,7 @@ class PathRules:
     # Each denied path as configured, with the forms it is checked in: as written
     # (normalised) and with symlinks resolved.
     denied: tuple[tuple[Path, tuple[Path, ...]], ...]
-    # The same as "/"-terminated strings, for the per-call checks (see `_prefixes`).
+    # The same as "/"-terminated strings, for the per-call checks (see `root_prefixes`).
     _workspace: str = ""
     _read: tuple[str, ...] = ()
     _write: tuple[str, ...] = ()
@@ -101,12 +101,12 @@ class PathRules:
             write_roots,
             denied,
             str(site.workspace),
-            _prefixes(read_roots),
-            _prefixes(write_roots),
+            root_prefixes(read_roots),
+            root_prefixes(write_roots),
             (
                 denied_prefixes
                 if denied_prefixes is not None
-                else _prefixes(form for _, forms in denied for form in forms)
+                else root_prefixes(form for _, forms in denied for form in forms)
             ),
         )
 
@@ -120,7 +120,12 @@ def allowed_roots(
 
 
 def resolve_path(
-    path: str, sandbox: SandboxSettings, *, for_write: bool, site: ToolSite | None = None
+    path: str,
+    sandbox: SandboxSettings,
+    *,
+    for_write: bool,
+    site: ToolSite | None = None,
+    readable: tuple[str, ...] = (),
 ) -> Path:
     """Resolve `path` to an absolute, symlink-free path inside the roots of the run at
     `site` (see `PathRules.of`). A seatbelt: the file tools' wall is the kernel
@@ -128,6 +133,8 @@ def resolve_path(
 
     Relative paths are relative to the workspace. Denied paths beat allowed roots and are
     matched both as written and resolved, so a symlink cannot reach them either.
+    `readable`: read-only roots of Parley's own beyond the run's (the skill folders, as
+    `root_prefixes` writes them), for reading only.
 
     Raises:
         ToolDenied: the path is outside every allowed root or inside a denied path.
@@ -147,13 +154,13 @@ def resolve_path(
         denied = next(  # which one, for the message
             name
             for name, forms in rules.denied
-            if any(p.startswith(_prefixes(forms)) for p in (probe, lexical_probe))
+            if any(p.startswith(root_prefixes(forms)) for p in (probe, lexical_probe))
         )
         raise ToolDenied(
             f"permission denied: `{path}` resolves to {resolved}, which is inside "
             f"the denied path {denied}"
         )
-    roots = rules._write if for_write else rules._read
+    roots = rules._write if for_write else rules._read + readable
     if not probe.startswith(roots):
         names = ", ".join(root.rstrip("/") or "/" for root in roots)
         raise ToolDenied(

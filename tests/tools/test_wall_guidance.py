@@ -191,3 +191,44 @@ async def test_a_channels_tools_run_a_skills_script_but_cannot_touch_the_guidanc
     assert (etc / "AGENTS.md").read_text() == "Be careful.\n"
     assert not (etc / "skills" / "evil").exists()
     jail.close()
+
+
+async def test_the_file_tools_read_a_skill_from_a_channels_workspace_and_nothing_more(
+    tmp_path: Path,
+) -> None:
+    """The docs send the model to a skill's files by their absolute path (`load_skill`
+    lists the folder): `read_file` and `list_directory` reach them as bash does, from a
+    channel's own workspace; the skill stays unwritable, and the files beside it are still
+    out of reach."""
+    etc, ws = tmp_path / "etc", tmp_path / "ws"
+    etc.mkdir()
+    (etc / "config.toml").write_text(config_text(ws, tmp_path / "state", scope="channel"))
+    lay_out(etc)
+    config = load_config(etc / "config.toml")
+    jail = build_jail(config)
+    site = site_for(config.tools, "slack:C1:", tmp_path / "scratch")
+    executor = ToolExecutor(
+        ToolRegistry(builtin_tools()), ToolPolicy(), ToolContext(config.tools, jail=jail, site=site)
+    )
+    skill = etc / "skills" / "deploy"
+
+    async def call(name: str, **arguments: str) -> tuple[bool, str]:
+        message = await executor.execute(
+            ToolCall(id="c1", name=name, arguments=json.dumps(arguments))
+        )
+        return message.is_error, message.content
+
+    assert await call("read_file", path=f"{skill}/run.sh") == (False, SCRIPT)
+    failed, text = await call("read_file", path=f"{skill}/SKILL.md")
+    assert not failed, text
+    assert "Run run.sh." in text
+    failed, text = await call("list_directory", path=str(etc / "skills"))
+    assert (failed, text) == (False, f"{etc / 'skills'}/:\ndeploy/")
+    for path in (etc / "AGENTS.md", etc / "config.toml"):  # not a skill: still refused
+        failed, text = await call("read_file", path=str(path))
+        assert failed, text
+        assert "outside the allowed roots" in text
+    failed, text = await call("write_file", path=f"{skill}/run.sh", content=EVIL)
+    assert failed, text
+    assert (skill / "run.sh").read_text() == SCRIPT
+    jail.close()
