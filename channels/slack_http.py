@@ -62,7 +62,9 @@ def _bolt_request(body: bytes, request: web.Request) -> AsyncBoltRequest | None:
 
 def signed(body: bytes, headers: Mapping[str, str], secret: str, *, now: float) -> bool:
     """Whether `body` carries a valid Slack signature made at most `MAX_AGE` ago: HMAC-SHA256
-    with the signing secret of `v0:<timestamp>:<the raw body>`, over its bytes as sent."""
+    with the signing secret of `v0:<timestamp>:<the raw body>`, over its bytes as sent.
+    (slack_sdk's `SignatureVerifier` decodes the body as UTF-8 first and raises on any
+    other, and on a timestamp that is not a number: exactly the requests this is for.)"""
     timestamp = headers.get("X-Slack-Request-Timestamp", "")
     signature = headers.get("X-Slack-Signature", "")
     if not timestamp.isdigit() or abs(now - int(timestamp)) > MAX_AGE:
