@@ -33,16 +33,13 @@ from typing import Any
 
 from core.messages import ToolCall
 from core.run_context import RunContext
-from core.tools import landlock
+from core.sandbox import Jail, SandboxSettings, landlock, site_for
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.cli import CliTool, CliToolSpec
 from core.tools.executor import ToolExecutor
-from core.tools.jail import Jail
 from core.tools.policy import ToolPolicy
-from core.tools.sandbox import jail_of, release_site
-from core.tools.settings import SandboxSettings
-from core.tools.site import site_for
+from core.tools.running import jail_of, release_site
 
 MODES: dict[str, dict[str, Any]] = {
     "unconfined": {"sandbox": "off"},

@@ -46,14 +46,11 @@ from core.providers.failover import Breakers, FailoverProvider
 from core.records import record
 from core.redact import Redactor
 from core.resilience import LoopDetector, TimeLimits
+from core.sandbox import REAPER, Jail, make_undumpable, site_for
 from core.tools.base import RoleGate, ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
-from core.tools.jail import Jail
-from core.tools.landlock import make_undumpable
 from core.tools.policy import ToolPolicy
-from core.tools.reaper import REAPER
 from core.tools.search import with_search
-from core.tools.site import site_for
 
 if TYPE_CHECKING:
     # The durable agent and its store are loaded by what opens them (`open_agent`): the

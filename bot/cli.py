@@ -195,7 +195,7 @@ async def _chat(app: App, provider_name: str, message: str | None) -> int:
             finally:
                 await app.stop_mcp()
         sys.stderr.write(f"parley: {app.jail.describe()}\n")
-        from core.tools.site import describe_places
+        from core.sandbox import describe_places
 
         sys.stderr.write(f"parley: {describe_places(app.config.tools)}\n")
         for line in app.guidance.start_up_lines():  # as `parley run` prints them
@@ -229,7 +229,7 @@ async def _one_shot(
     from core.chat import valid_text
     from core.errors import ContextLimitExceeded, ProviderError
     from core.run_context import RunContext
-    from core.tools.site import one_off_site
+    from core.sandbox import one_off_site
 
     # stdout captured (a file or a pipe) holds exactly the answer (docs/channels.md#terminal)
     renderer = ConsoleRenderer(sys.stdout, sys.stderr, color=False, exact=not sys.stdout.isatty())

@@ -18,8 +18,8 @@ from bot.operate import page_note, start_server, start_telemetry, stop_server, s
 from bot.singletons import Singletons, channel_singletons, scheduler_singleton, worker_id
 from channels.platforms import PLATFORMS
 from core.chat import ConversationKey, Responder
+from core.sandbox import describe_places
 from core.store import SharedStore
-from core.tools.site import describe_places
 
 if TYPE_CHECKING:
     from bot.app import App

@@ -21,10 +21,10 @@ from core.errors import ConfigError
 from core.instructions import Guidance, GuidancePlaces, load_guidance, under_root
 from core.instructions.tool import LoadSkillTool
 from core.redact import Redactor
+from core.sandbox import Jail
 from core.secrets import SECRETS
 from core.tools.base import ToolRegistry
 from core.tools.cli import CliTool
-from core.tools.jail import Jail
 from core.tools.search import with_search
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ def build_jail(config: ParleyConfig) -> Jail:
 
 def _jail_inputs(config: ParleyConfig) -> tuple[object, ...]:
     """What `build_jail` depends on: a reload with the same inputs keeps the jail."""
-    from core.tools.roots import config_entries
+    from core.sandbox import config_entries
 
     store = config.store
     entries = [tuple(config_entries(f)) for f in config_files(config)]

@@ -33,9 +33,9 @@ from core.errors import ConfigError
 from core.instructions.settings import InstructionsConfig, SkillsConfig
 from core.providers.base import ProviderSettings
 from core.providers.failover import FailoverSettings
+from core.sandbox import SandboxSettings
 from core.sections import SECTION_CONFIG, Section, sections_of
 from core.store.backends import parse_target
-from core.tools.settings import SandboxSettings
 from core.tools.webfetch import WebFetchConfig
 
 if TYPE_CHECKING:

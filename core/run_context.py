@@ -18,8 +18,8 @@ from core.chat import Asker
 from core.events import EventSink, discard
 from core.messages import Message, ToolCall
 from core.records import record
+from core.sandbox import ToolSite
 from core.tools.base import Approver, RoleGate, ToolFinder
-from core.tools.site import ToolSite
 
 if TYPE_CHECKING:
     from core.cost.meter import Reservation

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.providers import Provider, ProviderSettings, build_provider
-from core.tools.settings import SandboxSettings
+from core.sandbox.settings import SandboxSettings
 from tests.fakes.clock import FakeClock
 from tests.fakes.llm import FakeLLM
 
@@ -101,7 +101,7 @@ def provider_for(
 def landlock_required() -> None:
     """Skip where the kernel has no Landlock; fail instead under PARLEY_REQUIRE_SANDBOX=1
     (CI), so the wall's tests cannot quietly stop running."""
-    from core.tools import landlock
+    from core.sandbox import landlock
 
     if landlock.abi_version() == 0:
         reason = "this kernel has no Landlock"

@@ -309,7 +309,7 @@ ONE_SHOT_NEVER_LOADS = (
     "channels.telegram_config",
     "channels.discord_config",
     # what only a fetch, or a platform's lease, uses
-    "core.tools.webnet",
+    "core.sandbox.webnet",
     "core.lease",
     # what the one-shot turn is not offered: it has no agent to delegate to and no store
     # to remember in (`build_registry(stateless=True)`)
@@ -322,9 +322,9 @@ ONE_SHOT_NEVER_LOADS = (
     "core.context.focus",
     "core.context.subgoals",
     # the network supervisor: only a configuration that supervises sockets starts it
-    "core.tools.netcall",
-    "core.tools.netsupervisor",
-    "core.tools.netsend",
+    "core.sandbox.netcall",
+    "core.sandbox.netsupervisor",
+    "core.sandbox.netsend",
 )
 
 

@@ -198,3 +198,84 @@ def later():
         "core.store",
     ]
     assert all(name in modules for name in CHANNEL_CONTRACT)
+
+
+# --- the three rooms of the tools (docs/architecture.md): the wall, the seatbelt, the catalogue
+
+# What the seatbelt may import beyond its own modules: pure computation only. No `os`,
+# `subprocess`, `asyncio`, sockets, files, the store or the sandbox: a verdict is a function
+# of the command and what the caller passes in.
+SEATBELT_MAY_IMPORT = {
+    "__future__", "re", "functools", "itertools", "typing", "collections", "dataclasses",
+    "contextvars", "threading", "importlib", "tree_sitter", "tree_sitter_bash", "core.records",
+}  # fmt: skip
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module `path` imports (with `from a import b`: `a`), wherever it is written."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def outside_the_seatbelt(path: Path) -> list[str]:
+    return sorted(
+        name
+        for name in imports_of(path)
+        if not name.startswith("core.seatbelt")
+        and name not in SEATBELT_MAY_IMPORT
+        and name.split(".")[0] not in SEATBELT_MAY_IMPORT
+    )
+
+
+def test_the_seatbelt_only_computes() -> None:
+    files = sorted((CORE / "seatbelt").glob("*.py"))
+    assert len(files) > 5
+    leaks = {f.name: outside_the_seatbelt(f) for f in files}
+    assert {name: bad for name, bad in leaks.items() if bad} == {}
+
+
+def test_the_seatbelt_check_sees_io(tmp_path: Path) -> None:
+    rule = tmp_path / "rule.py"
+    rule.write_text("import os\nfrom core.sandbox import Jail\nfrom core.tools.base import Tool\n")
+    assert outside_the_seatbelt(rule) == ["core.sandbox", "core.tools.base", "os"]
+
+
+def inner_sandbox_imports(path: Path) -> list[str]:
+    """The wall's inner modules `path` imports (its API is the package: `core.sandbox`)."""
+    return sorted(name for name in imports_of(path) if name.startswith("core.sandbox."))
+
+
+def test_only_the_walls_api_is_imported_from_outside_it() -> None:
+    sandbox = CORE / "sandbox"
+    files = [
+        path
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if not path.is_relative_to(sandbox)
+    ]
+    leaks = {str(f.relative_to(ROOT)): inner_sandbox_imports(f) for f in files}
+    assert {f: bad for f, bad in leaks.items() if bad} == {}
+    # and its API names every module it lends a name from
+    import core.sandbox
+
+    for name in core.sandbox.__all__:
+        assert getattr(core.sandbox, name) is not None
+
+
+def test_the_wall_imports_nothing_of_the_tools_the_agent_or_the_channels() -> None:
+    files = sorted((CORE / "sandbox").glob("*.py"))
+    assert len(files) > 10
+    forbidden = ("core.tools", "core.agent", "core.seatbelt", "channels", "bot")
+    leaks = {f.name: sorted(n for n in imports_of(f) if n.startswith(forbidden)) for f in files}
+    assert {name: bad for name, bad in leaks.items() if bad} == {}
+
+
+def test_the_room_checks_see_a_reach_inside(tmp_path: Path) -> None:
+    caller = tmp_path / "caller.py"
+    caller.write_text("from core.sandbox import Jail\nfrom core.sandbox.jail import Spawn\n")
+    assert inner_sandbox_imports(caller) == ["core.sandbox.jail"]

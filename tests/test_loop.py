@@ -12,10 +12,10 @@ from core.events import LoopEvent, ReasoningDelta, TextDelta, ToolFinished, Tool
 from core.loop import EMPTY_TURNS_TEXT, MAX_ITERATIONS_TEXT, LoopConfig, run_loop
 from core.messages import CANCELLED_RESULT, Message
 from core.run_context import RunContext
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 from tests.conftest import provider_for
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.helpers import EchoTool, FailingTool, SleepTool

@@ -13,10 +13,10 @@ from core.events import LoopEvent, Observed
 from core.loop import Guards, run_loop
 from core.messages import Message, ToolCall
 from core.run_context import RunContext
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 from tests.conftest import provider_for
 from tests.fakes.llm import FakeLLM, Fault, Reply
 from tests.helpers import EchoTool

@@ -16,11 +16,11 @@ from core.loop import NUDGE_PREFIX, Guards, LoopConfig, run_loop
 from core.messages import Message
 from core.resilience import HARD_LIMIT_TEXT, SOFT_LIMIT_PROMPT, LoopDetector, TimeLimits
 from core.run_context import RunContext
+from core.sandbox.settings import SandboxSettings
 from core.tools.ask import AskHumanTool
 from core.tools.base import Category, Tool, ToolContext, ToolRegistry, ToolResult
 from core.tools.executor import ToolExecutor
 from core.tools.policy import SessionKind, ToolPolicy
-from core.tools.settings import SandboxSettings
 from tests.conftest import provider_for
 from tests.fakes.clock import FakeClock
 from tests.fakes.llm import FakeLLM, Fault, RecordedRequest, Reply, ToolCallSpec

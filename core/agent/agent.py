@@ -44,10 +44,10 @@ from core.eventlog import EventLog
 from core.fence import Fence
 from core.messages import Message
 from core.roles import Roles
+from core.sandbox import site_for
 from core.store import RunRow, Store
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
-from core.tools.site import site_for
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from core.events import discard
 from core.instructions.command import instructions_command
 from core.memory.command import memory_command
 from core.providers.failover import FailoverProvider
+from core.sandbox import site_for
 from core.store import GoalRow
-from core.tools.sandbox import jail_of
-from core.tools.site import site_for
+from core.tools.running import jail_of
 
 HELP = help_text()
 _WithInbound = Callable[[Lane, Inbound, str], Awaitable[str | Refused]]

@@ -22,8 +22,8 @@ from core.providers.base import Provider
 from core.providers.failover import FailoverProvider
 from core.records import record
 from core.run_context import DETACHED, RunContext
+from core.sandbox import ToolSite
 from core.tools.executor import ToolExecutor
-from core.tools.site import ToolSite
 
 
 @record(slots=True)

@@ -18,8 +18,8 @@ from core.agent.responders import safe_send
 from core.agent.runs import reconcile_runs, reopen_calls
 from core.chat import ConversationKey, Responder, previews
 from core.eventlog import EventLog
+from core.sandbox import kill_leftovers
 from core.store import ApprovalRow, RunRow, SharedStore, Store
-from core.tools.reaper import kill_leftovers
 
 PREVIEW_RETRACTED = "(interrupted by a restart — the answer continues below)"
 

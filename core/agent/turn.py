@@ -37,12 +37,11 @@ from core.providers.failover import FailoverProvider
 from core.records import record
 from core.roles import Roles
 from core.run_context import RunContext, RunKind
+from core.sandbox import ToolSite, default_temp_root, site_for
 from core.store import Store
 from core.tools.base import Approver, RoleGate
 from core.tools.delegation import Delegator
-from core.tools.sandbox import release_site
-from core.tools.settings import default_temp_root
-from core.tools.site import ToolSite, site_for
+from core.tools.running import release_site
 
 log = logging.getLogger(__name__)
 

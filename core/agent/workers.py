@@ -41,9 +41,9 @@ from core.agent.takeover import CronTakeover, Takeovers
 from core.agent.tasks import spawn
 from core.chat import ConversationKey
 from core.errors import ConfigError, StoreError
+from core.sandbox import kill_leftovers
 from core.store import RunRow, SharedStore
 from core.store.notify import open_notices
-from core.tools.reaper import kill_leftovers
 
 log = logging.getLogger(__name__)
 

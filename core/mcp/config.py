@@ -178,7 +178,7 @@ def command_files(config: McpServerConfig, base: Path) -> list[Path]:
     and scripts. They are Parley's configuration (tools may not change them) and the
     server may read them. A relative path is taken from `base` (config.toml's directory).
     (Under the system dirs a program is read-only to tools already.)"""
-    from core.tools.jail import SYSTEM_ROOTS
+    from core.sandbox import SYSTEM_ROOTS
 
     found: list[Path] = []
     for item in config.command or ():

@@ -38,10 +38,8 @@ from core.mcp.stdio import (
     trusted_repositories,
 )
 from core.mcp.tools import McpFeatureTool, McpTool, tool_name
+from core.sandbox import SYSTEM_ROOTS, Jail, SandboxSettings, default_temp_root, make_root
 from core.tools.base import Tool
-from core.tools.jail import SYSTEM_ROOTS, Jail
-from core.tools.roots import make_root
-from core.tools.settings import SandboxSettings, default_temp_root
 
 log = logging.getLogger(__name__)
 SILENT_STREAM = 300.0  # seconds an HTTP server's stream may stay silent

@@ -1,11 +1,11 @@
 """A stdio MCP server inside the tools' kernel sandbox: one long-lived process per server.
 
-The process is started as a tool's is (core/tools/jail.py): from a confined throwaway
+The process is started as a tool's is (core/sandbox/jail.py): from a confined throwaway
 thread, so it runs under Landlock (its own directory read-write, its temp dir, the system
 dirs, what `read_paths` lists and its installation (core/mcp/install.py) readable; no
 `$HOME`, no `/proc`, no other conversation's files, Parley's configuration read-only),
 the network mode's seccomp filter, the resource limits (memory as its data size, see
-`core.tools.jail.MemoryLimit`), as `run_as` when Parley is root, and as the first process
+`core.sandbox.jail.MemoryLimit`), as `run_as` when Parley is root, and as the first process
 of a PID namespace of its own; the reaper kills it if Parley dies. Its environment is a
 minimal `PATH` and `LANG`, its temp dir as `HOME` and `TMPDIR`, the variables its
 configuration names, git's `safe.directory` for its directories (`trusted_repositories`)
@@ -36,8 +36,7 @@ from mcp.shared.message import SessionMessage
 
 from core.errors import ToolError
 from core.records import record
-from core.tools.jail import Spawn
-from core.tools.reaper import REAPER
+from core.sandbox import REAPER, Spawn
 
 MAX_MESSAGE_BYTES = 64 << 20
 """One JSON-RPC message from a server; a 20 MB tool result fits, an endless line does not."""

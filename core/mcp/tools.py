@@ -30,11 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.errors import ToolValidationError
 from core.mcp.config import OfferedCategory
 from core.mcp.connection import McpConnection, RemoteTool, stderr_note
+from core.sandbox import CappedStream, call_quota, prepare_site
 from core.tools.base import Tool, ToolContext, ToolResult, compact_schema, parse_arguments
-from core.tools.outputcap import CappedStream
-from core.tools.quota import call_quota
-from core.tools.sandbox import site_of
-from core.tools.site import prepare_site
+from core.tools.running import site_of
 
 PREFIX = "mcp__"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")

@@ -174,7 +174,7 @@ class RunStore(Protocol):
 
     def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
         """Queued: a tool's process group is live (the reaper's ledger; see
-        core/tools/reaper.py), recorded as this store's worker's (`set_worker`)."""
+        core/sandbox/reaper.py), recorded as this store's worker's (`set_worker`)."""
         ...
 
     def tool_group_ended(self, pgid: int) -> None:

@@ -311,7 +311,7 @@ class RunTables:
     # --- the tool process-group ledger ------------------------------------------------
 
     def tool_group_started(self, pgid: int, start_ticks: int, boot_id: str) -> None:
-        """A tool's process group is live (the reaper's ledger; see core/tools/reaper.py)."""
+        """A tool's process group is live (the reaper's ledger; see core/sandbox/reaper.py)."""
         self.write_soon(self._sql.tool_group, (pgid, start_ticks, boot_id, self._worker_id))
 
     def tool_group_ended(self, pgid: int) -> None:

@@ -16,11 +16,11 @@ from pydantic import BaseModel, ValidationError
 from core.chat import Asker
 from core.errors import ToolValidationError
 from core.records import record
-from core.tools.jail import Jail
-from core.tools.settings import (
+from core.sandbox import (
+    Jail,
     SandboxSettings,
+    ToolSite,
 )
-from core.tools.site import ToolSite
 
 if TYPE_CHECKING:
     from pydantic.json_schema import GenerateJsonSchema
@@ -58,7 +58,7 @@ class ToolContext:
     delegator: Delegator | None = None  # starts child runs (`delegate`); None: cannot
     asker: Asker | None = None  # who the run answers, where (per-person state is scoped by it)
     # The run's workspace, scratch and artifacts (None: a run outside any conversation, in
-    # the workspace root; see core/tools/site.py). Set per call by the executor.
+    # the workspace root; see core/sandbox/site.py). Set per call by the executor.
     site: ToolSite | None = None
     search: ToolFinder | None = None  # the run's tool search (`find_tools`); None: off
 

@@ -1,7 +1,7 @@
 """Built-in tools: `bash`, `read_file`, `write_file`, `list_directory` (docs/tools.md).
 
 The file tools check the path (a seatbelt with a clear reason), then do the work on
-their run's confined thread (core/tools/filejail.py): the kernel grants that thread
+their run's confined thread (core/sandbox/filejail.py): the kernel grants that thread
 exactly what the run's tool processes get."""
 
 from __future__ import annotations
@@ -14,16 +14,21 @@ from typing import TYPE_CHECKING, BinaryIO
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ToolDenied, ToolError
+from core.sandbox import (
+    SandboxSettings,
+    budget,
+    cap_output,
+    mentions_denied_path,
+    open_no_symlinks,
+    refuse_write,
+    resolve_path,
+    usage_of,
+)
 from core.tools.base import Category, Tool, ToolContext, ToolResult
-from core.tools.outputcap import cap_output
-from core.tools.paths import mentions_denied_path, resolve_path
-from core.tools.quota import budget, refuse_write, usage_of
-from core.tools.sandbox import file_jail_of, run_in_workspace, site_of
-from core.tools.seccomp import open_no_symlinks
-from core.tools.settings import SandboxSettings
+from core.tools.running import file_jail_of, run_in_workspace, site_of
 
 if TYPE_CHECKING:
-    from core.tools.commandrules import BlockVerdict
+    from core.seatbelt import BlockVerdict
 
 DEFAULT_READ_LINES = 2000
 MAX_LIST_ENTRIES = 1000
@@ -45,12 +50,12 @@ class BashParams(BaseModel):
 
 
 def check_command(command: str) -> BlockVerdict:
-    """The seatbelt verdict on a command line (core/tools/blocklist.py). Its parser and
+    """The seatbelt verdict on a command line (core/seatbelt/blocklist.py). Its parser and
     rules (tree-sitter, ~30 ms to import) load at the first `bash` call, not at start-up:
     a turn that runs no command does not pay for them."""
-    from core.tools.blocklist import check_command as check
+    from core.seatbelt import check_command as check
 
-    return check(command)
+    return check(command, home=os.path.expanduser("~"))
 
 
 class BashTool(Tool):

@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from core.errors import ConfigError, ToolValidationError
 from core.tools.base import Category, Tool, ToolContext, ToolResult
-from core.tools.sandbox import run_in_workspace
+from core.tools.running import run_in_workspace
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 HOST_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -18,11 +18,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ToolDenied, ToolValidationError
+from core.sandbox import SandboxSettings, cap_output
 from core.tools.base import Category, Tool, ToolContext, ToolResult
 from core.tools.delegation import ChildOutcome, ChildTask
-from core.tools.outputcap import cap_output
-from core.tools.sandbox import site_of
-from core.tools.settings import SandboxSettings
+from core.tools.running import site_of
 
 DELEGATE = "delegate"
 RESULT_CHARS = 7_000

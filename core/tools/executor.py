@@ -25,6 +25,7 @@ from core.events import Observed
 from core.messages import Message, ToolCall
 from core.records import record
 from core.run_context import DETACHED, RunContext
+from core.sandbox import site_for
 from core.tools.base import (
     CallApprover,
     Category,
@@ -36,7 +37,6 @@ from core.tools.base import (
 )
 from core.tools.policy import ToolPolicy
 from core.tools.search import offers
-from core.tools.site import site_for
 
 RETRY_DELAYS: tuple[float, ...] = (0.5, 2.0, 8.0)
 """Backoff before retry 1, 2 and 3; the call runs at most `len(RETRY_DELAYS) + 1` times."""
@@ -74,7 +74,7 @@ class ToolExecutor:
     Attributes:
         ctx: what every call's tool may use (sandbox settings, the jail, extras); each
             call's tool gets it with the run's own scratch dir, cwd, env and site (its
-            workspace, scratch and artifacts: core/tools/site.py) added.
+            workspace, scratch and artifacts: core/sandbox/site.py) added.
         clock: sleeps between retries (a fake one in tests).
     """
 

@@ -1,6 +1,6 @@
 """`web_fetch` (read): a web page as Markdown, or a text document as it is.
 
-The HTTP side and its address check are `core.tools.webnet`; this module is the tool, its
+The HTTP side and its address check are `core.sandbox.webnet`; this module is the tool, its
 `[web_fetch]` settings and the conversion. HTML becomes Markdown with markdownify (on
 Beautiful Soup's parser) after scripts, styles and other non-content elements are
 removed. The page is quoted as data from the web: instructions in it are not the user's.
@@ -22,7 +22,7 @@ from core.tools.base import Category, Tool, ToolContext, ToolResult
 if TYPE_CHECKING:
     # the HTTP side is loaded by the first fetch: a turn that fetches nothing needs none of
     # it (docs/benchmarks.md)
-    from core.tools.webnet import Fetched, Fetcher
+    from core.sandbox import Fetched, Fetcher
 
 _DROPPED = (
     "script", "style", "noscript", "template", "iframe", "svg", "canvas", "object",
@@ -77,9 +77,9 @@ class WebFetchTool(Tool):
 
     @property
     def fetcher(self) -> Fetcher:
-        """The HTTP side (`core.tools.webnet`), made at the first fetch."""
+        """The HTTP side (`core.sandbox.webnet`), made at the first fetch."""
         if self._fetcher is None:
-            from core.tools.webnet import Fetcher
+            from core.sandbox import Fetcher
 
             settings = self._settings
             self._fetcher = Fetcher(

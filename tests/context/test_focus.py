@@ -335,10 +335,10 @@ async def test_the_real_loop_runs_the_tools_and_the_next_request_has_the_knowled
     carries the Knowledge block and none of the exploration."""
     from core.loop import Guards, run_loop
     from core.providers.scripted import ScriptedProvider, ScriptedReply, tool_call
+    from core.sandbox.settings import SandboxSettings
     from core.tools.base import ToolContext, ToolRegistry
     from core.tools.executor import ToolExecutor
     from core.tools.policy import ToolPolicy
-    from core.tools.settings import SandboxSettings
     from tests.helpers import EchoTool
 
     cm = manager()

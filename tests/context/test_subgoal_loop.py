@@ -14,10 +14,10 @@ from core.context.summarize import SUMMARY_PROMPT, provider_summarizer
 from core.context.tokens import TokenCounter
 from core.loop import Guards, LoopConfig, run_loop
 from core.messages import Message
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import Category, Tool, ToolContext, ToolRegistry, ToolResult
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 from tests.conftest import provider_for
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply, ToolCallSpec
 from tests.helpers import EchoArgs

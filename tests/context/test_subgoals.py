@@ -29,10 +29,10 @@ from core.errors import ConfigError
 from core.loop import Guards, run_loop
 from core.messages import Message
 from core.providers.scripted import ScriptedProvider, ScriptedReply, tool_call
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 from tests.conftest import provider_for
 from tests.context import Sink, WordCounter, system, tool_turn, user
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply

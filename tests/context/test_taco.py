@@ -77,7 +77,7 @@ async def test_unwritable_artifacts_dir_keeps_the_raw_output(tmp_path: Path) -> 
 
 
 async def test_a_sandbox_capped_output_keeps_its_one_artifact(tmp_path: Path) -> None:
-    from core.tools.outputcap import cap_output
+    from core.sandbox.outputcap import cap_output
 
     full = tmp_path / "sandbox artifacts" / "bash-1.txt"  # a path with a space
     capped, truncated, _ = cap_output(words(3000, "row").encode(), 4096, full)

@@ -14,10 +14,10 @@ from core.instructions import find_skills
 from core.instructions.guidance import Guidance
 from core.instructions.tool import LoadSkillTool
 from core.messages import ToolCall
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 
 GOOD = """\
 ---

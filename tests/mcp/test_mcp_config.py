@@ -16,7 +16,7 @@ from bot.app import App, build_registry
 from core.errors import ConfigError
 from core.mcp.config import McpServerConfig
 from core.tools.base import ToolContext
-from core.tools.sandbox import run_in_workspace
+from core.tools.running import run_in_workspace
 from tests.agentkit import agent_config
 from tests.fakes.llm import FakeLLM
 from tests.mcp.conftest import stdio_server

@@ -24,8 +24,8 @@ import pytest
 from core.agent import Agent
 from core.mcp.install import cache_env, installation
 from core.messages import ToolCall
+from core.sandbox.jail import SYSTEM_ROOTS
 from core.tools.executor import ToolExecutor
-from core.tools.jail import SYSTEM_ROOTS
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.mcp.conftest import SERVER

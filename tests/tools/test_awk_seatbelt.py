@@ -14,12 +14,12 @@ import pytest
 
 from core.messages import ToolCall
 from core.run_context import RunContext
+from core.sandbox.settings import SandboxSettings
+from core.seatbelt.blocklist import check_command
 from core.tools.base import ToolContext, ToolRegistry
-from core.tools.blocklist import check_command
 from core.tools.builtin import BashTool
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 
 INDIRECT = 'gawk \'BEGIN{f="system"; @f("rm -rf target")}\''
 

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from core.messages import ToolCall
 from core.run_context import RunContext
+from core.sandbox.settings import SandboxSettings
+from core.seatbelt.blocklist import check_command
 from core.tools.base import ToolContext, ToolRegistry
-from core.tools.blocklist import check_command
 from core.tools.builtin import BashParams, BashTool
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 
 BLOCKED = [
     "sudo rm x",

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.tools.blocklist import check_command
+from core.seatbelt.blocklist import check_command
 
 # --- approvals fail closed: an attacker's rewrites -----------------------------------------
 # Each of these must need a human (destructive) or never run (blocked); none may be `ok`.

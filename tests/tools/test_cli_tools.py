@@ -13,11 +13,11 @@ from pydantic import BaseModel, Field
 
 from core.errors import ConfigError, ToolValidationError
 from core.messages import ToolCall
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import Tool, ToolContext, ToolRegistry, ToolResult, compact_schema
 from core.tools.cli import CliTool, load_cli_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 
 SPEC_EXAMPLE = """
 tools:

@@ -16,14 +16,14 @@ import pytest
 
 from core.messages import ToolCall
 from core.run_context import RunContext
+from core.sandbox.gitenv import GIT_ENV
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import BashTool
 from core.tools.cli import load_cli_tools
 from core.tools.executor import ToolExecutor
-from core.tools.gitenv import GIT_ENV
 from core.tools.policy import ToolPolicy
-from core.tools.sandbox import tool_env
-from core.tools.settings import SandboxSettings
+from core.tools.running import tool_env
 
 SHIPPED_TOOLS = Path(__file__).parents[2] / "tools.yaml"
 

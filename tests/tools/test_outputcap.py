@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.tools.outputcap import cap_output
+from core.sandbox.outputcap import cap_output
 
 # --- cap_output --------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from core.errors import ToolDenied
-from core.tools.paths import _kernel_realpath, mentions_denied_path, resolve_path
-from core.tools.settings import SandboxSettings, default_temp_root
-from core.tools.site import site_for
+from core.sandbox.paths import _kernel_realpath, mentions_denied_path, resolve_path
+from core.sandbox.settings import SandboxSettings, default_temp_root
+from core.sandbox.site import site_for
 
 
 @pytest.fixture

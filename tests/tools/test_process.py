@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ToolError
-from core.tools.process import ProcessResult, run_process
+from core.sandbox.process import ProcessResult, run_process
 from tests.helpers import wait_dead
 
 # --- run_process -------------------------------------------------------------------------

@@ -19,13 +19,13 @@ import pytest
 
 from core.messages import Message, ToolCall
 from core.run_context import RunContext
+from core.sandbox.settings import SandboxSettings, default_temp_root
+from core.sandbox.site import ToolSite, site_for
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.sandbox import release_site
-from core.tools.settings import SandboxSettings, default_temp_root
-from core.tools.site import ToolSite, site_for
+from core.tools.running import release_site
 
 MB = 1_000_000
 

@@ -13,13 +13,13 @@ import pytest
 
 from core.messages import Message, ToolCall
 from core.run_context import DETACHED, RunContext
+from core.sandbox.gitenv import GIT_ENV
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import Tool, ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.cli import load_cli_tools
 from core.tools.executor import ToolExecutor
-from core.tools.gitenv import GIT_ENV
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 from tests.helpers import pids_running, wait_dead
 
 
@@ -147,7 +147,7 @@ async def test_s6_6_env_has_only_allowlisted_vars(
     assert "SLACK_BOT_TOKEN" not in result.content
     assert "xoxb-" not in result.content
     names = {line.split("=", 1)[0] for line in result.content.splitlines() if "=" in line}
-    # bash itself adds PWD, SHLVL and `_`; Parley adds git's overrides (core/tools/gitenv.py).
+    # bash itself adds PWD, SHLVL and `_`; Parley adds git's overrides (core/sandbox/gitenv.py).
     allowed = set(settings.env_allowlist) | {"PWD", "SHLVL", "_", "OLDPWD"} | set(GIT_ENV)
     assert names <= allowed
     assert "PATH" in names

@@ -15,12 +15,12 @@ import pytest
 
 from core.messages import ToolCall
 from core.run_context import RunContext
+from core.sandbox.settings import SandboxSettings
+from core.seatbelt.blocklist import check_command
 from core.tools.base import ToolContext, ToolRegistry
-from core.tools.blocklist import check_command
 from core.tools.builtin import BashTool
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 
 # Programs that take code in an option: any of them can delete `target`.
 INLINE_CODE = [

@@ -14,11 +14,11 @@ from bot.app import App, build_registry
 from bot.config import parse_config
 from core.messages import ToolCall
 from core.run_context import RunContext
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 
 GIT_LOG = """
 tools:
@@ -140,7 +140,7 @@ async def test_write_file_refuses_a_hard_link_and_leaves_the_target_alone(
 
 
 async def test_path_rules_are_computed_once_per_configuration(settings: SandboxSettings) -> None:
-    from core.tools.paths import PathRules
+    from core.sandbox.paths import PathRules
 
     first = PathRules.of(settings)
     await _file_tool(settings, "list_directory", path=".")

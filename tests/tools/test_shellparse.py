@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from core.tools.blocklist import check_command
+from core.seatbelt.blocklist import check_command
 
 # Found by fuzzing: tree-sitter-bash's scanner crashed (SIGSEGV) on these, killing Parley.
 CRASHED = ["{\U0010ffff", "x{\U00104c4d", "{\U00080000", "{\U000e0000", "{\udc00"]
@@ -14,7 +14,7 @@ CRASHED = ["{\U0010ffff", "x{\U00104c4d", "{\U00080000", "{\U000e0000", "{\udc00
 def test_characters_that_crashed_the_scanner_are_parsed_in_a_live_process() -> None:
     code = (
         "import sys\n"
-        "from core.tools.blocklist import check_command\n"
+        "from core.seatbelt.blocklist import check_command\n"
         "for line in sys.stdin.read().split('\\0'):\n"
         "    check_command(line)\n"
         "print('alive')\n"

@@ -31,13 +31,13 @@ import pytest
 from bot.app import build_jail, build_registry
 from bot.config import load_config, parse_config
 from core.messages import ToolCall
+from core.sandbox.jail import Jail
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.cli import load_cli_tools
 from core.tools.executor import ToolExecutor
-from core.tools.jail import Jail
 from core.tools.policy import ToolPolicy
-from core.tools.sandbox import run_in_workspace
+from core.tools.running import run_in_workspace
 from tests.helpers import sandbox_config_text
 from tests.process import REPO
 
@@ -166,7 +166,7 @@ from pathlib import Path
 from bot.app import build_jail
 from bot.config import load_config
 from core.tools.base import ToolContext
-from core.tools.sandbox import run_in_workspace
+from core.tools.running import run_in_workspace
 
 uid, path, command = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 os.setgroups([])

@@ -26,13 +26,13 @@ import pytest
 
 from core.messages import Message, ToolCall
 from core.run_context import RunContext
+from core.sandbox.settings import SandboxSettings, default_temp_root
+from core.sandbox.site import site_for
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.sandbox import file_jail_of, release_site
-from core.tools.settings import SandboxSettings, default_temp_root
-from core.tools.site import site_for
+from core.tools.running import file_jail_of, release_site
 from tests.agentkit import RecordingResponder, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.process import REPO
@@ -315,8 +315,8 @@ from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings, default_temp_root
-from core.tools.site import site_for
+from core.sandbox.settings import SandboxSettings, default_temp_root
+from core.sandbox.site import site_for
 
 base, become = Path(sys.argv[1]), int(sys.argv[2])
 if become:

@@ -17,13 +17,13 @@ from bot.app import build_jail, guidance_places
 from bot.config import load_config
 from core.instructions import Guidance, load_guidance
 from core.messages import ToolCall
+from core.sandbox.jail import Jail
+from core.sandbox.site import site_for
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
-from core.tools.jail import Jail
 from core.tools.policy import ToolPolicy
-from core.tools.sandbox import run_in_workspace
-from core.tools.site import site_for
+from core.tools.running import run_in_workspace
 from tests.helpers import sandbox_config_text
 
 pytestmark = pytest.mark.usefixtures("landlock_required")

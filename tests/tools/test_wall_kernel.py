@@ -6,7 +6,7 @@ makes raw syscalls with ctypes.
   queue or POSIX message queue that one call makes is gone when it ends, and no other
   call (nor Parley) finds it; a root Parley caps a call's shared memory at its memory
   limit.
-- The kernel-surface filter (core/tools/surface.py) denies namespaces, keyrings,
+- The kernel-surface filter (core/sandbox/surface.py) denies namespaces, keyrings,
   `userfaultfd`, `perf_event_open`, `bpf`, mounts and the rest: each is tried once under
   the filter as real root, where the kernel itself would have let it through.
 - `network = "public"` is outbound only: no `bind`, no `listen`.
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from core.tools import landlock, seccomp, surface
-from core.tools.jail import Jail
+from core.sandbox import landlock, seccomp, surface
+from core.sandbox.jail import Jail
 from tests.process import REPO
 from tests.tools.test_wall_network import attack, refused, settings_for
 
@@ -222,7 +222,7 @@ async def test_util_linux_unshare_cannot_make_a_user_namespace_in_a_tool(tmp_pat
 
 _AS_ROOT = r"""
 import ctypes, errno, os, sys
-from core.tools import landlock, seccomp, surface
+from core.sandbox import landlock, seccomp, surface
 libc = ctypes.CDLL(None, use_errno=True)
 # Whatever slipped through would land in throwaway UTS and IPC namespaces.
 if libc.unshare(surface.CLONE_NEWUTS | surface.CLONE_NEWIPC) != 0:
@@ -280,7 +280,7 @@ def test_every_denied_call_is_refused_where_root_would_have_made_it() -> None:
 def test_an_ordinary_users_filter_lets_through_only_its_own_set_up() -> None:
     if os.geteuid() != 0:
         pytest.skip("the calls must be tried where only the filter stands in their way")
-    from core.tools.pidns import UNSHARE_FLAGS
+    from core.sandbox.pidns import UNSHARE_FLAGS
 
     got = _as_root(UNSHARE_FLAGS, private_ipc=True, names=["shmget", "msgget", "mq_open"])
     assert got["unshare-set-up"] == "ok", got
@@ -325,10 +325,10 @@ async def test_an_open_network_may_still_serve_on_loopback(tmp_path: Path) -> No
 _ORDINARY = r"""
 import asyncio, concurrent.futures.thread, os, sys  # all imported before the drop: this
 # interpreter may live where the user cannot read (a 0700 /root)
-from core.tools.settings import SandboxSettings
+from core.sandbox.settings import SandboxSettings
 from tests.tools.test_wall_network import attack
 from tests.tools.test_wall_kernel import SURFACE, SYSV
-from core.tools.jail import Jail
+from core.sandbox.jail import Jail
 
 base, uid, key = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 os.setgroups([])

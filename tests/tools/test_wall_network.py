@@ -26,13 +26,13 @@ from pathlib import Path
 import pytest
 
 from core.messages import ToolCall
-from core.tools import landlock
+from core.sandbox import landlock
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.cli import CliTool, CliToolSpec
 from core.tools.executor import ToolExecutor
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 from tests.process import REPO, child_env, parley, write_config
 
 PG_DIR = Path("/var/run/postgresql")
@@ -50,7 +50,7 @@ def _sandbox() -> None:
     if landlock.abi_version() < 4:
         _require("this kernel has no Landlock network rules (ABI 4)", "PARLEY_REQUIRE_SANDBOX")
     try:
-        from core.tools import seccomp
+        from core.sandbox import seccomp
     except ImportError:
         return  # the code before the network wall: the attacks must show it open
     if not seccomp.supervision_available():
@@ -593,7 +593,7 @@ async def test_public_a_racing_thread_cannot_redirect_a_datagram(
 
 
 def test_the_public_rule_on_addresses() -> None:
-    from core.tools.netpolicy import Destination, PublicOnly, is_public, parse_inet
+    from core.sandbox.netpolicy import Destination, PublicOnly, is_public, parse_inet
 
     ip = ipaddress.ip_address
     for text in (
@@ -622,7 +622,7 @@ def test_the_public_rule_on_addresses() -> None:
 
 
 async def test_public_resolves_names_through_the_configured_nameserver(tmp_path: Path) -> None:
-    from core.tools.netpolicy import is_public, nameservers
+    from core.sandbox.netpolicy import is_public, nameservers
 
     servers = sorted(nameservers(), key=str)
     if not servers:
@@ -643,7 +643,7 @@ async def test_public_resolves_names_through_the_configured_nameserver(tmp_path:
 
 
 def test_each_mode_says_what_it_enforces(tmp_path: Path) -> None:
-    from core.tools.jail import Jail
+    from core.sandbox.jail import Jail
 
     closed = Jail(settings_for(tmp_path, network=False)).describe()
     assert "network closed (no socket but a unix socketpair)" in closed
@@ -666,7 +666,7 @@ def test_a_network_setting_that_cannot_hold_is_a_config_error(
     tmp_path: Path, changes: dict[str, object], key: str
 ) -> None:
     from core.errors import ConfigError
-    from core.tools.jail import Jail
+    from core.sandbox.jail import Jail
 
     with pytest.raises(ConfigError) as caught:
         Jail(settings_for(tmp_path, **changes))
@@ -694,7 +694,7 @@ sys.path.insert(0, sys.argv[1])
 from tests.tools.test_wall_network import attack, settings_for, PG_STARTUP
 from pathlib import Path
 with contextlib.suppress(ImportError):  # imported while still root: Python is under /root
-    from core.tools import netsend, netsupervisor
+    from core.sandbox import netsend, netsupervisor
 uid, gid = int(sys.argv[4]), int(sys.argv[5])
 os.setgroups([])
 os.setresgid(gid, gid, gid)

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from core.errors import ToolError
+from core.sandbox.jail import Jail
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import ToolContext, ToolResult
-from core.tools.jail import Jail
-from core.tools.sandbox import run_in_workspace
-from core.tools.settings import SandboxSettings
+from core.tools.running import run_in_workspace
 from tests.agentkit import running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.helpers import pids_running, wait_dead
@@ -248,9 +248,9 @@ def test_start_up_says_how_processes_are_held(settings: SandboxSettings) -> None
 _PROBE = r"""
 import asyncio, os, sys
 from core.tools.base import ToolContext
-from core.tools.jail import Jail
-from core.tools.settings import SandboxSettings
-from core.tools.sandbox import run_in_workspace
+from core.sandbox.jail import Jail
+from core.sandbox.settings import SandboxSettings
+from core.tools.running import run_in_workspace
 
 workspace, uid, command = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 os.setgroups([])

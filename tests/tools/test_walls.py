@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 from core.messages import ToolCall
-from core.tools import landlock
+from core.sandbox import landlock
+from core.sandbox.jail import Jail, count_tasks
+from core.sandbox.settings import SandboxSettings
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.executor import ToolExecutor
-from core.tools.jail import Jail, count_tasks
 from core.tools.policy import ToolPolicy
-from core.tools.sandbox import run_in_workspace
-from core.tools.settings import SandboxSettings
+from core.tools.running import run_in_workspace
 from tests.agentkit import running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 from tests.helpers import pids_running
@@ -192,9 +192,9 @@ _PROBE = r"""
 import asyncio, os, sys
 from pathlib import Path
 from core.tools.base import ToolContext
-from core.tools.settings import SandboxSettings
-from core.tools.landlock import make_undumpable
-from core.tools.sandbox import run_in_workspace
+from core.sandbox.settings import SandboxSettings
+from core.sandbox.landlock import make_undumpable
+from core.tools.running import run_in_workspace
 
 import concurrent.futures.thread  # noqa: F401  (imported before the drop: this interpreter
 # may live where the user cannot read, e.g. in a 0700 /root)
@@ -278,8 +278,8 @@ def _alive(pid: int) -> bool:
 async def test_start_up_kills_groups_a_crashed_run_left_in_the_store(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
+    from core.sandbox.reaper import REAPER, boot_id, start_ticks
     from core.store import open_store
-    from core.tools.reaper import REAPER, boot_id, start_ticks
 
     leftover = await asyncio.create_subprocess_exec("sleep", "300", start_new_session=True)
     db = tmp_path / "parley.db"

@@ -22,13 +22,13 @@ from aiohttp import web
 
 from bot.app import build_registry
 from core.messages import ToolCall
+from core.sandbox.netpolicy import IPAddress
+from core.sandbox.settings import SandboxSettings
+from core.sandbox.webnet import Fetcher, public_only
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.executor import ToolExecutor
-from core.tools.netpolicy import IPAddress
 from core.tools.policy import ToolPolicy
-from core.tools.settings import SandboxSettings
 from core.tools.webfetch import WebFetchConfig, WebFetchTool
-from core.tools.webnet import Fetcher, public_only
 from tests.agentkit import agent_config, inbound, running_agent
 from tests.fakes.llm import FakeLLM, Reply, ToolCallSpec
 

@@ -40,7 +40,6 @@ check sees is what a script file the model wrote does when it runs.
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable
 from dataclasses import field
@@ -49,9 +48,9 @@ from typing import Literal
 from tree_sitter import Node
 
 from core.records import record
-from core.tools.awkrules import awk_args, awk_text, awk_verdict
-from core.tools.coderules import code_rules, code_variable, code_variables
-from core.tools.commandrules import (
+from core.seatbelt.awkrules import awk_args, awk_text, awk_verdict
+from core.seatbelt.coderules import code_rules, code_variable, code_variables
+from core.seatbelt.commandrules import (
     SED_EXEC,
     deleting,
     fixed_rules,
@@ -59,7 +58,8 @@ from core.tools.commandrules import (
     read_only_inline,
     write_target,
 )
-from core.tools.programargs import (
+from core.seatbelt.context import HOME, basename
+from core.seatbelt.programargs import (
     SHELL_OPTIONS,
     STDIN_PATHS,
     Interpreter,
@@ -69,10 +69,10 @@ from core.tools.programargs import (
     sed_scripts,
     shell_args,
 )
-from core.tools.shellexpand import MAX_VALUE, Word, expand, static_output
-from core.tools.shellparse import parse_readings, short, text
-from core.tools.verdicts import BlockVerdict, VerdictKind, unreadable, worst
-from core.tools.wrappers import WRAPPERS, unwrap
+from core.seatbelt.shellexpand import MAX_VALUE, Word, expand, static_output
+from core.seatbelt.shellparse import parse_readings, short, text
+from core.seatbelt.verdicts import BlockVerdict, VerdictKind, unreadable, worst
+from core.seatbelt.wrappers import WRAPPERS, unwrap
 
 # --- tables ------------------------------------------------------------------------------
 
@@ -124,18 +124,28 @@ class _Ctx:
 CACHED_CHARS = 64 * 1024  # longer commands are checked afresh each time
 
 
-def check_command(command: str) -> BlockVerdict:
-    """Classify a `bash` command string; never raises. The verdict on a command is kept
-    for the next asker: a `bash` call is checked for its category, then again as it runs."""
+def check_command(command: str, home: str = "") -> BlockVerdict:
+    """Classify a `bash` command string; never raises. `home`: the tools' user's home
+    directory as a path (`rm -rf` of it is blocked like `rm -rf ~`; the caller reads it:
+    the seatbelt does no I/O). The verdict on a command is kept for the next asker: a
+    `bash` call is checked for its category, then again as it runs."""
     if len(command) > CACHED_CHARS:
-        return _check(command)
-    return _cached_check(command, os.path.expanduser("~"))
+        return _with_home(command, home)
+    return _cached_check(command, home)
 
 
 @functools.lru_cache(maxsize=64)
 def _cached_check(command: str, home: str) -> BlockVerdict:
     """`home` is part of the key: whether `rm -rf /home/me` is blocked depends on it."""
-    return _check(command)
+    return _with_home(command, home)
+
+
+def _with_home(command: str, home: str) -> BlockVerdict:
+    token = HOME.set(home)
+    try:
+        return _check(command)
+    finally:
+        HOME.reset(token)
 
 
 def _check(command: str) -> BlockVerdict:
@@ -351,7 +361,7 @@ def _judge(argv: list[Word], ctx: _Ctx, stdin: _Stdin, depth: int) -> None:
         ctx.unreadable(f"the program name is computed at run time ({head.dynamic})")
     if head.text in ctx.functions:
         ctx.unreadable(f"calls the shell function `{head.text}`, whose arguments steer it")
-    name = os.path.basename(head.text)
+    name = basename(head.text)
     words = [a.text for a in args]
     ctx.verdicts.append(fixed_rules(name, words, stdin_fed=stdin.source != "none"))
     code = stdin.source == "code"

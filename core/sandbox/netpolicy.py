@@ -2,7 +2,7 @@
 destinations `network = "public"` allows, and which unix socket a listed path names.
 
 Pure functions over copies, so they can be tested on their own; the supervisor
-(core/tools/netguard.py) feeds them and acts on the answer.
+(core/sandbox/netguard.py) feeds them and acts on the answer.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The direct child of each tool call has a parent-death signal, but its own childr
 spawn, in its own session, with an empty environment — and tells it over a pipe which
 process groups are live. When Parley dies (even by `kill -9`) the pipe reaches EOF and the
 reaper SIGKILLs every group still listed, then exits. A group's leader is the first
-process of the call's PID namespace (core/tools/pidns.py) where there is one: killing it
+process of the call's PID namespace (core/sandbox/pidns.py) where there is one: killing it
 kills whatever left the group too (`setsid`, daemons).
 
 A `GroupLedger` (the store) may also record each live group with its start time, so that

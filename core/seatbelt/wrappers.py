@@ -14,7 +14,7 @@ import re
 from dataclasses import field
 
 from core.records import record
-from core.tools.shellexpand import Word
+from core.seatbelt.shellexpand import Word
 
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # GNU parallel's replacement strings: `{}`, `{.}`, `{/}`, `{//}`, `{/.}`, `{#}`, `{%}`, `{3}`.

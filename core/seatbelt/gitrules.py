@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from core.tools.programargs import options
-from core.tools.verdicts import OK, BlockVerdict, unreadable
+from core.seatbelt.programargs import options
+from core.seatbelt.verdicts import OK, BlockVerdict, unreadable
 
 # Keys `git -c` may set without an approver: none of them makes git run a program.
 HARMLESS_KEY = re.compile(

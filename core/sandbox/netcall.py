@@ -10,8 +10,8 @@ import socket
 from collections.abc import Callable
 
 from core.records import record
-from core.tools import landlock, seccomp
-from core.tools.netpolicy import PublicOnly, UnixList, parse_inet
+from core.sandbox import landlock, seccomp
+from core.sandbox.netpolicy import PublicOnly, UnixList, parse_inet
 
 INET = (socket.AF_INET, socket.AF_INET6)
 _MAX_ADDR = 128  # sizeof(struct sockaddr_storage): the kernel refuses longer

@@ -18,8 +18,8 @@ import re
 from dataclasses import field
 
 from core.records import record
-from core.tools.shellexpand import Word
-from core.tools.verdicts import OK, BlockVerdict, unreadable, worst
+from core.seatbelt.shellexpand import Word
+from core.seatbelt.verdicts import OK, BlockVerdict, unreadable, worst
 
 # gawk's long options (5.x) and the short letter each stands for ("" = no short form);
 # mawk's `-W exec` is gawk's `--exec`.

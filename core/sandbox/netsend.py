@@ -15,8 +15,8 @@ import socket
 import struct
 
 from core.records import record
-from core.tools import seccomp
-from core.tools.netcall import (
+from core.sandbox import seccomp
+from core.sandbox.netcall import (
     Call,
     Operation,
     Policy,

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from core.records import record
-from core.tools.settings import SandboxSettings
+from core.sandbox.settings import SandboxSettings
 
 CHILD_MARK = ":child:"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -10,11 +10,11 @@ of one command; `blocklist.py` calls `code_rules` for every command it finds.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 
-from core.tools.verdicts import OK, BlockVerdict, unreadable, worst
+from core.seatbelt.context import basename
+from core.seatbelt.verdicts import OK, BlockVerdict, unreadable, worst
 
 # The shell or a later program runs these variables' values as code.
 CODE_VARIABLES = frozenset({"PS4", "PROMPT_COMMAND", "BASH_ENV", "ENV"})
@@ -170,7 +170,7 @@ def _rsync(args: list[str]) -> BlockVerdict:
     ]
     for shell in shells:
         words = shell.split()
-        if not words or os.path.basename(words[0]) != "ssh" or _ssh(words[1:]).kind != "ok":
+        if not words or basename(words[0]) != "ssh" or _ssh(words[1:]).kind != "ok":
             return unreadable(f"`rsync -e {shell}` runs a program other than ssh")
     return OK
 

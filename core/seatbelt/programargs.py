@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from core.records import record
-from core.tools.shellexpand import Word
+from core.seatbelt.shellexpand import Word
 
 STDIN_PATHS = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 # Programs that hand the value of one of their options to a shell (`script -c 'cmd'`).

@@ -3,7 +3,7 @@
 A `Jail` is built once per configuration. For each spawn it makes a Landlock ruleset in
 Parley's process and starts the child from a throwaway thread that (see `Spawn`):
 
-0. makes the child the first process of a PID namespace of its own (core/tools/pidns.py),
+0. makes the child the first process of a PID namespace of its own (core/sandbox/pidns.py),
    so that every process it leads to dies with it, wherever it moved in the tree, in an
    IPC namespace of its own, so that no shared memory or message queue outlives the call;
 1. when Parley runs as root, becomes the unprivileged `run_as` user, keeping only the
@@ -12,7 +12,7 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    tool cannot read Parley's `/proc/<pid>/environ` or memory, and RLIMIT_NPROC (which
    the kernel never applies to uid 0) holds a fork bomb;
 2. sets `no_new_privs` and enforces the ruleset: read-write beneath the run's own
-   workspace (its channel's or conversation's, see core/tools/site.py), `allowed_paths`
+   workspace (its channel's or conversation's, see core/sandbox/site.py), `allowed_paths`
    and the run's scratch dir; read-only its conversation's artifacts; read + execute
    beneath the system dirs (with denied paths carved out); `/dev/null`, `/dev/zero`,
    `/dev/urandom`; nothing else — not `$HOME`, not `/proc`, not Parley's store or
@@ -21,16 +21,16 @@ Parley's process and starts the child from a throwaway thread that (see `Spawn`)
    may write only its scratch dir. From ABI 6 the tool can neither signal nor reach
    abstract sockets of processes outside its domain (Parley, other tool calls); with
    `network = false`, TCP bind/connect are denied (ABI 4). Right after `no_new_privs` it
-   installs the seccomp filter of the network mode (core/tools/netguard.py), whose
+   installs the seccomp filter of the network mode (core/sandbox/netguard.py), whose
    listener, if any, Parley serves while the spawn lasts, and the kernel-surface filter
-   (core/tools/surface.py: namespaces, keyrings, bpf, mounts, … denied);
+   (core/sandbox/surface.py: namespaces, keyrings, bpf, mounts, … denied);
 3. resource limits are lowered (CPU seconds, file size, processes, address space, no
    core file);
-4. the group reaper (core/tools/reaper.py) kills the tool's process group — its PID
+4. the group reaper (core/sandbox/reaper.py) kills the tool's process group — its PID
    namespace's first process among them — if Parley dies.
 
 The built-in file tools get the same ruleset (`ruleset`) on a thread of their own per
-run (core/tools/filejail.py).
+run (core/sandbox/filejail.py).
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Literal
 
 from core.errors import ConfigError
-from core.tools import landlock, netguard, pidns
-from core.tools.roots import config_entries, make_root, reach_notes
-from core.tools.settings import SandboxSettings
-from core.tools.spawn import RunAs, Spawn, confine_thread, count_tasks
+from core.sandbox import landlock, netguard, pidns
+from core.sandbox.roots import config_entries, make_root, reach_notes
+from core.sandbox.settings import SandboxSettings
+from core.sandbox.spawn import RunAs, Spawn, confine_thread, count_tasks
 
 __all__ = ["Jail", "MemoryLimit", "RunAs", "Spawn", "confine_thread", "count_tasks"]
 
@@ -136,7 +136,7 @@ def _surface(net: netguard.NetGuard | None, ns: pidns.PidNamespaces | None) -> b
     """The kernel-surface filter, where seccomp filters are enforced (`net` exists)."""
     if net is None:
         return b""
-    from core.tools import surface
+    from core.sandbox import surface
 
     flags = ns.unshare_flags if ns is not None else 0
     return surface.program(unshare_flags=flags, private_ipc=ns is not None and ns.how is not None)
@@ -297,7 +297,7 @@ class Jail:
         walls = ["files", self._process_wall()]
         if self.abi >= 6:
             walls.append("signals")
-        if self.surface:  # core/tools/surface.py
+        if self.surface:  # core/sandbox/surface.py
             ns = self.pid_namespaces
             private = ns is not None and ns.how is not None
             walls.append("kernel surface" + ("" if private else " (no System V IPC)"))

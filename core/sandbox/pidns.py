@@ -13,7 +13,7 @@ How the namespace is made:
 
 - A Parley with CAP_SYS_ADMIN (root) calls `unshare(CLONE_NEWPID|CLONE_NEWIPC)` in the
   throwaway spawn thread before it drops to the tools' user (see
-  `core.tools.spawn.Spawn`): the thread's next child is PID 1 of a new PID namespace and
+  `core.sandbox.spawn.Spawn`): the thread's next child is PID 1 of a new PID namespace and
   inherits the thread's new IPC namespace, whose shared memory the thread caps at the
   call's memory limit. No extra process, ~0.1 ms.
 - Any other Parley has util-linux `unshare` make a user namespace (the tool keeps its
@@ -24,7 +24,7 @@ How the namespace is made:
 - Where neither works (no CAP_SYS_ADMIN and no user namespaces: a container's seccomp
   profile, a sysctl), tools fall back to the process-group kill, and the start-up line
   says so, and the kernel-surface filter denies System V IPC and message queues
-  (core/tools/surface.py), which the calls would otherwise share.
+  (core/sandbox/surface.py), which the calls would otherwise share.
 
 An IPC namespace is freed with the last process in it, and every shared memory segment,
 semaphore set and message queue with it.
@@ -50,7 +50,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from core.records import record
-from core.tools import landlock
+from core.sandbox import landlock
 
 # Runs the command as its child — `exec` in a subshell: a program, found on PATH as exec
 # finds it, never a builtin of the same name (sh's `echo` is not /bin/echo) — then exits
@@ -62,12 +62,12 @@ INIT = (
 )
 SHELL = "/bin/sh"
 # `ulimit` flags every sh has (dash, and bash as sh), and their units in bytes. The process
-# limit needs none: it is in force from the fork (see `core.tools.jail._launch_counted`).
+# limit needs none: it is in force from the fork (see `core.sandbox.jail._launch_counted`).
 _ULIMIT = {
     resource.RLIMIT_CPU: ("-t", 1),
     resource.RLIMIT_FSIZE: ("-f", 512),
     resource.RLIMIT_AS: ("-v", 1024),
-    resource.RLIMIT_DATA: ("-d", 1024),  # an MCP server's memory limit (core/tools/jail.py)
+    resource.RLIMIT_DATA: ("-d", 1024),  # an MCP server's memory limit (core/sandbox/jail.py)
     resource.RLIMIT_CORE: ("-c", 512),
 }
 # No uid map: writing one needs /proc, which the sandbox denies. Unmapped, the tool keeps
@@ -75,7 +75,7 @@ _ULIMIT = {
 # holds no capability once it execs.
 _UNSHARE = ("--user", "--pid", "--ipc", "--fork", "--kill-child", "--")
 # The namespace flags util-linux `unshare` passes for `_UNSHARE`, after the filters are in
-# force: the one `unshare` the kernel-surface filter lets through (core/tools/surface.py).
+# force: the one `unshare` the kernel-surface filter lets through (core/sandbox/surface.py).
 UNSHARE_FLAGS = landlock.CLONE_NEWUSER | landlock.CLONE_NEWPID | landlock.CLONE_NEWIPC
 
 

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 from core.errors import ToolError
 from core.records import record
-from core.tools.outputcap import CappedStream
-from core.tools.reaper import REAPER
-from core.tools.spawn import Spawn
+from core.sandbox.outputcap import CappedStream
+from core.sandbox.reaper import REAPER
+from core.sandbox.spawn import Spawn
 
 if TYPE_CHECKING:
-    from core.tools.quota import CallQuota
+    from core.sandbox.quota import CallQuota
 
 # After the main process exits, how long we keep reading output still in flight. Then the
 # group is killed: background jobs (`sleep 30 &`) never outlive the tool call, and waiting

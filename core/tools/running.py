@@ -14,15 +14,25 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from core.sandbox import (
+    FileJail,
+    Jail,
+    PathRules,
+    ProcessResult,
+    SandboxSettings,
+    ToolSite,
+    call_quota,
+    default_temp_root,
+    file_jail,
+    neutralised,
+    prepare_site,
+    release,
+    run_process,
+    site_for,
+    tree_bytes,
+    usage_of,
+)
 from core.tools.base import ToolContext, ToolResult
-from core.tools.filejail import FileJail, file_jail, release
-from core.tools.gitenv import neutralised
-from core.tools.jail import Jail
-from core.tools.paths import PathRules
-from core.tools.process import ProcessResult, run_process
-from core.tools.quota import call_quota, tree_bytes, usage_of
-from core.tools.settings import SandboxSettings, default_temp_root
-from core.tools.site import ToolSite, prepare_site, site_for
 
 
 def tool_env(sandbox: SandboxSettings, extra: Mapping[str, str] | None = None) -> dict[str, str]:

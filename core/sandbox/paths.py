@@ -16,8 +16,8 @@ from pathlib import Path
 
 from core.errors import ToolDenied
 from core.records import record
-from core.tools.settings import SandboxSettings
-from core.tools.site import ToolSite, site_for
+from core.sandbox.settings import SandboxSettings
+from core.sandbox.site import ToolSite, site_for
 
 _SITES_KEPT = 256  # runs whose rules are kept (a run's are computed at its first file call)
 
@@ -129,7 +129,7 @@ def resolve_path(
 ) -> Path:
     """Resolve `path` to an absolute, symlink-free path inside the roots of the run at
     `site` (see `PathRules.of`). A seatbelt: the file tools' wall is the kernel
-    (core/tools/filejail.py); this gives the model a clear reason first.
+    (core/sandbox/filejail.py); this gives the model a clear reason first.
 
     Relative paths are relative to the workspace. Denied paths beat allowed roots and are
     matched both as written and resolved, so a symlink cannot reach them either.

@@ -1,5 +1,5 @@
 """The kernel surface a tool process may not reach: a second seccomp filter, stacked on the
-network one (core/tools/seccomp.py), that every spawn installs.
+network one (core/sandbox/seccomp.py), that every spawn installs.
 
 It denies, with EPERM, what Docker's default seccomp profile denies to an unprivileged
 container, and a little more:
@@ -22,7 +22,7 @@ container, and a little more:
 
 Parley's own per-call set-up needs none of them once the filter is in force, with one
 exception: an ordinary user's Parley has util-linux `unshare` make the call's user, PID
-and IPC namespaces after the filter is installed (core/tools/pidns.py), so that exact
+and IPC namespaces after the filter is installed (core/sandbox/pidns.py), so that exact
 set of flags stays allowed there — a process that repeats it gets only another empty
 namespace, in which everything above is still denied.
 
@@ -38,7 +38,7 @@ import errno
 import platform
 from collections.abc import Mapping
 
-from core.tools.seccomp import _JEQ, _JGE, _JSET, RET_ALLOW, _Asm, deny
+from core.sandbox.seccomp import _JEQ, _JGE, _JSET, RET_ALLOW, _Asm, deny
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000

@@ -19,7 +19,7 @@ from dataclasses import field
 from tree_sitter import Node
 
 from core.records import record
-from core.tools.shellparse import short, text
+from core.seatbelt.shellparse import short, text
 
 MAX_WORDS = 256  # a brace or split expansion giving more words than this stays unexpanded
 MAX_VALUE = 4096  # statically known variable values longer than this are forgotten

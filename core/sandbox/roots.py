@@ -1,5 +1,5 @@
 """The tools' roots on disk: made so that the tools' user can reach them, and the entries
-of Parley's configuration that must stay as they are (see `core.tools.jail.Jail`)."""
+of Parley's configuration that must stay as they are (see `core.sandbox.jail.Jail`)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ nothing else.
 Landlock, `no_new_privs` and (through raw syscalls) the uid belong to one thread, and a
 thread cannot leave its Landlock domain. So each run (each `ToolSite`) gets one worker
 thread that enters the jail once, at the run's first file call, and then serves every
-file call of the run. The path checks (core/tools/paths.py) still run first: they give
+file call of the run. The path checks (core/sandbox/paths.py) still run first: they give
 the model a clear reason. The thread is what holds when they miss (a symlink swapped in
 after the check, `/proc/self/root/…`, a spelling they do not foresee).
 
@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from core.errors import ToolError
-from core.tools.jail import Jail
-from core.tools.paths import PathRules, root_prefixes
-from core.tools.settings import SandboxSettings
-from core.tools.site import ToolSite
-from core.tools.spawn import confine_thread
+from core.sandbox.jail import Jail
+from core.sandbox.paths import PathRules, root_prefixes
+from core.sandbox.settings import SandboxSettings
+from core.sandbox.site import ToolSite
+from core.sandbox.spawn import confine_thread
 
 T = TypeVar("T")
 Outcome = tuple[bool, Any]  # (returned, the value or the exception)

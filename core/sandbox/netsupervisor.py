@@ -30,8 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import field
 
 from core.records import record
-from core.tools import landlock, netsend, seccomp
-from core.tools.netcall import (
+from core.sandbox import landlock, netsend, seccomp
+from core.sandbox.netcall import (
     Call,
     Operation,
     Policy,
@@ -42,7 +42,7 @@ from core.tools.netcall import (
     read_sockaddr,
     sockopt,
 )
-from core.tools.netpolicy import unix_path
+from core.sandbox.netpolicy import unix_path
 
 log = logging.getLogger(__name__)
 TOOL_CAPS = (landlock.CAP_DAC_OVERRIDE, landlock.CAP_DAC_READ_SEARCH)  # as the tool has

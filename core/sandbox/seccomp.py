@@ -20,7 +20,7 @@ What the program checks, in order:
 5. for "public", `bind` and `listen` (EACCES): outbound only, no server on any address.
 
 The kernel surface outside the network (namespaces, keyrings, …) is a second filter,
-core/tools/surface.py, stacked on this one.
+core/sandbox/surface.py, stacked on this one.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ import threading
 from collections.abc import Mapping, Sequence
 
 from core.records import record
-from core.tools.landlock import _libc, _syscall
-from core.tools.landlock import set_no_new_privs as _prctl_no_new_privs
+from core.sandbox.landlock import _libc, _syscall
+from core.sandbox.landlock import set_no_new_privs as _prctl_no_new_privs
 
 RET_ALLOW = 0x7FFF0000
 RET_USER_NOTIF = 0x7FC00000

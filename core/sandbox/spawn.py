@@ -1,6 +1,6 @@
 """Entering the sandbox for one spawn: the throwaway thread that drops to the tools' user,
 sets `no_new_privs`, enforces a Landlock ruleset and the network filter, and starts the
-child, which inherits all of it (see `Spawn`). What the rules are is core/tools/jail.py's
+child, which inherits all of it (see `Spawn`). What the rules are is core/sandbox/jail.py's
 business; the rules' meaning is in docs/tools.md."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from core.records import record
-from core.tools import landlock, netguard, pidns, seccomp
+from core.sandbox import landlock, netguard, pidns, seccomp
 
 
 @record(frozen=True, slots=True)
@@ -79,7 +79,7 @@ class Spawn:
     process_budget: int = 0  # processes one call may add (the limit is the count + this)
     pid_namespaces: pidns.PidNamespaces | None = None
     network: netguard.NetGuard | None = None  # the seccomp socket rules
-    surface: bytes = b""  # the kernel-surface filter (core/tools/surface.py)
+    surface: bytes = b""  # the kernel-surface filter (core/sandbox/surface.py)
     listener: netguard.Listener | None = None  # served while the spawn lasts
 
     def command(self, argv: Sequence[str]) -> list[str]:

@@ -9,14 +9,14 @@ inline code is harmless, and which sed and git spellings run other programs (awk
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 
-from core.tools.gitrules import git_rules
-from core.tools.programargs import options, ssh_has_command
-from core.tools.shellexpand import Word
-from core.tools.verdicts import OK, BlockVerdict, worst
+from core.seatbelt.context import HOME, basename
+from core.seatbelt.gitrules import git_rules
+from core.seatbelt.programargs import options, ssh_has_command
+from core.seatbelt.shellexpand import Word
+from core.seatbelt.verdicts import OK, BlockVerdict, worst
 
 __all__ = [
     "OK",
@@ -151,7 +151,7 @@ def read_only_inline(argv: list[Word]) -> bool:
     """Whether an interpreter's argv is one of the `READ_ONLY_INLINE` one-liners."""
     if any(w.dynamic for w in argv):
         return False
-    joined = " ".join([os.path.basename(argv[0].text), *(w.text for w in argv[1:])])
+    joined = " ".join([basename(argv[0].text), *(w.text for w in argv[1:])])
     normalized = " ".join(joined.split())
     return any(pattern.fullmatch(normalized) for pattern in READ_ONLY_INLINE)
 
@@ -160,8 +160,8 @@ def _is_critical(target: str) -> bool:
     if not target:
         return False
     stripped = re.sub(r"(/\.?|/\*)+$", "", target.replace("//", "/")) or "/"
-    home = os.path.expanduser("~")
-    return stripped in CRITICAL_TARGETS or stripped in {home, "~/", "$HOME/"}
+    home = HOME.get()
+    return stripped in CRITICAL_TARGETS or stripped in {home or "~/", "~/", "$HOME/"}
 
 
 def _rm(args: list[str]) -> BlockVerdict:

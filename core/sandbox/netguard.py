@@ -1,6 +1,6 @@
 """The network wall of the tool sandbox: which sockets tools may make and where they may
 connect, per `tools.network`, enforced by a seccomp filter each spawn installs and, where
-addresses must be checked, the supervisor (core/tools/netsupervisor.py).
+addresses must be checked, the supervisor (core/sandbox/netsupervisor.py).
 
 - `false` ("closed"): `socket()` is refused for every family; only `socketpair` of unix
   streams remains. Landlock also denies TCP bind and connect.
@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Literal
 
 from core.errors import ConfigError
 from core.records import record
-from core.tools import landlock, seccomp
-from core.tools.netpolicy import PublicOnly, UnixList, nameservers
-from core.tools.settings import SandboxSettings
+from core.sandbox import landlock, seccomp
+from core.sandbox.netpolicy import PublicOnly, UnixList, nameservers
+from core.sandbox.settings import SandboxSettings
 
 if TYPE_CHECKING:
     # The supervisor (its thread, and the code that reads a tool's socket calls) is loaded
     # by a configuration that supervises, not by every start (docs/benchmarks.md).
-    from core.tools.netcall import Policy
-    from core.tools.netsupervisor import Listener
+    from core.sandbox.netcall import Policy
+    from core.sandbox.netsupervisor import Listener
 
 __all__ = ["Listener", "NetGuard", "describe", "filter_spec", "guard_for", "handled_net"]
 
@@ -78,8 +78,8 @@ class NetGuard:
         spec = filter_spec(self.mode, bool(self.unix))
         self.program = seccomp.build(spec)
         if spec.notify_connect:
-            from core.tools.netcall import Policy
-            from core.tools.netsupervisor import SUPERVISOR
+            from core.sandbox.netcall import Policy
+            from core.sandbox.netsupervisor import SUPERVISOR
 
             assert seccomp.ARCH is not None
             calls = {seccomp.ARCH.nr[name]: name for name in _SUPERVISED_CALLS}
@@ -96,7 +96,7 @@ class NetGuard:
         fd = seccomp.install(self.program, listener=self.policy is not None)
         if self.policy is None:
             return None
-        from core.tools.netsupervisor import SUPERVISOR
+        from core.sandbox.netsupervisor import SUPERVISOR
 
         return SUPERVISOR.watch(fd, self.policy)
 
@@ -105,7 +105,7 @@ class NetGuard:
         """The spawn is over: stop serving `listener`. A process that outlived it gets
         ENOSYS from then on."""
         if listener is not None:
-            from core.tools.netsupervisor import SUPERVISOR
+            from core.sandbox.netsupervisor import SUPERVISOR
 
             SUPERVISOR.release(listener)
 

@@ -3,7 +3,7 @@
 `web_fetch` runs in Parley's own process, outside the tools' sandbox, so this check is the
 wall: a model steered by a page must not reach loopback, the private network or a cloud
 metadata service through it. For each connection the host name is resolved once, every
-address it resolves to is checked (`core.tools.netpolicy.is_public`, the same rule as
+address it resolves to is checked (`core.sandbox.netpolicy.is_public`, the same rule as
 `network = "public"`), and the connection is made to the checked address itself — there
 is no second lookup a rebinding DNS server could answer differently. Redirects are
 followed by hand, each target checked the same way. No proxy from the environment is
@@ -26,7 +26,7 @@ import idna
 
 from core.errors import ToolDenied, ToolError, ToolTransientError
 from core.records import record
-from core.tools.netpolicy import IPAddress, is_public
+from core.sandbox.netpolicy import IPAddress, is_public
 
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 AddressRule = Callable[[IPAddress, int], bool]

@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from core.errors import ToolError
-from core.tools.settings import SandboxSettings
-from core.tools.site import ToolSite
+from core.sandbox.settings import SandboxSettings
+from core.sandbox.site import ToolSite
 
 TICK = 0.02
 """Seconds between two samples of the disk use of running calls."""
