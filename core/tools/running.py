@@ -1,8 +1,8 @@
-"""Running a tool's process inside the walls (docs/tools.md): in the run's workspace, in
-the kernel sandbox (the jail), with a minimal environment, a private scratch dir and a
-write quota; and the observation the model gets back. Where a run works is in `site.py`,
-path rules in `paths.py`, the file tools' confined thread in `filejail.py`, quotas in
-`quota.py`, output caps in `outputcap.py`, the process-group runner in `process.py`."""
+"""Running a tool's process inside the wall (docs/tools.md, docs/architecture.md): in the
+run's workspace, in the kernel sandbox (`core.sandbox`: the jail, the process runner,
+quotas, the file tools' confined thread), with a minimal environment, a private scratch
+dir and a write quota; and the observation the model gets back. The catalogue's side of
+the line: a `ToolContext` in, a `ToolResult` out."""
 
 from __future__ import annotations
 
