@@ -20,13 +20,17 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
     grant_tables.py, usage_tables.py
                     every statement written once, spelt per dialect at import, and the
                     methods over them that both backends share
+    schema.py       the schema written once: every version's script, with the column
+                    types and the few blocks each backend spells its own way
     sqlite.py       SqliteStore (sqlite_db.py: connections and the batch commit;
                     sqlite_runs.py, sqlite_workers.py, sqlite_memory.py: what SQLite
                     does its own way — the take-in, the hand-out and take-over of
-                    runs, full-text recall; migrations.py: the schema)
+                    runs, full-text search; migrations.py: its spelling of the schema
+                    and the migration under its write lock)
     postgres.py     PostgresStore (postgres_db.py: the pool and the batch commit;
                     postgres_runs.py, postgres_workers.py, postgres_memory.py: the
-                    same, with SKIP LOCKED and tsvector; postgres_schema.py; notify.py:
+                    same, with SKIP LOCKED and tsvector; postgres_schema.py: its
+                    spelling and the migration under an advisory lock; notify.py:
                     LISTEN/NOTIFY, which only PostgreSQL has)
     memory_rows.py  memories' scopes and rows, and the query terms both backends match
     audit_rows.py   the audit log's rows, hash chain and SQL (audit_tables.py:

@@ -1,6 +1,6 @@
-"""`MemoryStore` written once for both backends, but for `recall`: full-text search is
-each backend's own (`sqlite_memory.py`: FTS5 and BM25; `postgres_memory.py`: a tsvector
-and `ts_rank`)."""
+"""`MemoryStore` written once for both backends, but for `recall`'s search: full-text
+search is each backend's own (`sqlite_memory.py`: FTS5 and BM25; `postgres_memory.py`: a
+tsvector and `ts_rank`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from core.store.dialect import POSTGRES, SQLITE, Dialect
-from core.store.memory_rows import MEMORY_COLUMNS, MemoryRow, Scope, memory_row, scope_filter
+from core.store.memory_rows import (
+    MEMORY_COLUMNS,
+    MemoryRow,
+    Scope,
+    memory_row,
+    query_terms,
+    scope_filter,
+)
 
 
 class MemorySql:
@@ -33,7 +40,7 @@ POSTGRES_MEMORY = MemorySql(POSTGRES)
 
 class MemoryTables:
     """`MemoryStore` over a database whose statements `_memory_sql` spells (a backend's
-    class puts its database first among its bases, and adds `recall`)."""
+    class puts its database first among its bases, and adds `_recall`)."""
 
     _memory_sql: MemorySql
 
@@ -41,6 +48,19 @@ class MemoryTables:
 
         async def _write_now(self, sql: str, params: Callable[[], Sequence[Any]]) -> list[Any]: ...
         async def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+    async def _recall(
+        self, terms: Sequence[str], scopes: Sequence[Scope], limit: int
+    ) -> list[MemoryRow]:
+        """The memories in `scopes` that match any of `terms` (not empty), best first, at
+        most `limit` (at least 1): the backend's own full-text search."""
+        raise NotImplementedError
+
+    async def recall(self, query: str, scopes: Sequence[Scope], limit: int = 5) -> list[MemoryRow]:
+        terms = query_terms(query)
+        if not terms or not scopes or limit < 1:
+            return []
+        return await self._recall(terms, scopes, limit)
 
     async def remember(self, scope: Scope, text: str, *, made_by: str, conv: str) -> MemoryRow:
         rows = await self._write_now(

@@ -13,7 +13,7 @@ statement, which a group commit of one round trip per batch does not need.
 The methods are split by concern like the protocol: `postgres_db.py` holds the pool and the
 group commit, `postgres_runs.py` runs and jobs, `postgres_workers.py` what workers
 coordinate through, `postgres_memory.py` long-term memory, `conversation_tables.py` the
-rest, this module `open`; `postgres_schema.py` owns the schema.
+rest, this module `open`; `postgres_schema.py` spells and migrates the schema (`schema.py`).
 """
 
 from __future__ import annotations

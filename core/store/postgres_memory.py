@@ -11,7 +11,6 @@ from core.store.memory_rows import (
     MemoryRow,
     Scope,
     memory_row,
-    query_terms,
     scope_filter,
 )
 from core.store.memory_tables import POSTGRES_MEMORY, MemoryTables
@@ -31,10 +30,9 @@ class PostgresMemoryTables(PostgresDatabase, MemoryTables):
 
     _memory_sql = POSTGRES_MEMORY
 
-    async def recall(self, query: str, scopes: Sequence[Scope], limit: int = 5) -> list[MemoryRow]:
-        terms = query_terms(query)
-        if not terms or not scopes or limit < 1:
-            return []
+    async def _recall(
+        self, terms: Sequence[str], scopes: Sequence[Scope], limit: int
+    ) -> list[MemoryRow]:
         where, params = scope_filter(scopes, "%s")
         rows = await self._all(
             _RECALL.format(columns=MEMORY_COLUMNS, where=where),

@@ -3,7 +3,7 @@
 The methods are split by concern like the protocol: `sqlite_db.py` holds the connections
 and the group commit, `sqlite_runs.py` runs and jobs, `sqlite_workers.py` what workers
 coordinate through, `sqlite_memory.py` long-term memory, `conversation_tables.py` the rest,
-this module `open`; `migrations.py` owns the schema.
+this module `open`; `migrations.py` spells and migrates the schema (`schema.py`).
 """
 
 from __future__ import annotations

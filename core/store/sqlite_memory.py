@@ -10,7 +10,6 @@ from core.store.memory_rows import (
     Scope,
     memory_columns,
     memory_row,
-    query_terms,
     scope_filter,
 )
 from core.store.memory_tables import SQLITE_MEMORY, MemoryTables
@@ -22,10 +21,9 @@ class SqliteMemoryTables(SqliteDatabase, MemoryTables):
 
     _memory_sql = SQLITE_MEMORY
 
-    async def recall(self, query: str, scopes: Sequence[Scope], limit: int = 5) -> list[MemoryRow]:
-        terms = query_terms(query)
-        if not terms or not scopes or limit < 1:
-            return []
+    async def _recall(
+        self, terms: Sequence[str], scopes: Sequence[Scope], limit: int
+    ) -> list[MemoryRow]:
         where, params = scope_filter(scopes, "?", "m")
         rows = await self._all(
             f"SELECT {memory_columns('m')}, bm25(memories_fts) AS rank "
