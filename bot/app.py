@@ -1,18 +1,21 @@
-"""Builds Parley's parts from the configuration."""
+"""Builds Parley's parts from the configuration, once per process, and reloads them.
+
+The builders of the parts are `bot.wiring`; what one conversation is built of is
+`bot.conversations`; which provider a command can use is `bot.provider_choice`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from bot.config import ParleyConfig
+from bot.conversations import build_conversation
 from bot.wiring import (
     LOCAL_HOSTS,
     _jail_inputs,
@@ -33,22 +36,17 @@ from core.agent.conversation import Conversation
 from core.agent.journal import JournalBox
 from core.chat import ConversationKey, Responder
 from core.clock import Clock, SystemClock
-from core.context.manager import ContextManager
-from core.context.summarize import provider_summarizer
 from core.context.tokens import TokenCounter
 from core.errors import ConfigError
 from core.instructions import Guidance, load_guidance, signature
 from core.instructions.tool import LoadSkillTool
-from core.loop import Guards, LoopConfig
 from core.providers import Provider, build_provider
 from core.providers.base import ProviderSettings
-from core.providers.failover import Breakers, FailoverProvider
+from core.providers.failover import Breakers
 from core.records import record
 from core.redact import Redactor
-from core.resilience import LoopDetector, TimeLimits
-from core.sandbox import REAPER, Jail, make_undumpable, site_for
-from core.tools.base import RoleGate, ToolContext, ToolRegistry
-from core.tools.executor import ToolExecutor
+from core.sandbox import REAPER, Jail, make_undumpable
+from core.tools.base import RoleGate, ToolRegistry
 from core.tools.policy import ToolPolicy
 from core.tools.search import with_search
 
@@ -203,45 +201,6 @@ class App:
             self.providers[name] = build_provider(self.settings(name))
         return self.providers[name]
 
-    def provider_problem(self, name: str, *, probe: bool = True) -> str | None:
-        """Why provider `name` cannot be used right now, or None."""
-        cfg, settings = self.config.providers[name], self.settings(name)
-        url = urlsplit(settings.base_url)
-        host = url.hostname or ""
-        if cfg.api_key_env and not settings.api_key and host not in LOCAL_HOSTS:
-            return f"{cfg.api_key_env} is not set"
-        if not probe:
-            return None
-        port = url.port or (443 if url.scheme == "https" else 80)
-        try:
-            socket.create_connection((host, port), timeout=3).close()
-        except OSError as exc:
-            return f"cannot reach {settings.base_url} ({exc.strerror or exc})"
-        return None
-
-    def choose_provider(self, wanted: str | None = None) -> tuple[str | None, dict[str, str]]:
-        """The wanted (or default) provider if usable, else the first usable one."""
-        first = wanted or self.config.default_provider
-        order = [first, *(n for n in self.config.providers if n != first)]
-        problems: dict[str, str] = {}
-        for name in order:
-            problem = self.provider_problem(name)
-            if problem is None:
-                return name, problems
-            problems[name] = problem
-            if wanted:
-                break
-        return None, problems
-
-    def how_to_configure(self) -> str:
-        """The exact environment variables a user can set to get a working provider."""
-        lines = []
-        for name, cfg in self.config.providers.items():
-            names = [v for v in (cfg.api_key_env, cfg.base_url_env, cfg.model_env) if v]
-            if names:
-                lines.append(f"  {name} ({cfg.kind}): " + ", ".join(names))
-        return "\n".join(lines)
-
     @property
     def default_provider(self) -> str:
         return self.fallback_provider or self.config.default_provider
@@ -257,49 +216,10 @@ class App:
         policy: ToolPolicy | None = None,
         max_iterations: int | None = None,
     ) -> Conversation:
-        """A conversation with its own executor, context manager and guards."""
-        agent = self.config.agent
-        journal = journal or JournalBox()
-        memory = self.memory if self.config.memory.enabled else None
-        executor = ToolExecutor(
-            self.registry,
-            policy or ToolPolicy(session="interactive"),
-            ToolContext(sandbox=self.config.tools, journal=journal, memory=memory, jail=self.jail),
-            redact=self.redactor,
-        )
-        provider = self.provider(provider_name)
-        if fallbacks := self.config.providers[provider_name].fallbacks:  # per turn, shared breakers
-            chain = [self.provider(name) for name in fallbacks]
-            provider = FailoverProvider(provider, chain, self.breakers)
-        summary = self.provider(agent.summary_provider) if agent.summary_provider else provider
-        context = ContextManager(
-            window=provider.settings.context_window,
-            counter=self.counter,
-            summarizer=provider_summarizer(summary),
-            settings=self.config.context,
-            # A run outside any conversation's (a turn sets its conversation's own).
-            artifacts_dir=site_for(self.config.tools, "").artifacts,
-            session=executor.policy.session,
-            after_summary=journal.render_full,
-        )
-        guards = Guards(
-            context=context,
-            detector=LoopDetector() if agent.loop_detection else None,
-            limits=TimeLimits(agent.soft_time_limit_seconds, agent.hard_time_limit_seconds),
-        )
-        return Conversation(
-            provider=provider,
-            executor=executor,
-            counter=self.counter,
-            system_prompt=agent.system_prompt,
-            instructions=self.guidance.instructions(),
-            skills=self.guidance.skills_index(),
-            loop_config=LoopConfig(
-                max_iterations=max_iterations or agent.max_iterations,
-                cancel_grace=agent.cancel_grace_seconds,
-                parallel_reads=agent.parallel_read_tools,
-            ),
-            guards=guards,
+        """A conversation with its own executor, context manager and guards
+        (`bot.conversations.build_conversation`)."""
+        return build_conversation(
+            self, provider_name, journal, policy=policy, max_iterations=max_iterations
         )
 
     async def open_agent(

@@ -374,18 +374,20 @@ def _command(args: argparse.Namespace) -> int:
         return asyncio.run(
             audit_command(app.config, args.since, args.verify, app.environ, args.anchor)
         )
+    from bot.provider_choice import choose_provider, how_to_configure
+
     wanted = args.provider
     if wanted and wanted not in app.config.providers:
         known = ", ".join(app.config.providers)
         return _fail(f"unknown provider `{wanted}`; configured providers: {known}")
-    name, problems = app.choose_provider(wanted)
+    name, problems = choose_provider(app.config, app.environ, wanted)
     if name is None:
         details = "\n".join(f"  {n}: {p}" for n, p in problems.items())
         return _fail(
             "no LLM provider is usable:\n"
             f"{details}\n"
             f"Set the variables of at least one provider (see {config_path}):\n"
-            f"{app.how_to_configure()}\n"
+            f"{how_to_configure(app.config)}\n"
             "e.g. export OPENAI_API_KEY=sk-…   or, for a local OpenAI-compatible server,\n"
             "     export OPENAI_BASE_URL=http://localhost:11434/v1 OPENAI_MODEL=llama3.1"
         )

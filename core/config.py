@@ -7,6 +7,8 @@ how to fix it. Secrets never live in the file: `*_env` keys name environment var
 
 The sections few runs read (`roles`, `mcp`, `prices`, `budgets`) are `core.sections.Section`s:
 validated at load when the file has them, else built when first read (docs/benchmarks.md).
+A package whose section is its own keeps its model next to its code, as `[store]` is
+`core.store.settings.StoreConfig` (importable from here too).
 """
 
 from __future__ import annotations
@@ -29,13 +31,13 @@ from pydantic import (
 
 from core.context.settings import ContextSettings
 from core.context.windows import context_window
-from core.errors import ConfigError
+from core.errors import ConfigError, FixableError
 from core.instructions.settings import InstructionsConfig, SkillsConfig
 from core.providers.base import ProviderSettings
 from core.providers.failover import FailoverSettings
 from core.sandbox import SandboxSettings
 from core.sections import SECTION_CONFIG, Section, sections_of
-from core.store.backends import parse_target
+from core.store.settings import StoreConfig
 from core.tools.webfetch import WebFetchConfig
 
 if TYPE_CHECKING:
@@ -166,92 +168,6 @@ class ToolsConfig(SandboxSettings):
         description="With more tools.yaml and MCP tools than this, a request carries the "
         "built-ins, `find_tools` and the tools it found; 0: every tool in every request.",
     )
-
-
-class StoreConfig(_Section):
-    """Where conversations, runs and events are kept: one SQLite file (the default), or a
-    PostgreSQL database that several workers share (docs/scale-out.md)."""
-
-    path: Path = Field(Path("~/.parley/parley.db"), description="SQLite database (WAL).")
-    url: str | None = Field(
-        None,
-        description="Instead of `path`: `sqlite:///<path>` or `postgresql://USER@HOST:PORT/DB`.",
-        examples=["postgresql://parley@db.internal:5432/parley"],
-    )
-    password_env: str | None = Field(None, description="Env var holding the database password.")
-    events_log: Path | None = Field(
-        Path("~/.parley/events.jsonl"), description="Structured events as JSON lines."
-    )
-    lease_seconds: float = Field(
-        10.0,
-        ge=1.0,
-        le=300.0,
-        description="PostgreSQL only: how long a worker's hold on a singleton (a chat "
-        "platform's one connection, the scheduler) lasts unless renewed; renewed every third "
-        "of it, so a dead holder is replaced within about this long.",
-    )
-    # Several workers on one PostgreSQL store (docs/scale-out.md); unused on SQLite.
-    heartbeat_seconds: float = Field(
-        2.0, gt=0, le=60, description="Seconds between a worker's heartbeats (PostgreSQL)."
-    )
-    worker_timeout_seconds: float = Field(
-        10.0, gt=0, description="A worker silent this long is dead; its runs are taken over."
-    )
-    sweep_seconds: float = Field(
-        5.0, gt=0, le=300, description="Seconds between sweeps for dead workers and lost work."
-    )
-    worker_max_runs: int = Field(32, ge=1, description="Runs one worker claims at once.")
-
-    @field_validator("url")
-    @classmethod
-    def _a_known_store(cls, url: str | None) -> str | None:
-        if not url:
-            return None  # `url = ""`: unset
-        try:
-            parse_target(url)
-        except ConfigError as exc:
-            raise FixableError(exc.problem, exc.fix) from exc
-        return url
-
-    @model_validator(mode="after")
-    def _one_store(self) -> StoreConfig:
-        if self.url is not None and "path" in self.model_fields_set:
-            raise FixableError("both `path` and `url` are set", "keep one of them")
-        if self.worker_timeout_seconds < 2 * self.heartbeat_seconds:
-            raise FixableError(
-                f"`worker_timeout_seconds` ({self.worker_timeout_seconds:g}) is less than two "
-                f"heartbeats ({self.heartbeat_seconds:g} s each): live workers would be "
-                "taken for dead",
-                "make `worker_timeout_seconds` at least 2 × `heartbeat_seconds` (5 × is safer)",
-            )
-        return self
-
-    def backend(self) -> Literal["sqlite", "postgresql"]:
-        """Which store this is."""
-        return "sqlite" if self.url is None else parse_target(self.url)[0]
-
-    def resolved(self) -> Path:
-        """The SQLite database file: `url`'s if it is a `sqlite:///` URL, else `path`."""
-        if self.url is not None and self.backend() == "sqlite":
-            return Path(os.path.expanduser(parse_target(self.url)[1])).resolve()
-        return Path(os.path.expanduser(self.path)).resolve()
-
-    def target(self) -> str | Path:
-        """What `core.store.open_store` opens: the SQLite file or the PostgreSQL URL."""
-        if self.url is None or self.backend() == "sqlite":
-            return self.resolved()
-        return parse_target(self.url)[1]
-
-    def password(self, environ: Mapping[str, str]) -> str | None:
-        """The database password, from the variable `password_env` names (if set)."""
-        return environ.get(self.password_env) if self.password_env else None
-
-    def shared(self) -> bool:
-        """Several workers may share this store (PostgreSQL): singletons are leased."""
-        return self.backend() == "postgresql"
-
-    def resolved_events(self) -> Path | None:
-        return Path(os.path.expanduser(self.events_log)).resolve() if self.events_log else None
 
 
 class GoalsConfig(_Section):
@@ -475,14 +391,6 @@ def parse_config(
     return config
 
 
-class FixableError(ValueError):
-    """A validator's problem that knows its fix (a ValueError, so pydantic reports it)."""
-
-    def __init__(self, problem: str, fix: str) -> None:
-        super().__init__(problem)
-        self.fix = fix
-
-
 def _config_error(exc: ValidationError, source: str | None) -> ConfigError:
     err = exc.errors(include_url=False)[0]
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -502,3 +410,20 @@ def _config_error(exc: ValidationError, source: str | None) -> ConfigError:
         fix = f"give a valid value (got {err.get('input')!r})"
     problem = err["msg"].removeprefix("Value error, ")
     return ConfigError(key, problem, fix, source=source)
+
+
+__all__ = [  # `StoreConfig` lives in `core.store.settings`, `FixableError` in `core.errors`
+    "AgentConfig",
+    "CoreConfig",
+    "FixableError",
+    "GoalsConfig",
+    "JobConfig",
+    "MemoryConfig",
+    "ProviderConfig",
+    "ProviderKind",
+    "StoreConfig",
+    "ToolsConfig",
+    "load_config",
+    "parse_config",
+    "register_whole_file",
+]

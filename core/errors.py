@@ -27,6 +27,9 @@ ParleyError
 │                               after the retries (what a `Responder` raises)
 └── StoreError                  a write to the store failed (its statement, not its batch)
 
+Apart from the tree, `FixableError` (a ValueError) is what a config.toml validator raises
+when it knows the fix; the loader turns it into the `ConfigError` above.
+
 Every message (and a vendor's `code`) is scrubbed of the configured secrets as the error
 is made (`core.secrets`): a provider or platform that echoes a key in its error body
 cannot carry it into a log, the store, a chat or the terminal.
@@ -69,6 +72,16 @@ class ConfigError(ParleyError):
     def _text(self) -> str:
         # "config.toml" only where no caller knew the file (a config parsed from a dict)
         return f"{self.source or 'config.toml'}: `{self.key}`: {self.problem}\n  fix: {self.fix}"
+
+
+class FixableError(ValueError):
+    """A config validator's problem that knows its fix. A ValueError, not a `ParleyError`:
+    pydantic reports it at the key it was raised for, and the loader
+    (`core.config.load_config`) makes it the `ConfigError`'s problem and fix."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(problem)
+        self.fix = fix
 
 
 class ProviderError(ParleyError):

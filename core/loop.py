@@ -8,48 +8,34 @@ phase: the HTTP stream is closed at once, read tools are killed at once, write/a
 tools get `cancel_grace` seconds to finish (a second cancel kills them), and every
 outstanding call still gets the result "operation cancelled by user" before the
 `CancelledError` propagates, so the transcript stays valid.
+
+This module is the iterations and the guards checked between them; the tool phase
+(batches, the grace period, the cancelled results) is `core.loop_tools`, and the loop's
+data (`LoopConfig`, `Guards`, `LoopOutcome`, `LoopRun`) is `core.loop_types`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal, Protocol
 
 from core import metrics
 from core.context.tokens import TokenCounter
 from core.cost.call import CURRENT_RUN, complete_call
 from core.errors import BudgetExceeded, ContextLengthError, ProviderError
-from core.events import (
-    EventSink,
-    LLMCallStarted,
-    Notice,
-    TokensEstimated,
-    ToolFinished,
-    ToolStarted,
-)
-from core.messages import CANCELLED_RESULT, Message, ToolCall
+from core.events import LLMCallStarted, Notice, TokensEstimated
+from core.loop_tools import close_calls, run_tools, unanswered_calls
+from core.loop_types import ContextGuard, Guards, LoopConfig, LoopOutcome, LoopRun, StopReason
+from core.messages import Message, ToolCall
 from core.metrics import error_kind
 from core.providers.base import Provider
-from core.records import record
-from core.resilience import (
-    HARD_LIMIT_TEXT,
-    SOFT_LIMIT_NOTICE,
-    SOFT_LIMIT_PROMPT,
-    LoopDetector,
-    TimeLimits,
-)
+from core.resilience import HARD_LIMIT_TEXT, SOFT_LIMIT_NOTICE, SOFT_LIMIT_PROMPT, TimeLimits
 from core.run_context import DETACHED, RunContext
 from core.tools.ask import ASK_HUMAN
-from core.tools.base import Category, ToolSpec
-from core.tools.executor import PreparedCall, ToolExecutor
-from core.tools.search import ToolSearch, offered_specs
-
-if TYPE_CHECKING:
-    from core.context.manager import CompactionReport
+from core.tools.base import ToolSpec
+from core.tools.executor import ToolExecutor
+from core.tools.search import ToolSearch
 
 MAX_ITERATIONS_TEXT = "Stopped: maximum iteration limit reached."
 EMPTY_TURNS_TEXT = "Stopped: the model returned empty answers twice in a row."
@@ -59,134 +45,6 @@ CONTEXT_ASK_TEXT = (
 )
 CONTEXT_STOP_TEXT = "Stopped: the conversation outgrew the model's context even after compacting."
 NUDGE_PREFIX = "[Parley loop guard] "
-
-StopReason = Literal[
-    "final",
-    "max_iterations",
-    "empty_turns",
-    "waiting_on_human",
-    "doom_loop",
-    "loop_stop",
-    "time_limit",
-    "context_stop",
-    "budget",
-]
-
-
-class ContextGuard(Protocol):
-    """Context management (docs/context.md): what the loop needs, and what a conversation's
-    commands read (`/status`, `/compact`, `/clear`)."""
-
-    last_compaction: CompactionReport | None
-    after_summary: Callable[[], str] | None  # text placed after any history summary
-
-    def start_turn(self) -> None: ...
-
-    def tokens(self, messages: list[Message]) -> int: ...
-
-    async def preflight(
-        self, messages: list[Message], sink: EventSink
-    ) -> Literal["ok", "ask_human", "stop"]: ...
-
-    async def compact(self, messages: list[Message], *, sink: EventSink) -> CompactionReport: ...
-
-    async def process_tool_result(self, result: Message, *, approved: bool) -> Message: ...
-
-    def subgoal_status(self) -> str | None:
-        """The subgoal in progress for `/status`; None when the strategy tracks none."""
-
-    def focus_status(self, messages: list[Message]) -> str | None:
-        """The active focus and the Knowledge block's size for `/status`; None unless the
-        strategy is focus."""
-
-
-@record(frozen=True, slots=True)
-class LoopConfig:
-    max_iterations: int = 20
-    max_empty_turns: int = 2
-    cancel_grace: float = 1.0
-    parallel_reads: bool = True
-
-
-@record(slots=True)
-class Guards:
-    """Optional protections of a conversation's runs; each is None when not wanted.
-
-    `detector` and `limits` are templates: every run works on its own fresh copy (made by
-    `for_run`), so no run's window, clock or events reach another.
-    """
-
-    context: ContextGuard | None = None
-    detector: LoopDetector | None = None
-    limits: TimeLimits | None = None
-
-    def for_run(self, sink: EventSink) -> Guards:
-        """This run's guards: fresh detector and limits that report to `sink`."""
-        if self.context is not None:
-            self.context.start_turn()
-        detector = replace(self.detector, sink=sink) if self.detector is not None else None
-        limits = replace(self.limits, sink=sink) if self.limits is not None else None
-        if limits is not None:
-            limits.start()
-        return Guards(self.context, detector, limits)
-
-
-@record(slots=True)
-class LoopOutcome:
-    """How a turn ended; `text` is the final answer or the terminal notice."""
-
-    reason: StopReason
-    text: str
-    iterations: int
-    input_tokens: int = 0
-    output_tokens: int = 0
-    tool_calls: int = 0
-
-
-@record(slots=True)
-class _Run:
-    """What one `run_loop` call carries between its steps."""
-
-    messages: list[Message]
-    provider: Provider
-    executor: ToolExecutor
-    config: LoopConfig
-    ctx: RunContext
-    counter: TokenCounter
-    guards: Guards
-    input_tokens: int = 0
-    output_tokens: int = 0
-    tool_calls: int = 0
-    iteration: int = 0
-    search: ToolSearch | None = None  # more tools than one request carries
-    # The registry's specs and what the run's role is offered of them, worked out once.
-    offered: tuple[Sequence[ToolSpec], Sequence[ToolSpec]] | None = None
-
-    @property
-    def sink(self) -> EventSink:
-        return self.ctx.sink
-
-    def tools(self) -> Sequence[ToolSpec]:
-        """What the next request carries: every tool the run's role allows, or the ones
-        its tool search offers (docs/governance.md#roles)."""
-        if self.search is not None:
-            return self.search.specs()
-        registry = self.executor.registry
-        specs = registry.specs()
-        if self.ctx.role is None:
-            return specs
-        if self.offered is None or self.offered[0] is not specs:
-            self.offered = (specs, offered_specs(registry, self.ctx.role))
-        return self.offered[1]
-
-    def checkpoint(self, kind: str, iteration: int) -> None:
-        if self.ctx.recorder is not None:
-            self.ctx.recorder.checkpoint(kind, iteration, self.messages)
-
-    def outcome(self, reason: StopReason, text: str, iterations: int) -> LoopOutcome:
-        return LoopOutcome(
-            reason, text, iterations, self.input_tokens, self.output_tokens, self.tool_calls
-        )
 
 
 async def run_loop(
@@ -211,7 +69,7 @@ async def run_loop(
     if ToolSearch.wanted(executor.registry):
         search = ToolSearch(executor.registry, ctx.role).seed(messages)
         ctx = replace(ctx, search=search)
-    run = _Run(
+    run = LoopRun(
         messages,
         provider,
         executor,
@@ -228,7 +86,7 @@ async def run_loop(
         CURRENT_RUN.reset(current)
 
 
-async def _run(run: _Run, limits: TimeLimits | None, ctx: RunContext) -> LoopOutcome:
+async def _run(run: LoopRun, limits: TimeLimits | None, ctx: RunContext) -> LoopOutcome:
     messages = run.messages
     remaining = _remaining(limits, ctx)
     if remaining is None:
@@ -259,7 +117,7 @@ def _remaining(limits: TimeLimits | None, ctx: RunContext) -> float | None:
     return min(left, default=None)
 
 
-async def _turn(run: _Run) -> LoopOutcome:
+async def _turn(run: LoopRun) -> LoopOutcome:
     """The turn's iterations; a call a budget refuses ends it with the refusal as its
     answer (docs/cost.md#budgets): the history stays valid, nothing is lost."""
     try:
@@ -271,11 +129,11 @@ async def _turn(run: _Run) -> LoopOutcome:
         return run.outcome("budget", text, run.iteration)
 
 
-async def _iterations(run: _Run) -> LoopOutcome:
+async def _iterations(run: LoopRun) -> LoopOutcome:
     messages, config, sink = run.messages, run.config, run.sink
     empty_turns = 0
     if pending := unanswered_calls(messages):
-        await _run_tools(run, pending, 0)
+        await run_tools(run, pending, 0)
         if (stop := await _after_tools(run, pending, 0)) is not None:
             return stop
     for iteration in range(1, config.max_iterations + 1):
@@ -289,7 +147,7 @@ async def _iterations(run: _Run) -> LoopOutcome:
             run.checkpoint("llm", iteration)
             if run.search is not None:  # a tool the history names stays offered
                 run.search.add(call.name for call in assistant.tool_calls)
-            await _run_tools(run, assistant.tool_calls, iteration)
+            await run_tools(run, assistant.tool_calls, iteration)
             if (stop := await _after_tools(run, assistant.tool_calls, iteration)) is not None:
                 return stop
             continue
@@ -306,12 +164,7 @@ async def _iterations(run: _Run) -> LoopOutcome:
     return run.outcome("max_iterations", MAX_ITERATIONS_TEXT, config.max_iterations)
 
 
-def close_calls(messages: list[Message], calls: Sequence[ToolCall]) -> None:
-    """Give each call that never got a result the cancelled result (a valid transcript)."""
-    messages.extend(Message.tool_result(c, CANCELLED_RESULT, is_error=True) for c in calls)
-
-
-async def _before_call(run: _Run, iteration: int) -> LoopOutcome | None:
+async def _before_call(run: LoopRun, iteration: int) -> LoopOutcome | None:
     """Time limits and context pressure, checked before every LLM call."""
     guards = run.guards
     if guards.limits is not None:
@@ -337,7 +190,7 @@ async def _before_call(run: _Run, iteration: int) -> LoopOutcome | None:
 
 
 async def _summary_turn(
-    run: _Run,
+    run: LoopRun,
     iteration: int,
     reason: StopReason,
     notice: str,
@@ -358,7 +211,7 @@ async def _summary_turn(
     return run.outcome(reason, text, iteration)
 
 
-async def _call(run: _Run, iteration: int, tools: Sequence[ToolSpec]) -> Message:
+async def _call(run: LoopRun, iteration: int, tools: Sequence[ToolSpec]) -> Message:
     """One LLM call. A provider that still says "context too long" gets one compaction
     and one retry."""
     run.sink(LLMCallStarted(iteration, run.provider.name, run.provider.model))
@@ -384,7 +237,9 @@ async def _call(run: _Run, iteration: int, tools: Sequence[ToolSpec]) -> Message
     return done.message
 
 
-async def _after_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> LoopOutcome | None:
+async def _after_tools(
+    run: LoopRun, calls: Sequence[ToolCall], iteration: int
+) -> LoopOutcome | None:
     """`ask_human` ends the turn; loop detection nudges, then stops."""
     for call in calls:
         if call.name == ASK_HUMAN:
@@ -420,91 +275,19 @@ def _question(call: ToolCall) -> str:
     return str(question or "I need your input to go on: what should I do next?")
 
 
-def _batches(
-    calls: Sequence[ToolCall], categories: dict[str, Category], parallel: bool
-) -> list[list[ToolCall]]:
-    """Consecutive read calls form one concurrent batch; any other call runs alone."""
-    batches: list[list[ToolCall]] = []
-    for call in calls:
-        joins = parallel and batches and categories[batches[-1][0].id] == "read"
-        if joins and categories[call.id] == "read":
-            batches[-1].append(call)
-        else:
-            batches.append([call])
-    return batches
-
-
-def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
-    """Tool calls of the last assistant message that have no result after it."""
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if message.role == "assistant":
-            answered = {m.tool_call_id for m in messages[index + 1 :] if m.role == "tool"}
-            return [c for c in message.tool_calls if c.id not in answered]
-        if message.role != "tool":
-            return []
-    return []
-
-
-async def _run_tools(run: _Run, calls: Sequence[ToolCall], iteration: int) -> None:
-    executor, config, messages = run.executor, run.config, run.messages
-    prepared = {c.id: executor.prepare(c, run.ctx.role) for c in calls}
-    categories = {call_id: p.category for call_id, p in prepared.items()}
-    results: dict[str, Message] = {}
-    appended = 0
-    try:
-        for batch in _batches(calls, categories, config.parallel_reads):
-            runs = [_run_one(prepared[c.id], executor, config, run.ctx, results) for c in batch]
-            if len(runs) == 1:
-                await runs[0]  # no task to spawn for a lone call
-            else:
-                await asyncio.gather(*runs)
-            if run.guards.context is not None:  # TACO: shrink huge outputs before history
-                for c in batch:
-                    approved = categories[c.id] == "admin"
-                    results[c.id] = await run.guards.context.process_tool_result(
-                        results[c.id], approved=approved
-                    )
-            messages.extend(results[c.id] for c in batch)
-            appended += len(batch)
-            run.checkpoint("tool", iteration)
-    except asyncio.CancelledError:
-        for call in calls[appended:]:
-            cancelled = Message.tool_result(call, CANCELLED_RESULT, is_error=True)
-            messages.append(results.get(call.id, cancelled))
-        raise
-    finally:
-        run.tool_calls += len(results)
-
-
-async def _run_one(
-    prepared: PreparedCall,
-    executor: ToolExecutor,
-    config: LoopConfig,
-    ctx: RunContext,
-    results: dict[str, Message],
-) -> None:
-    call, category, sink = prepared.call, prepared.category, ctx.sink
-    sink(ToolStarted(call, category))
-    started = time.perf_counter()
-    if category == "read":  # nothing to let finish: a cancel reaches the tool at once
-        results[call.id] = result = await executor.execute(prepared, ctx)
-        sink(ToolFinished(call, result, time.perf_counter() - started))
-        return
-    task = asyncio.ensure_future(executor.execute(prepared, ctx))
-    try:
-        result = await asyncio.shield(task)
-    except asyncio.CancelledError:
-        # Give a side-effecting tool a moment to finish rather than leave it half done;
-        # a second cancel during this wait kills it at once.
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait({task}, timeout=config.cancel_grace)
-        if task.done() and not task.cancelled() and task.exception() is None:
-            results[call.id] = task.result()
-        else:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        raise
-    results[call.id] = result
-    sink(ToolFinished(call, result, time.perf_counter() - started))
+__all__ = [  # the data lives in `core.loop_types`, the tool phase in `core.loop_tools`
+    "CONTEXT_ASK_TEXT",
+    "CONTEXT_STOP_TEXT",
+    "EMPTY_TURNS_TEXT",
+    "MAX_ITERATIONS_TEXT",
+    "NUDGE_PREFIX",
+    "ContextGuard",
+    "Guards",
+    "LoopConfig",
+    "LoopOutcome",
+    "LoopRun",
+    "StopReason",
+    "close_calls",
+    "run_loop",
+    "unanswered_calls",
+]

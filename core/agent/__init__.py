@@ -4,8 +4,9 @@ approvals, recovery.
 `Agent` (agent.py) takes input and keeps one `Lane` (lane.py) per conversation; the one
 `Dispatcher` (dispatcher.py, with intake.py; `Workers` in workers.py when several workers
 share a store) hands out the store's queue of runs; a `Turn` (turn.py) is one durable run
-of the tool loop; `recovery.py` picks up what a crash left; `commands.py`
-(with the one `command_table.py`) and `goals.py` see the agent only as a `LaneHost`.
+of the tool loop; `recovery.py` picks up what a crash left, and `resuming.py` goes on with
+an interrupted run (`/resume`, `/skip`); `commands.py` (with the one `command_table.py`)
+and `goals.py` see the agent only as a `LaneHost`.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
 a turn needs) and takes input in: a command acts at once (`/stop` reaches the running run
 immediately); other text is a queued run in the store, which the one dispatcher
 (`core.agent.dispatcher`, docs/durability.md#the-queue) hands out in order, one run at a
-time per conversation, different conversations concurrently. Every run is
-recorded with checkpoints at its safe boundaries and an idempotency envelope around each tool
-call, so a crash is resumable with `/resume` without repeating a side effect; a run waiting
-on an approver goes on by itself after a restart (`core.agent.approvals`).
+time per conversation, different conversations concurrently. Every run is recorded with
+checkpoints at its safe boundaries and an idempotency envelope around each tool call, so a
+crash is resumable with `/resume` (`core.agent.resuming`) without repeating a side effect;
+a run waiting on an approver goes on by itself after a restart (`core.agent.approvals`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
 
+from core.agent import resuming
 from core.agent.approvals import ApprovalDesk, LaneApprover
 from core.agent.children import delegator_for
 from core.agent.commands import Commands
@@ -30,7 +30,6 @@ from core.agent.lane import Lane, RunReport
 from core.agent.prefs import ProviderPrefs
 from core.agent.recovery import parse_conv
 from core.agent.responders import QuietResponder, safe_send
-from core.agent.runs import resume_blocker
 from core.agent.tasks import spawn as _spawn
 from core.agent.turn import STOPPED_TEXT, Turn
 from core.agent.workers import CronTakeover, SharedSettings, Workers
@@ -45,7 +44,7 @@ from core.fence import Fence
 from core.messages import Message
 from core.roles import Roles
 from core.sandbox import site_for
-from core.store import RunRow, Store
+from core.store import Store
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
 
@@ -368,34 +367,14 @@ class Agent:
 
     # --- resume and reconcile ------------------------------------------------------------
 
-    async def interrupted_run(self, lane: Lane) -> RunRow | None:
-        """The lane's latest interrupted run that may go on (`/resume`, `/skip`), if any."""
-        stopped = ["timed_out", "waiting_on_human"]
-        candidates = await self.store.runs(conv=lane.conv_id, states=stopped, limit=5)
-        return next((r for r in candidates if r.resumable), None)
-
     async def resume(self, lane: Lane, responder: Responder) -> str | None:
-        """Continue the lane's interrupted run; returns a message for the user if it cannot.
-        A paused run (one a takeover found unsafe to go on with by itself) goes on anyway:
-        the person who sends `/resume` decides so."""
-        run = await self.interrupted_run(lane)
-        if run is None:
-            return "There is no interrupted run to resume here."
-        paused = run.state == "waiting_on_human"
-        return await self.resume_run(lane, responder, run.id, anyway=paused)
+        """`/resume`: continue the lane's interrupted run (`core.agent.resuming.resume`);
+        a message for the user if it cannot."""
+        return await resuming.resume(self, lane, responder)
 
     async def skip(self, lane: Lane) -> str:
-        """`/skip`: drop the lane's interrupted run, so that the messages behind it go on."""
-        run = await self.interrupted_run(lane)
-        if run is None:
-            return "There is no interrupted run to skip here."
-        if why := await self.dispatcher.take_resumable(lane, run.id):
-            return why  # taken first: a /resume elsewhere and this cannot both have it
-        self.store.set_run_state(run.id, "cancelled", "skipped", resumable=False)
-        self.events.emit("agent_run.skipped", {}, run_id=run.id, conv=lane.conv_id)
-        await self.store.flush()
-        self.dispatcher.run_ended(lane, run.id)  # what waited behind it goes now
-        return f"Skipped the interrupted run {run.id}; I go on with what came after it."
+        """`/skip`: drop the lane's interrupted run (`core.agent.resuming.skip`)."""
+        return await resuming.skip(self, lane)
 
     async def resume_run(
         self,
@@ -406,38 +385,9 @@ class Agent:
         anyway: bool = False,
         since: float = 0.0,
     ) -> str | None:
-        """Continue run `run_id` in the lane, or say why it cannot safely go on. With
-        `anyway`, it goes on all the same: a call that started and never finished is not
-        run again, and the model is told it may or may not have taken effect. Queued runs
-        created before `since` do not hold it (`Dispatcher.take_resumable`)."""
-        if why := await self.dispatcher.take_resumable(lane, run_id, since):
-            return why
-        conversation = await self.conversation_of(lane)
-        why = await resume_blocker(self.store, run_id, conversation)
-        if why is not None and anyway:
-            self.store.save_messages(lane.conv_id, conversation.messages)
-            data = {"why": "anyway", "risk": why}
-            self.events.emit("agent_run.resumed", data, run_id=run_id, conv=lane.conv_id)
-        elif why is not None:
-            text = (
-                f"I can't safely resume run {run_id}: {why}. Please check what happened and "
-                "tell me how to go on."
-            )
-            conversation.messages.append(Message.assistant(text))
-            self.store.save_messages(lane.conv_id, conversation.messages)
-            self.store.set_run_state(run_id, "waiting_on_human", "unsafe", resumable=False)
-            self.events.emit(
-                "agent_run.resume_unsafe", {"why": why}, run_id=run_id, conv=lane.conv_id
-            )
-            lane.settled("waiting_on_human")
-            await self.store.flush()
-            self.dispatcher.run_ended(lane, None)  # what waited behind it goes now
-            return text
-        resumed = self.run_in_lane(
-            lane, responder, user_text=None, trigger="resume", run_id=run_id, resume=True
-        )
-        lane.work(self.dispatcher.spawn_run(run_id, _ended(resumed), f"resume {lane.conv_id}"))
-        return None
+        """Continue run `run_id` in the lane, or say why it cannot safely go on
+        (`core.agent.resuming.resume_run`)."""
+        return await resuming.resume_run(self, lane, responder, run_id, anyway=anyway, since=since)
 
     async def reconcile(self) -> list[str]:
         """At start-up: what a crash or a restart left behind (see `core.agent.recovery`),
@@ -495,10 +445,6 @@ class Agent:
 def _not_run(run_id: str, why: str) -> RunReport:
     """The report of a message that started no run (or a run stopped before it began)."""
     return RunReport(run_id, "cancelled", "", stop_reason=why)
-
-
-async def _ended(run: Coroutine[Any, Any, RunReport | None]) -> None:
-    await run
 
 
 def _settle(done: asyncio.Future[RunReport] | None, report: RunReport) -> None:

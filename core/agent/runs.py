@@ -16,7 +16,7 @@ from core.chat import ConversationKey, Inbound
 from core.errors import StoreError
 from core.eventlog import EventLog
 from core.fence import HELD, Fence
-from core.loop import unanswered_calls
+from core.loop_tools import unanswered_calls
 from core.messages import Message, ToolCall
 from core.store import Checkpoint, RunRow, Store, ToolCallRow
 

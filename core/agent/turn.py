@@ -30,7 +30,8 @@ from core.errors import DeliveryFailed, ParleyError, StoreError
 from core.eventlog import EventLog, RunEvents
 from core.events import EventName
 from core.fence import HELD, Fence, entered
-from core.loop import LoopOutcome, unanswered_calls
+from core.loop import LoopOutcome
+from core.loop_tools import unanswered_calls
 from core.memory.recall import recalled_message
 from core.messages import Message
 from core.providers.failover import FailoverProvider
