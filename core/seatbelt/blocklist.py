@@ -130,17 +130,13 @@ def check_command(command: str, home: str = "") -> BlockVerdict:
     the seatbelt does no I/O). The verdict on a command is kept for the next asker: a
     `bash` call is checked for its category, then again as it runs."""
     if len(command) > CACHED_CHARS:
-        return _with_home(command, home)
+        return _cached_check.__wrapped__(command, home)
     return _cached_check(command, home)
 
 
 @functools.lru_cache(maxsize=64)
 def _cached_check(command: str, home: str) -> BlockVerdict:
     """`home` is part of the key: whether `rm -rf /home/me` is blocked depends on it."""
-    return _with_home(command, home)
-
-
-def _with_home(command: str, home: str) -> BlockVerdict:
     token = HOME.set(home)
     try:
         return _check(command)
