@@ -201,6 +201,14 @@ class App:
             self.providers[name] = build_provider(self.settings(name))
         return self.providers[name]
 
+    def choose_provider(self, wanted: str | None = None) -> tuple[str | None, dict[str, str]]:
+        """The wanted (or default) provider if usable, else the first usable one, and the
+        problems of the others (`bot.provider_choice`): for callers that hold an app, such as
+        the shared benchmark's driver."""
+        from bot.provider_choice import choose_provider
+
+        return choose_provider(self.config, self.environ, wanted)
+
     @property
     def default_provider(self) -> str:
         return self.fallback_provider or self.config.default_provider
