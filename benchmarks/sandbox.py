@@ -33,7 +33,7 @@ from typing import Any
 
 from core.messages import ToolCall
 from core.run_context import RunContext
-from core.sandbox import Jail, SandboxSettings, landlock, site_for
+from core.sandbox import Jail, SandboxSettings, abi_version, site_for
 from core.tools.base import ToolContext, ToolRegistry
 from core.tools.builtin import builtin_tools
 from core.tools.cli import CliTool, CliToolSpec
@@ -115,7 +115,7 @@ async def _per_call(root: Path, calls: int, rounds: int) -> None:
                 results.setdefault((label, name), []).append(await _time(bench, call, calls))
     for bench in benches.values():
         _release(bench)
-    print(f"\n| call | {' | '.join(MODES)} | (Landlock ABI {landlock.abi_version()})")
+    print(f"\n| call | {' | '.join(MODES)} | (Landlock ABI {abi_version()})")
     print("|---" * (len(MODES) + 1) + "|")
     for label in to_time:
         off = statistics.median(results[(label, "unconfined")])
