@@ -12,12 +12,11 @@ whitelist; nothing is ever handed to `eval`. What is allowed:
 - literals: strings, numbers (a leading `-` too), `True`/`False`/`None` (and JSON's
   `true`/`false`/`null`), lists and tuples of those.
 
-Anything else (calls, lambdas, comprehensions, arithmetic, `**`, f-strings, walrus,
-slices, names beginning with `__`) is a `ConfigError` naming the expression and the
-character it was found at. At run time nothing raises: an ordering between values of
-different types (`'a' < 1`) is False, `in` against something that is not a container is
-False. Payload keys beginning with `__` can still be reached as `x['__typename']`: a
-subscript is only ever a lookup in the parsed JSON.
+Anything else (calls, lambdas, comprehensions, arithmetic, f-strings, walrus, slices,
+names beginning with `__`) is a `ConfigError` naming the character it was found at; a
+payload key beginning with `__` is reached as `x['__typename']` (only ever a JSON lookup).
+At run time nothing raises: an ordering between values of different types (`'a' < 1`)
+is False, and so is `in` against something that is not a container.
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ def compile_expr(text: str, *, key: str = "filter") -> Expr:
             setting (e.g. "triggers.ci.filter") and the problem names the character.
     """
     try:
-        return Expr(text, _compile(_parse(text)))
+        return Expr(text, _node(*_parse(text)))
     except ExprRefused as exc:
         raise ConfigError(key, str(exc), exc.fix) from exc
 
@@ -89,8 +88,7 @@ def parse_path(text: str) -> tuple[Step, ...]:
         ExprRefused: `text` is not a plain path.
     """
     src, node = _parse(text)
-    steps = _path_steps((src, node))
-    if steps is None:
+    if (steps := _path_steps(src, node)) is None:
         raise ExprRefused(src, "only a field path is allowed", src.char_at(node))
     return steps
 
@@ -99,13 +97,9 @@ def lookup(payload: object, steps: Sequence[Step]) -> object:
     """Follow `steps` into `payload`; `MISSING` where a step finds nothing."""
     value = payload
     for step in steps:
-        value = _step(value, step)
-        if value is MISSING:
+        if (value := _step(value, step)) is MISSING:
             break
     return value
-
-
-# -- parsing -----------------------------------------------------------------------------
 
 
 class _Source(str):
@@ -155,19 +149,11 @@ _COMPARE: Final[Mapping[type[ast.cmpop], Callable[[Any, Any], bool]]] = {
 }
 
 
-def _compile(parsed: tuple[_Source, ast.expr]) -> Evaluate:
-    source, node = parsed
-    return _node(source, node)
-
-
 def _node(src: _Source, node: ast.expr) -> Evaluate:
     match node:
-        case ast.BoolOp(op=ast.And(), values=values):
+        case ast.BoolOp(op=op, values=values):
             parts = [_node(src, v) for v in values]
-            return lambda p: _all(parts, p)
-        case ast.BoolOp(op=ast.Or(), values=values):
-            parts = [_node(src, v) for v in values]
-            return lambda p: _any(parts, p)
+            return lambda p: _decide(parts, p, stop_on=isinstance(op, ast.Or))
         case ast.UnaryOp(op=ast.Not(), operand=operand):
             inner = _node(src, operand)
             return lambda p: not inner(p)
@@ -187,7 +173,8 @@ def _comparison(
 ) -> Evaluate:
     for op in ops:
         if type(op) not in _COMPARE:  # `is` / `is not`
-            raise ExprRefused(src, f"`{_op_name(op)}` is not allowed", src.char_at(node))
+            name = "is not" if isinstance(op, ast.IsNot) else "is"
+            raise ExprRefused(src, f"`{name}` is not allowed", src.char_at(node))
     tests = [_COMPARE[type(op)] for op in ops]
     operands = [_node(src, left), *(_node(src, r) for r in rights)]
 
@@ -199,18 +186,19 @@ def _comparison(
 
 
 def _path(src: _Source, node: ast.expr) -> Evaluate:
-    steps = _path_steps((src, node))
-    if steps is None:
-        raise ExprRefused(src, _refusal(src, node), src.char_at(_culprit(node)))
+    steps = _path_steps(src, node)
+    if steps is None:  # a key or index asked of something that is not a path
+        while isinstance(node, ast.Attribute | ast.Subscript):
+            node = node.value
+        raise ExprRefused(src, _refusal(node), src.char_at(node))
     if len(steps) == 1 and isinstance(node, ast.Name) and node.id in _ALIASES:
         alias = _ALIASES[node.id]
         return lambda p: alias
-    return lambda p: _found(lookup(p, steps))
+    return lambda p: None if (found := lookup(p, steps)) is MISSING else found
 
 
-def _path_steps(parsed: tuple[_Source, ast.expr]) -> tuple[Step, ...] | None:
+def _path_steps(src: _Source, node: ast.expr) -> tuple[Step, ...] | None:
     """A path's steps, root first; None if `node` is not a plain path. Refuses dunders."""
-    src, node = parsed
     steps: list[Step] = []
     while True:
         match node:
@@ -249,49 +237,29 @@ def _literal(src: _Source, node: ast.expr) -> object:
             value, int | float
         ) and not isinstance(value, bool):
             return -value
-    raise ExprRefused(src, _refusal(src, node), src.char_at(node))
+    raise ExprRefused(src, _refusal(node), src.char_at(node))
 
 
 _KINDS: Final[Mapping[type[ast.AST], str]] = {
     ast.Call: "a function call",
     ast.Lambda: "a lambda",
-    ast.ListComp: "a comprehension",
-    ast.SetComp: "a comprehension",
-    ast.DictComp: "a comprehension",
-    ast.GeneratorExp: "a comprehension",
+    **dict.fromkeys([ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp], "a comprehension"),
     ast.BinOp: "arithmetic",
     ast.JoinedStr: "an f-string",
     ast.NamedExpr: "an assignment (:=)",
     ast.IfExp: "a conditional expression",
     ast.Dict: "a dict literal",
     ast.Set: "a set literal",
-    ast.Starred: "unpacking",
-    ast.Await: "await",
-    ast.Slice: "a slice",
 }
 
 
-def _refusal(src: _Source, node: ast.expr) -> str:
+def _refusal(node: ast.expr) -> str:
     kind = _KINDS.get(type(node))
-    if kind is None and isinstance(node, ast.Constant):
+    if isinstance(node, ast.Constant):
         kind = f"the literal {node.value!r}"[:60]
-    if kind is None and isinstance(node, ast.UnaryOp):
+    elif isinstance(node, ast.UnaryOp):
         kind = "this operator"
     return f"{kind or type(node).__name__} is not allowed"
-
-
-def _culprit(node: ast.expr) -> ast.expr:
-    """The innermost node of a would-be path that is not part of one (for the position)."""
-    while isinstance(node, ast.Attribute | ast.Subscript):
-        node = node.value
-    return node
-
-
-def _op_name(op: ast.cmpop) -> str:
-    return "is not" if isinstance(op, ast.IsNot) else "is"
-
-
-# -- evaluation --------------------------------------------------------------------------
 
 
 def _step(value: object, step: Step) -> object:
@@ -302,32 +270,20 @@ def _step(value: object, step: Step) -> object:
     return MISSING
 
 
-def _found(value: object) -> object:
-    return None if value is MISSING else value
-
-
-def _all(parts: list[Evaluate], payload: Mapping[str, Any]) -> object:
-    value: object = True
+def _decide(parts: list[Evaluate], payload: Mapping[str, Any], *, stop_on: bool) -> object:
+    """`and` (stops at the first false value) or `or` (the first true one), like Python."""
+    value: object = not stop_on
     for part in parts:
         value = part(payload)
-        if not value:
-            return value
-    return value
-
-
-def _any(parts: list[Evaluate], payload: Mapping[str, Any]) -> object:
-    value: object = False
-    for part in parts:
-        value = part(payload)
-        if value:
-            return value
+        if bool(value) is stop_on:
+            break
     return value
 
 
 def _contains(container: object, item: object) -> bool:
-    if not isinstance(container, str | list | tuple | Mapping):
-        return False
-    if isinstance(container, str) and not isinstance(item, str):
+    if not isinstance(container, list | tuple | Mapping) and not (
+        isinstance(container, str) and isinstance(item, str)
+    ):
         return False
     try:
         return item in container
