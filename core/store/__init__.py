@@ -17,7 +17,7 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
                     (placeholders, typed NULL parameters, IS vs IS NOT DISTINCT FROM,
                     upserts, LIKE/ILIKE, IN lists, the runs sequence, the clock)
     run_tables.py, worker_tables.py, conversation_tables.py, memory_tables.py,
-    grant_tables.py, usage_tables.py
+    grant_tables.py, usage_tables.py, trigger_tables.py
                     every statement written once, spelt per dialect at import, and the
                     methods over them that both backends share
     schema.py       the schema written once: every version's script, with the column
@@ -37,6 +37,8 @@ benchmarks that need SQL. `tests/store/` holds every backend to the protocol.
                     the methods; the append per backend, under the chain's lock)
     grant_rows.py   durable approvals ("approve always") and their SQL
                     (grant_tables.py: the methods, for both backends)
+    trigger_rows.py trigger deliveries and the `TriggerStore` dedupe seam
+                    (trigger_tables.py: the methods, for both backends)
     usage_rows.py   priced LLM calls and budget periods (usage_tables.py: for both
                     backends; the reservation's transaction is each backend's own)
 """
@@ -81,6 +83,7 @@ if TYPE_CHECKING:
         ToolCallRow,
     )
     from core.store.sqlite import SqliteStore
+    from core.store.trigger_rows import TriggerDelivery, TriggerStore
     from core.store.usage_rows import LlmCall, Refused, UsageStore
     from core.store.writes import failed_writes, write_for
 
@@ -130,6 +133,7 @@ _HOMES = {
     ),
     "SqliteStore": "sqlite",
     "WorkerState": "queue_protocol",
+    **dict.fromkeys(("TriggerDelivery", "TriggerStore"), "trigger_rows"),
     **dict.fromkeys(("LlmCall", "Refused", "UsageStore"), "usage_rows"),
     "failed_writes": "writes",
     "write_for": "writes",
@@ -171,6 +175,8 @@ __all__ = [
     "Store",
     "StoredEvent",
     "ToolCallRow",
+    "TriggerDelivery",
+    "TriggerStore",
     "UsageStore",
     "WorkerState",
     "WorkerStore",

@@ -34,6 +34,7 @@ from core.store.postgres_memory import PostgresMemoryTables
 from core.store.postgres_schema import migrate
 from core.store.postgres_workers import PostgresWorkerTables
 from core.store.sender_tables import POSTGRES_SENDERS, SenderTables
+from core.store.trigger_tables import POSTGRES_TRIGGERS, TriggerTables
 from core.store.usage_rows import Refused, Want
 from core.store.usage_tables import POSTGRES_USAGE, UsageTables, refusal
 
@@ -48,6 +49,7 @@ class PostgresStore(
     PostgresMemoryTables,
     PostgresAuditTables,
     SenderTables,
+    TriggerTables,
     GrantTables,
     UsageTables,
     ConversationTables,
@@ -57,6 +59,7 @@ class PostgresStore(
 
     _grant_sql = POSTGRES_GRANTS
     _sender_sql = POSTGRES_SENDERS
+    _trigger_sql = POSTGRES_TRIGGERS
     _conv_sql = POSTGRES_CONVERSATIONS
     _usage_sql = POSTGRES_USAGE
 

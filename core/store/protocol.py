@@ -43,6 +43,7 @@ from core.store.rows import (
     StoredEvent,
     ToolCallRow,
 )
+from core.store.trigger_rows import TriggerStore as TriggerStore
 from core.store.usage_rows import UsageStore
 
 
@@ -438,6 +439,7 @@ class Store(
     WorkerStore,
     MemoryStore,
     UsageStore,
+    TriggerStore,
     Protocol,
 ):
     """All of Parley's durable state. Open one with `core.store.open_store`; close it with

@@ -16,7 +16,7 @@ from __future__ import annotations
 from core.records import record
 from core.store.dialect import Dialect
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 
 # The column types, as each backend spells them: (SQLite's, PostgreSQL's).
@@ -242,5 +242,17 @@ _SCRIPTS: dict[int, str] = {
     # The audit log's head is kept like its rows (docs/governance.md#the-audit-log): never
     # deleted nor inserted again, and moved only to the row just appended after it.
     15: "{audit_head_follows_the_log}",
+    # Trigger deliveries (docs/triggers.md#deliveries-in-the-store): one row per (trigger,
+    # delivery id) taken in, so a redelivery to any worker is told from a new one; purged
+    # by `received_at` once the dedupe window has passed.
+    16: """
+    CREATE TABLE trigger_deliveries (
+        trigger TEXT NOT NULL, delivery_id TEXT NOT NULL, received_at {real} NOT NULL,
+        event_type TEXT NOT NULL, outcome TEXT NOT NULL, run_id TEXT,
+        PRIMARY KEY (trigger, delivery_id)
+    ){without_rowid};
+    CREATE INDEX trigger_deliveries_at ON trigger_deliveries (received_at);
+    CREATE INDEX trigger_deliveries_last ON trigger_deliveries (trigger, received_at);
+    """,
 }
 assert sorted(_SCRIPTS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"

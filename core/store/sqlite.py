@@ -25,6 +25,7 @@ from core.store.sender_tables import SQLITE_SENDERS, SenderTables
 from core.store.sqlite_db import BUSY_TIMEOUT_MS, reader_connection, writer_connection
 from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
+from core.store.trigger_tables import SQLITE_TRIGGERS, TriggerTables
 from core.store.usage_rows import Refused, Want
 from core.store.usage_tables import SQLITE_USAGE, UsageTables, refusal
 
@@ -34,6 +35,7 @@ class SqliteStore(
     SqliteMemoryTables,
     SqliteAuditTables,
     SenderTables,
+    TriggerTables,
     GrantTables,
     UsageTables,
     ConversationTables,
@@ -43,6 +45,7 @@ class SqliteStore(
 
     _grant_sql = SQLITE_GRANTS
     _sender_sql = SQLITE_SENDERS
+    _trigger_sql = SQLITE_TRIGGERS
     _conv_sql = SQLITE_CONVERSATIONS
     _usage_sql = SQLITE_USAGE
 
