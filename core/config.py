@@ -39,6 +39,7 @@ from core.sandbox import SandboxSettings
 from core.sections import SECTION_CONFIG, Section, sections_of
 from core.store.settings import StoreConfig
 from core.tools.webfetch import WebFetchConfig
+from core.triggers.config import TriggerConfig, TriggerName
 
 if TYPE_CHECKING:
     from core.cost.settings import BudgetsConfig, ModelPrice
@@ -270,6 +271,7 @@ class CoreConfig(_Section):
     instructions: InstructionsConfig = Field(default_factory=InstructionsConfig)
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     jobs: list[JobConfig] = Field(default=[])
+    triggers: dict[TriggerName, TriggerConfig] = Field(default={})  # docs/triggers.md
     failover: FailoverSettings = Field(default_factory=FailoverSettings)
     # Built only when the file has them or when first read (`core.sections`).
     mcp: ClassVar[Section[McpConfig]] = Section(_mcp)
@@ -316,6 +318,7 @@ class CoreConfig(_Section):
             ("agent.summary_provider", self.agent.summary_provider),
             ("goals.supervisor_provider", self.goals.supervisor_provider),
             *((f"jobs.{i}.provider", job.provider) for i, job in enumerate(self.jobs)),
+            *((f"triggers.{n}.provider", t.provider) for n, t in self.triggers.items()),
         ):
             if name is not None and name not in self.providers:
                 raise ValueError(
