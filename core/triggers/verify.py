@@ -74,6 +74,52 @@ def verify(
     return _CHECKS[source](usable, lowered, body, now)
 
 
+def sign(
+    source: Source, secret: str, body: bytes, now: float, delivery_id: str, *, event: str = ""
+) -> dict[str, str]:
+    """The headers `source` would send with `body`, signed with `secret`: the other half of
+    `verify`, for `parley triggers test` and the tests only (never on a live route).
+
+    `event` goes in the source's event header where it has one (GitHub, GitLab, Sentry);
+    PagerDuty, Standard Webhooks and token senders carry the event type in the body.
+    """
+    stamp = str(int(now))
+    match source:
+        case "github":
+            signature = "sha256=" + _hex_hmac(secret, body).decode()
+            return {
+                "X-Hub-Signature-256": signature,
+                "X-GitHub-Delivery": delivery_id,
+                "X-GitHub-Event": event,
+            }
+        case "gitlab":
+            return {
+                "X-Gitlab-Token": secret,
+                "Idempotency-Key": delivery_id,
+                "X-Gitlab-Event": event,
+            }
+        case "sentry":
+            return {
+                "Sentry-Hook-Signature": _hex_hmac(secret, body).decode(),
+                "Sentry-Hook-Timestamp": stamp,
+                "Sentry-Hook-Resource": event,
+                "Request-ID": delivery_id,
+            }
+        case "pagerduty":
+            signature = "v1=" + _hex_hmac(secret, body).decode()
+            return {"X-PagerDuty-Signature": signature, "X-Webhook-Id": delivery_id}
+        case "standard":
+            signed = f"{delivery_id}.{stamp}.".encode() + body
+            digest = base64.b64encode(hmac.digest(_standard_key(secret), signed, "sha256"))
+            return {
+                "webhook-id": delivery_id,
+                "webhook-timestamp": stamp,
+                "webhook-signature": "v1," + digest.decode(),
+            }
+        case "token":
+            return {"Authorization": f"Bearer {secret}", "Idempotency-Key": delivery_id}
+
+
 def check_secret(source: Source, secret: str) -> str | None:
     """What is wrong with `secret` for `source`, or None: for the start-up check."""
     if not secret:
