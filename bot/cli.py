@@ -65,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     jobs.add_argument("action", choices=["list", "runs", "run"])
     jobs.add_argument("name", nargs="?", help="the job to list the fires of, or to fire now")
+    triggers = sub.add_parser(
+        "triggers", help="webhook triggers: `triggers list`, `triggers test NAME --payload FILE`"
+    )
+    triggers.add_argument("action", choices=["list", "test"])
+    triggers.add_argument("name", nargs="?", help="the trigger to test")
+    triggers.add_argument("--payload", type=Path, help="a JSON file: the webhook's body")
+    triggers.add_argument("--event", help="the event type (for sources that send it in a header)")
+    triggers.add_argument("--post", action="store_true", help="post the result (not yet)")
     audit = sub.add_parser(
         "audit", help="the audit log: approvals, refusals, admin commands, grants, reloads"
     )
@@ -368,6 +376,10 @@ def _command(args: argparse.Namespace) -> int:
         return asyncio.run(usage_command(app.config, args.by, args.since, args.csv, app.environ))
     if args.command == "jobs":
         return asyncio.run(_jobs(app, args.action, args.name))
+    if args.command == "triggers":
+        from bot.triggers_cli import triggers_command
+
+        return asyncio.run(triggers_command(app.config, app.environ, args))
     if args.command == "audit":
         from bot.audit_cli import audit_command
 

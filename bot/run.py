@@ -125,6 +125,12 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
             out.write(f"parley: {line}\n")
         for name, channel in all_channels.items():
             out.write(f"parley: {name}: may talk to it: {channel.access()}\n")
+        if app.config.triggers:  # no route yet (docs/triggers.md): say so, change nothing
+            names = ", ".join(sorted(app.config.triggers))
+            out.write(
+                f"parley: warning: triggers are configured but not served yet: {names} "
+                "(docs/triggers.md)\n"
+            )
         if app.config.jobs:
             from bot.jobs import Scheduler
 

@@ -45,10 +45,14 @@ def secret_env_names(config: ParleyConfig) -> set[str]:
         if isinstance(node, dict):
             for key, value in node.items():
                 if key.endswith("_env") and key not in ("model_env", "base_url_env") and value:
-                    # `headers_env` maps header names to variables
-                    names.update(
-                        map(str, value.values()) if isinstance(value, dict) else [str(value)]
-                    )
+                    # `headers_env` maps header names to variables; a trigger's
+                    # `secret_env` may list several (while a secret is rotated)
+                    if isinstance(value, dict):
+                        names.update(map(str, value.values()))
+                    elif isinstance(value, list):
+                        names.update(map(str, value))
+                    else:
+                        names.add(str(value))
                 walk(value)
         elif isinstance(node, list):
             for item in node:
