@@ -11,7 +11,8 @@ anything holding a bearer token starts a run that posts into a channel. Built so
   over the JSON body; no eval), checked at load.
 - `template`: `prompt`/`message`/`thread_by` templates (missing fields render empty, with
   a warning) and the fenced, capped block that carries untrusted payload data.
+- `config`: the `[triggers.NAME]` model, checked at load, and the secret variables' check.
 
-Not yet: the configuration, the HTTP route, the store's deliveries and dedupe, the runs,
-correlation by `thread_by`, the CLI and the metrics.
+Not yet: the HTTP route, the runs, correlation by `thread_by` and the metrics (the
+store's deliveries are `core.store.trigger_tables`; `parley triggers` is `bot.triggers_cli`).
 """
