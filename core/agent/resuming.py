@@ -14,35 +14,20 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from core.agent.conversation import Conversation
 from core.agent.dispatcher import Dispatcher
 from core.agent.lane import Lane, RunReport
 from core.agent.runs import resume_blocker
+from core.agent.takeover import TakeoverHost
 from core.chat import Responder
-from core.eventlog import EventLog
 from core.messages import Message
 from core.store import RunRow, Store
 
 
-class ResumeHost(Protocol):
-    """What resuming needs of the agent."""
+class ResumeHost(TakeoverHost, Protocol):
+    """What resuming needs of the agent: what going on with a run taken over needs, and the
+    store's queue to take the run through."""
 
-    store: Store
-    events: EventLog
     dispatcher: Dispatcher
-
-    async def conversation_of(self, lane: Lane) -> Conversation: ...
-
-    async def run_in_lane(
-        self,
-        lane: Lane,
-        responder: Responder,
-        *,
-        user_text: str | None,
-        trigger: str = "user",
-        run_id: str | None = None,
-        resume: bool = False,
-    ) -> RunReport | None: ...
 
 
 async def interrupted_run(store: Store, lane: Lane) -> RunRow | None:
