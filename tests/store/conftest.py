@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -49,6 +50,39 @@ async def postgres_schema() -> AsyncIterator[str]:
             yield f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}{query}"
         finally:
             await admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@contextlib.asynccontextmanager
+async def store_at(backend: str, tmp_path: Path, version: int, *seed: str) -> AsyncIterator[str]:
+    """A store as a Parley of schema `version` left it, holding what the `seed` statements
+    insert; yields what `open_store` is given (a path or a URL)."""
+    if backend == "sqlite":
+        from core.store import migrations as sqlite_schema
+
+        path = tmp_path / "parley.db"
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            for step in range(1, version + 1):
+                db.executescript(sqlite_schema._MIGRATIONS[step])
+                db.execute("INSERT INTO schema_version VALUES (?)", (step,))
+            for statement in seed:
+                db.execute(statement)
+        db.close()
+        yield str(path)
+        return
+    async with postgres_schema() as url:  # skips if there is no server (or no psycopg)
+        import psycopg
+
+        from core.store import postgres_schema as pg_schema
+
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as pg:
+            await pg.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            for step in range(1, version + 1):
+                await pg.execute(pg_schema._MIGRATIONS[step].encode())
+                await pg.execute("INSERT INTO schema_version VALUES (%s)", (step,))
+            for statement in seed:
+                await pg.execute(statement.encode())
+        yield url
 
 
 @contextlib.asynccontextmanager
