@@ -10,8 +10,8 @@ the variables, and `check_trigger_secrets` refuses an unset or unusable one by n
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Annotated, Any, Final
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Final, TypeVar
 
 from pydantic import AfterValidator, BaseModel, Field, PrivateAttr, field_validator, model_validator
 
@@ -23,6 +23,7 @@ from core.triggers.verify import Source, check_secret
 
 NAME_PATTERN: Final = re.compile(r"[a-z0-9_-]+")
 DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
+T = TypeVar("T")
 
 
 def _a_name(name: str) -> str:
@@ -74,7 +75,7 @@ class TriggerConfig(BaseModel):
         None, description="An expression: a delivery that satisfies it ends the correlation."
     )
 
-    _compiled: dict[str, Expr | Template] = PrivateAttr(default_factory=dict)
+    _compiled: dict[str, Any] = PrivateAttr(default_factory=dict)  # by key: Expr or Template
 
     @field_validator("secret_env")
     @classmethod
@@ -135,22 +136,19 @@ class TriggerConfig(BaseModel):
 
     def expr(self, key: str) -> Expr | None:
         """`filter` or `close_on`, compiled once (checked already, so this cannot fail)."""
-        text = getattr(self, key)
-        if text is None:
-            return None
-        found = self._compiled.get(key)
-        if not isinstance(found, Expr):
-            found = self._compiled[key] = compile_expr(text, key=key)
-        return found
+        return self._compile(key, compile_expr)
 
     def template(self, key: str) -> Template | None:
         """`prompt`, `message` or `thread_by`, compiled once."""
+        return self._compile(key, compile_template)
+
+    def _compile(self, key: str, compile_it: Callable[..., T]) -> T | None:
         text = getattr(self, key)
         if text is None:
             return None
-        found = self._compiled.get(key)
-        if not isinstance(found, Template):
-            found = self._compiled[key] = compile_template(text, key=key)
+        if key not in self._compiled:
+            self._compiled[key] = compile_it(text, key=key)
+        found: T = self._compiled[key]
         return found
 
 
