@@ -139,7 +139,12 @@ def _surface(net: netguard.NetGuard | None, ns: pidns.PidNamespaces | None) -> b
     from core.sandbox import surface
 
     flags = ns.unshare_flags if ns is not None else 0
-    return surface.program(unshare_flags=flags, private_ipc=ns is not None and ns.how is not None)
+    return surface.program(unshare_flags=flags, private_ipc=_private_ipc(ns))
+
+
+def _private_ipc(ns: pidns.PidNamespaces | None) -> bool:
+    """Each call has an IPC namespace of its own (made with its PID namespace)."""
+    return ns is not None and ns.how is not None
 
 
 def _run_as(settings: SandboxSettings) -> RunAs | None:
@@ -298,8 +303,7 @@ class Jail:
         if self.abi >= 6:
             walls.append("signals")
         if self.surface:  # core/sandbox/surface.py
-            ns = self.pid_namespaces
-            private = ns is not None and ns.how is not None
+            private = _private_ipc(self.pid_namespaces)
             walls.append("kernel surface" + ("" if private else " (no System V IPC)"))
         network = netguard.describe(self.settings.network, self.net, self.abi)
         user = f"; tools run as {self.run_as.name}" if self.run_as else ""
