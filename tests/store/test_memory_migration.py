@@ -11,7 +11,7 @@ import pytest
 
 from core.store import Scope, open_store
 from core.store import migrations as sqlite_schema
-from tests.store.conftest import store_at
+from tests.store.conftest import postgres_schema
 
 BEFORE_MEMORY = 4
 RUN = (
@@ -22,8 +22,29 @@ RUN = (
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def old_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    async with store_at(request.param, tmp_path, BEFORE_MEMORY, RUN) as where:
-        yield where
+    if request.param == "sqlite":
+        path = tmp_path / "parley.db"
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            for version in range(1, BEFORE_MEMORY + 1):
+                conn.executescript(sqlite_schema._MIGRATIONS[version])
+                conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
+            conn.execute(RUN)
+        conn.close()
+        yield str(path)
+        return
+    async with postgres_schema() as url:
+        import psycopg
+
+        from core.store import postgres_schema as pg_schema
+
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            for version in range(1, BEFORE_MEMORY + 1):
+                await conn.execute(pg_schema._MIGRATIONS[version])
+                await conn.execute("INSERT INTO schema_version VALUES (%s)", (version,))
+            await conn.execute(RUN)
+        yield url
 
 
 async def test_a_store_from_before_memory_gains_it_and_keeps_its_runs(old_store: str) -> None:
