@@ -49,6 +49,7 @@ from core.sandbox import REAPER, Jail, make_undumpable
 from core.tools.base import RoleGate, ToolRegistry
 from core.tools.policy import ToolPolicy
 from core.tools.search import with_search
+from core.triggers.kinds import THREAD_CHANNEL
 
 if TYPE_CHECKING:
     # The durable agent and its store are loaded by what opens them (`open_agent`): the
@@ -223,9 +224,19 @@ class App:
         *,
         policy: ToolPolicy | None = None,
         max_iterations: int | None = None,
+        key: ConversationKey | None = None,
     ) -> Conversation:
         """A conversation with its own executor, context manager and guards
-        (`bot.conversations.build_conversation`)."""
+        (`bot.conversations.build_conversation`). A trigger's conversation (`key`
+        `trigger:NAME:…`) runs under the trigger's policy — the cron policy with its
+        `allow_tools`, nobody asked — and its provider, also for people who reply in its
+        thread: its history holds data from outside (docs/triggers.md#untrusted-data)."""
+        if key is not None and key[0] == THREAD_CHANNEL:
+            trigger = self.config.triggers.get(key[1])
+            allowed = frozenset(trigger.allow_tools) if trigger is not None else frozenset()
+            policy = ToolPolicy(session="cron", allow_tools=allowed)
+            if trigger is not None and trigger.provider:
+                provider_name = trigger.provider
         return build_conversation(
             self, provider_name, journal, policy=policy, max_iterations=max_iterations
         )

@@ -33,13 +33,12 @@ from bot.job_takeover import go_on_with_fire
 from bot.schedules import (
     TICK,
     build_trigger,
+    check_target,
     fires_between,
     job_zone,
     latest_fire,
     parse_target,
 )
-from channels.gate import AccessConfig
-from channels.platforms import target_examples
 from core.agent.cronruns import holding_fire, run_job
 from core.agent.lane import RunReport
 from core.chat import is_silent
@@ -137,33 +136,7 @@ class Scheduler:
         return trigger
 
     def _check_target(self, job: JobConfig, key: str) -> None:
-        target = parse_target(job.channel)
-        if target is None:
-            raise self._error(
-                key,
-                f"job `{job.name}`: `{job.channel}` is not a delivery target",
-                f"write {target_examples()}",
-            )
-        kind, ident = target
-        access: AccessConfig = getattr(self.app.config.channels, kind)
-        if not access.enabled:
-            raise self._error(
-                key,
-                f"job `{job.name}` posts to {kind}, which is not enabled",
-                f"set `channels.{kind}.enabled = true`, or point the job at an enabled channel",
-            )
-        if kind not in self.channels:
-            raise self._error(
-                key,
-                f"job `{job.name}` posts to {kind}, which is not running",
-                f"check the {kind} channel's start-up errors, or point the job elsewhere",
-            )
-        if not access.open and ident not in access.allow_channels:
-            raise self._error(
-                key,
-                f"job `{job.name}` posts to {kind} `{ident}`, which the allowlist does not admit",
-                f"add `{ident}` to `channels.{kind}.allow_channels`",
-            )
+        check_target(self.app.config, self.channels, job.channel, key, f"job `{job.name}`")
 
     def _error(self, key: str, problem: str, fix: str) -> ConfigError:
         source = self.app.config.source

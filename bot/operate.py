@@ -84,7 +84,14 @@ async def start_server(
 
     token = admin_token(app)
     registry = metrics.enable()
-    server = OpsServer(settings, agent, channels, registry=registry, token=token, leased=leased)
+    hooks = None
+    if app.config.triggers:
+        from bot.hooks import Hooks
+
+        hooks = Hooks(app, agent)
+    server = OpsServer(
+        settings, agent, channels, registry=registry, token=token, leased=leased, hooks=hooks
+    )
     try:
         await server.start()
     except OSError as exc:

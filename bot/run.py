@@ -20,6 +20,7 @@ from channels.platforms import PLATFORMS
 from core.chat import ConversationKey, Responder
 from core.sandbox import describe_places
 from core.store import SharedStore
+from core.triggers.kinds import THREAD_CHANNEL
 
 if TYPE_CHECKING:
     from bot.app import App
@@ -102,7 +103,16 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
     out = out or sys.stderr
     all_channels, console_channel = _channels(app, console, out)
     platforms = [name for name in all_channels if name != "console"]  # the console is local
+    if app.config.triggers:  # refused before anything opens (docs/triggers.md)
+        from bot.hooks import check_triggers
+
+        check_triggers(app, all_channels)
+        platforms.append(THREAD_CHANNEL)  # any worker runs a trigger's conversation
     agent = await app.open_agent(responders_of(all_channels), shared_channels=platforms)
+    if app.config.triggers:
+        from bot.trigger_threads import TriggerThreads
+
+        agent.threads = TriggerThreads(agent.store, all_channels, agent.events)
     scheduler = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -125,12 +135,6 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
             out.write(f"parley: {line}\n")
         for name, channel in all_channels.items():
             out.write(f"parley: {name}: may talk to it: {channel.access()}\n")
-        if app.config.triggers:  # no route yet (docs/triggers.md): say so, change nothing
-            names = ", ".join(sorted(app.config.triggers))
-            out.write(
-                f"parley: warning: triggers are configured but not served yet: {names} "
-                "(docs/triggers.md)\n"
-            )
         if app.config.jobs:
             from bot.jobs import Scheduler
 
@@ -144,6 +148,8 @@ async def run_all(app: App, *, console: bool, out: TextIO | None = None) -> int:
                 f"parley: operator's endpoint on {server.url}: /healthz, /readyz, /metrics; "
                 f"{page_note(app)}\n"
             )
+            for name in sorted(app.config.triggers):
+                out.write(f"parley: trigger {name}: POST {server.url}/hooks/{name}\n")
         # Imports, configuration and store are done: the collector comes back before
         # anything connects (a platform that keeps a start waiting) or a turn runs.
         start_up_done()

@@ -7,12 +7,20 @@ restricted weekday must BOTH match (APScheduler's rule).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.cron import CronTrigger
 
-from channels.platforms import PLATFORMS
+from channels.platforms import PLATFORMS, target_examples
+from core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bot.config import ParleyConfig
+    from channels.base import Channel
+    from channels.gate import AccessConfig
 
 TARGET_TYPES = tuple(PLATFORMS)
 TICK = timedelta(microseconds=1)
@@ -105,6 +113,38 @@ def fires_between(trigger: CronTrigger, after: datetime, now: datetime) -> list[
         fires.append(fire)
         moment = fire
     return fires
+
+
+def check_target(
+    config: ParleyConfig, channels: Mapping[str, Channel], target: str, key: str, who: str
+) -> None:
+    """Check that `who` (a job, a trigger) can post to `target`: a platform that is enabled,
+    running, and whose allowlist admits the channel. Raises ConfigError naming `key`."""
+
+    def error(problem: str, fix: str) -> ConfigError:
+        source = str(config.source) if config.source else None
+        return ConfigError(key, problem, fix, source=source)
+
+    found = parse_target(target)
+    if found is None:
+        raise error(f"{who}: `{target}` is not a delivery target", f"write {target_examples()}")
+    kind, ident = found
+    access: AccessConfig = getattr(config.channels, kind)
+    if not access.enabled:
+        raise error(
+            f"{who} posts to {kind}, which is not enabled",
+            f"set `channels.{kind}.enabled = true`, or point it at an enabled channel",
+        )
+    if kind not in channels:
+        raise error(
+            f"{who} posts to {kind}, which is not running",
+            f"check the {kind} channel's start-up errors, or point it elsewhere",
+        )
+    if not access.open and ident not in access.allow_channels:
+        raise error(
+            f"{who} posts to {kind} `{ident}`, which the allowlist does not admit",
+            f"add `{ident}` to `channels.{kind}.allow_channels`",
+        )
 
 
 def parse_target(target: str) -> tuple[str, str] | None:

@@ -1,5 +1,6 @@
 """The operator's HTTP endpoint (`[server] listen`, docs/operations.md#operating-parley):
-`/healthz`, `/readyz`, `/metrics` and, with `[server] admin_token_env`, the operator's page.
+`/healthz`, `/readyz`, `/metrics`, with `[server] admin_token_env` the operator's page, and
+with `[triggers.NAME]` tables the triggers' `POST /hooks/NAME` (`bot.hooks`).
 
 Its own aiohttp listener (aiohttp is already Parley's: Slack's HTTP mode and the Telegram
 webhook serve with it), on its own port: the probes must answer whichever channels run,
@@ -27,6 +28,7 @@ from core.errors import StoreError
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from bot.hooks import Hooks
     from bot.ops_config import ServerConfig
     from bot.singletons import Singletons
     from channels.base import Channel
@@ -51,8 +53,10 @@ class OpsServer:
         registry: CollectorRegistry,
         token: str | None,
         leased: Singletons | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.settings, self.agent, self.channels = settings, agent, channels
+        self.hooks = hooks  # the triggers' route (`bot.hooks`), when any is configured
         self.registry, self.leased = registry, leased
         self._queued = 0  # queued runs at the last scrape
         self._token = token or ""  # "": no page (its routes are not even added)
@@ -70,6 +74,8 @@ class OpsServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
+        if self.hooks is not None:
+            self.hooks.add_routes(app)
         if self._token:
             app.router.add_get("/", self.index)
             app.router.add_get("/runs/{run_id}", self.run_page)
@@ -83,8 +89,12 @@ class OpsServer:
         await web.TCPSite(self._runner, host, port).start()
         bound_host, bound_port = self._runner.addresses[0][:2]
         self.url = f"http://{bound_host}:{bound_port}"
+        if self.hooks is not None:
+            self.hooks.start()
 
     async def stop(self) -> None:
+        if self.hooks is not None:
+            await self.hooks.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

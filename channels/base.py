@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from core.chat import AgentPort, ConversationKey, Inbound, Responder
 
 if TYPE_CHECKING:
     from core.lease import Singleton
 
-__all__ = ["Channel", "Inbound"]
+__all__ = ["Channel", "Inbound", "ThreadOpener"]
 
 
 class Channel(Protocol):
@@ -41,3 +41,16 @@ class Channel(Protocol):
         Discord gateway shard), for the caller to run under leases when several workers
         share the store; called before `start`, which then leaves them out. Most
         channels have none."""
+
+
+@runtime_checkable
+class ThreadOpener(Protocol):
+    """A channel that can start a thread of its own (not the console)."""
+
+    async def open_thread(self, channel_id: str, header: str) -> str:
+        """Post `header` in `channel_id` as the start of a new thread (a trigger's,
+        docs/triggers.md#one-thread-per-key); the thread part of the conversation key
+        that posts into it and that people's replies in it have: Slack the header's `ts`,
+        Discord the id of the thread started on the header, Telegram `r<header's message
+        id>` (its posts reply to the header). Raises DeliveryFailed if it cannot be
+        posted."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import field, fields
+from dataclasses import field, fields, replace
 from typing import Literal, Protocol, TypeGuard, runtime_checkable
 
 from core.command_table import parse_command
@@ -70,6 +70,12 @@ class Inbound:
     groups: tuple[str, ...] = ()
     """The sender's platform groups (Slack user group ids, Discord role ids): what roles
     may be given to (docs/governance.md#roles)."""
+    reply_to: str = ""
+    """The id of the message this one replies to, where the platform keeps no threads of its
+    own (Telegram outside forum topics): a reply to a trigger's header finds its thread."""
+    routed: ConversationKey | None = None
+    """The conversation the message belongs to when it is not its own place's: a reply in
+    a trigger's platform thread belongs to the trigger's conversation (docs/triggers.md)."""
     command: tuple[str, str] | None = field(init=False, default=None, compare=False)
     """(name, arguments) if `text` is one of our commands (`core.command_table`), else None."""
 
@@ -82,7 +88,11 @@ class Inbound:
 
     @property
     def key(self) -> ConversationKey:
-        return (self.channel, self.channel_id, self.thread_id)
+        return self.routed or (self.channel, self.channel_id, self.thread_id)
+
+    def routed_to(self, key: ConversationKey) -> Inbound:
+        """This message, belonging to the conversation `key`."""
+        return replace(self, routed=key)
 
     def asker(self, conv: str, run_id: str = "") -> Asker:
         """Who asks in this message, where, for the run `run_id` of conversation `conv`."""

@@ -178,6 +178,9 @@ EventName = Literal[
     "job.skipped",
     "job.finished",
     "job.interrupted",
+    # triggers (docs/triggers.md): a delivery taken in, a thread opened for a key
+    "trigger.delivery",
+    "trigger.thread.opened",
     "config.reloaded",
     # leased singletons across workers (docs/scale-out.md)
     "lease.taken",

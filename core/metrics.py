@@ -115,6 +115,13 @@ class _Metrics:
         self.cost = Counter(
             "parley_llm_cost_usd", "Priced usage in US dollars.", ["provider", "model"], registry=r
         )
+        self.trigger_deliveries = Counter(
+            "parley_trigger_deliveries",
+            "Webhook deliveries by trigger and outcome (accepted, duplicate, ignored, "
+            "unauthorized, too_large, rate_limited, invalid).",
+            ["trigger", "outcome"],
+            registry=r,
+        )
         self.tool_calls = Counter(
             "parley_tool_calls", "Tool calls.", ["tool", "outcome", "category"], registry=r
         )
@@ -287,6 +294,12 @@ def tool_call(tool: str, outcome: str, category: str, seconds: float) -> None:
     if (m := _m) is not None:
         m.kid(m.tool_calls, tool, outcome, category).inc()
         m.kid(m.tool_seconds, tool).observe(seconds)
+
+
+def trigger_delivery(trigger: str, outcome: str) -> None:
+    """One delivery a trigger answered (docs/triggers.md#operating-triggers)."""
+    if (m := _m) is not None:
+        m.kid(m.trigger_deliveries, trigger, outcome).inc()
 
 
 def approval(outcome: str) -> None:

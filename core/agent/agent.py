@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Protocol
 
 from core.agent import resuming
 from core.agent.approvals import ApprovalDesk, LaneApprover
@@ -47,10 +48,25 @@ from core.sandbox import site_for
 from core.store import Store
 from core.tools.base import Approver
 from core.tools.delegation import Delegator
+from core.triggers.kinds import THREAD_CHANNEL
 
 log = logging.getLogger(__name__)
 
 MAX_LANES = 1000  # conversations kept in memory; idle ones beyond it reload from the store
+
+
+class Threads(Protocol):
+    """The platform threads of trigger conversations (docs/triggers.md#one-thread-per-key):
+    what the application (`bot.trigger_threads`) gives the agent."""
+
+    async def responder(self, key: ConversationKey) -> Responder | None:
+        """Where trigger conversation `key` posts: its platform thread, opened (with its
+        header line) if it is not yet; None if it cannot be posted to here."""
+        ...
+
+    async def routed(self, inbound: Inbound) -> ConversationKey | None:
+        """The trigger conversation a message in a platform thread belongs to, if any."""
+        ...
 
 
 def conv_id(key: ConversationKey) -> str:
@@ -108,6 +124,8 @@ class Agent:
             Workers(self, shared, worker_id) if shared is not None else Dispatcher(self)
         )
         self.cron: CronTakeover | None = None  # the scheduler, once the application has one
+        # the triggers' platform threads (`bot.trigger_threads`), once the application has any
+        self.threads: Threads | None = None
 
     @property
     def workers(self) -> Workers | None:
@@ -121,6 +139,14 @@ class Agent:
         queued run (before this returns, so before the platform hears "received") and
         answered in order. False if it was a duplicate delivery."""
         return await self._take_in(inbound, responder, None)
+
+    async def responder_for(self, key: ConversationKey) -> Responder | None:
+        """Where the agent posts into conversation `key` when no message of it is at
+        hand: the channel's place, or a trigger conversation's platform thread (opened by
+        the first post, docs/triggers.md)."""
+        if key[0] == THREAD_CHANNEL:
+            return await self.threads.responder(key) if self.threads is not None else None
+        return self.responders(key)
 
     async def record_unreadable(self, channel: str, event_id: str, problem: str, raw: str) -> None:
         """`core.chat.AgentPort.record_unreadable`: the event and the seen mark go out in
@@ -151,6 +177,10 @@ class Agent:
             _settle(done, _not_run("", "closing"))
             return True
         await self.dispatcher.start()  # claims (and joins the other workers) from first use
+        # a reply in a trigger's thread belongs to the trigger's conversation
+        if self.threads is not None and (inbound.thread_id or inbound.reply_to):
+            routed = await self.threads.routed(inbound)
+            inbound = inbound.routed_to(routed) if routed is not None else inbound
         event = (inbound.channel, inbound.event_id)
         if inbound.event_id:
             duplicate = event in self._taking_in  # checked and claimed with no await between
@@ -234,7 +264,7 @@ class Agent:
         chosen = await self.chosen_instructions(lane.key)
         if current is not None and lane.built_with(wanted, self.factory.generation, chosen):
             return current
-        conversation = self.factory.conversation(wanted, lane.journal)
+        conversation = self.factory.conversation(wanted, lane.journal, key=lane.key)
         conversation.instructions = self.factory.guidance.instructions(lane.key[0], chosen)
         # Its tools' workspace from the start (each turn sets it again): the system message
         # names it, so a run resumed before any turn hashes the prompt it was started with.

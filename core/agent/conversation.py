@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from core.agent.journal import JournalBox
+from core.chat import ConversationKey
 from core.context.manager import ContextManager
 from core.context.tokens import TokenCounter
 from core.instructions import Guidance
@@ -157,4 +158,9 @@ class ConversationFactory(Protocol):
 
     def provider(self, name: str) -> Provider: ...
 
-    def conversation(self, provider_name: str, journal: JournalBox) -> Conversation: ...
+    def conversation(
+        self, provider_name: str, journal: JournalBox, *, key: ConversationKey | None = None
+    ) -> Conversation:
+        """A conversation of `provider_name`'s; with `key`, the one that conversation key
+        runs (a trigger's conversation has the trigger's policy and provider)."""
+        ...

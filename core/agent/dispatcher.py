@@ -37,11 +37,13 @@ from core.agent.responders import safe_send
 from core.agent.runs import sender_of
 from core.agent.tasks import spawn
 from core.agent.turn import STOPPED_TEXT
-from core.chat import ConversationKey
+from core.chat import ConversationKey, Responder
 from core.errors import StoreError
-from core.fence import HELD, Fence
+from core.fence import HELD, Fence, entered
+from core.messages import Message
 from core.store import RunRow
 from core.store.notify import LocalNotices, Notices
+from core.triggers.kinds import POST_KIND
 
 log = logging.getLogger(__name__)
 
@@ -235,11 +237,12 @@ class Dispatcher(Intake):
 
     async def _run_claimed(self, row: RunRow) -> None:
         """Run a run this dispatcher claimed, in its lane, answering through the responder
-        it was taken in with (else the channel's, `host.responders`)."""
+        it was taken in with (else the channel's, `host.responder_for`). A `post` run posts
+        its text and ends (`_post`)."""
         run_id, conv, text = row.id, row.conv, row.text or ""
         host, key = self.host, parse_conv(conv)
         queued = self._waiters.pop(run_id, None)
-        responder = queued.responder if queued is not None else host.responders(key)
+        responder = queued.responder if queued is not None else await host.responder_for(key)
         if responder is None:
             host.store.set_run_state(run_id, "failed", "no channel to answer in")
             self.publish("ended", run_id)
@@ -248,6 +251,9 @@ class Dispatcher(Intake):
             return
         fresh = key not in host.lanes
         self._starting[conv] = run_id
+        if row.trigger == POST_KIND:
+            await self._post(row, responder)
+            return
         try:
             lane = await host.lane(key)
         except (StoreError, asyncio.CancelledError) as exc:  # a shutdown cancels it too
@@ -292,6 +298,32 @@ class Dispatcher(Intake):
                     self._waiters[run_id] = queued
         if report is not None and queued is not None:
             queued.settle(report)
+
+    async def _post(self, row: RunRow, responder: Responder) -> None:
+        """A run that posts its text as it is (a trigger's `deliver_only` message, the line
+        that closes its thread): no model call. Posted, then recorded in the conversation's
+        history as the assistant's, so a person who replies is answered knowing it. A crash
+        before it is recorded posts it again after the restart (at least once)."""
+        host, text = self.host, row.text or ""
+        try:
+            with self.holding(row.id) as fence, entered(fence):
+                await responder.send(text)
+        except Exception as exc:  # a platform that refused it: the run says so
+            log.warning("run %s: the post was not delivered: %s", row.id, exc)
+            host.store.set_run_state(row.id, "failed", f"not delivered: {exc}"[:500])
+        else:
+            lane = await host.lane(parse_conv(row.conv))
+            conversation = lane.conversation
+            if conversation is not None:
+                conversation.messages.append(Message.assistant(text))
+                last = len(conversation.messages) - 1
+                host.store.save_messages(row.conv, conversation.messages, [last], shrunk=False)
+            host.store.set_run_state(row.id, "completed", "posted")
+        finally:
+            self._starting.pop(row.conv, None)
+        await host.store.flush()
+        self.publish("ended", row.id)
+        self._wake.set()
 
     def run_ended(self, lane: Lane, run_id: str | None) -> None:
         """A run here ended: its conversation's next run may be claimed (here or by

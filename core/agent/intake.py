@@ -122,6 +122,11 @@ class Intake:
             self._waiters.pop(queued.run_id, None)
             raise
 
+    def announce(self, conv: str) -> None:
+        """A queued run of `conv` was stored by someone else (a trigger's delivery): the
+        claim loops of every worker hear of it."""
+        self._announce(conv)
+
     def _announce(self, conv: str) -> None:
         self.publish("queued", conv)
         self._wake.set()

@@ -36,7 +36,8 @@ class RecoveryHost(Protocol):
     store: Store
     events: EventLog
     started_at: float
-    responders: Callable[[ConversationKey], Responder | None]
+
+    async def responder_for(self, key: ConversationKey) -> Responder | None: ...
 
     async def lane(self, key: ConversationKey) -> Lane: ...
 
@@ -112,7 +113,7 @@ async def announce_interrupted(host: RecoveryHost, interrupted: list[RunRow]) ->
     for run in interrupted:
         if run.parent_run_id is not None:
             continue  # a child run goes on when its parent is resumed (core.agent.children)
-        responder = host.responders(parse_conv(run.conv))
+        responder = await host.responder_for(parse_conv(run.conv))
         if responder is not None:
             await retract_previews(host.store, run.id, responder)
             await safe_send(
@@ -130,7 +131,7 @@ async def deliver_owed(
     their conversations."""
     owed = await host.store.take_owed_replies(dead, worker_id, created_before=created_before)
     for reply in owed:
-        responder = host.responders(parse_conv(reply.conv))
+        responder = await host.responder_for(parse_conv(reply.conv))
         if responder is not None:
             await retract_previews(host.store, reply.run_id, responder)
             await safe_send(responder, reply.text)
@@ -155,7 +156,7 @@ async def resume_waiting(host: RecoveryHost, pending: list[ApprovalRow]) -> set[
         if next((r.id for r in recent if r.state != "queued"), None) != run.id:
             continue  # a later run superseded it (new input before this start-up)
         key = parse_conv(run.conv)
-        responder = host.responders(key)
+        responder = await host.responder_for(key)
         lane = await host.lane(key)
         later = await host.store.runs(conv=run.conv, states=["queued"], limit=10)
         if responder is None or lane.working or any(r.created_at >= host.started_at for r in later):

@@ -225,12 +225,18 @@ def _half(rows: Mapping[str, ToolCallRow]) -> dict[str, ToolCallRow]:
 
 async def reconcile_runs(store: Store, events: EventLog, *, before: float) -> list[RunRow]:
     """Runs created before `before` (by an earlier process) and left `running` by a crash
-    become `timed_out`; returns those with a checkpoint to go on from (marked resumable)."""
+    become `timed_out`; returns those with a checkpoint to go on from (marked resumable).
+    A run claimed but never begun (no checkpoint: it posted nothing) is queued again, as
+    a worker that takes over does (`core.agent.recovery.take_over`)."""
     interrupted: list[RunRow] = []
     for run in await store.runs(states=["running"], limit=10_000):
         if run.created_at >= before:  # this process's own live run
             continue
         checkpoint = await store.last_checkpoint(run.id)
+        if checkpoint is None and run.parent_run_id is None:
+            await store.unclaim_run(run.id)
+            events.emit("agent_run.requeued", {}, run_id=run.id, conv=run.conv)
+            continue
         resumable = checkpoint is not None and checkpoint.kind != "final"
         store.set_run_state(run.id, "timed_out", "interrupted", resumable=resumable)
         events.emit("agent_run.reconcile", {"resumable": resumable}, run_id=run.id, conv=run.conv)

@@ -134,7 +134,7 @@ class Takeovers:
         platform calls are fenced like the run's own."""
         worker, host = self.worker, self.worker.host
         store, key = host.store, parse_conv(row.conv)
-        responder = host.responders(key) if row.trigger != "cron" else None
+        responder = await host.responder_for(key) if row.trigger != "cron" else None
         with worker.holding(row.id) as fence, entered(fence):
             if responder is None:  # nobody to go on for here (a terminal's conversation)
                 store.set_run_state(row.id, "timed_out", "interrupted", resumable=row.resumable)

@@ -43,6 +43,7 @@ from core.store import Store
 from core.tools.base import Approver, RoleGate
 from core.tools.delegation import Delegator
 from core.tools.running import release_site
+from core.triggers.kinds import TRIGGER_KIND
 
 log = logging.getLogger(__name__)
 
@@ -170,12 +171,12 @@ class Turn:
 
     def _role(self) -> RoleGate | None:
         """What the run may use (docs/governance.md#roles): its sender's roles; a child
-        run's parent's; none for a cron job (its `allow_tools` decide); the default role
-        for a run whose sender this process does not know (a goal's turn, a message
-        queued before a restart or taken in by another worker)."""
+        run's parent's; none for a cron job or a trigger's run (its `allow_tools`
+        decide); the default role for a run whose sender this process does not know (a
+        goal's turn, a message queued before a restart or taken in by another worker)."""
         if self.parent is not None:
             return self.parent.role
-        if self.trigger == "cron":
+        if self.trigger in ("cron", TRIGGER_KIND):
             return None
         channel = self.lane.key[0]
         if self.inbound is not None:

@@ -28,6 +28,7 @@ from core.errors import BudgetExceeded
 from core.events import EventSink, Observed, Usage
 from core.records import record
 from core.store.usage_rows import LlmCall, UsageStore
+from core.triggers.kinds import THREAD_CHANNEL
 
 BudgetEvent = Callable[[str, dict[str, Any]], None]
 """Told of each budget refusal ("budget.refused") and change ("budget.changed")."""
@@ -41,7 +42,7 @@ class Who:
     conv: str
     user: str  # "slack:U123", "" for nobody (a cron job)
     channel: str  # "slack:C0123", "" for a cron job
-    job: str  # the cron job's name, else ""
+    job: str  # the cron job's name, or `trigger:<name>` for a trigger's run, else ""
 
     @classmethod
     def of(cls, run_id: str, conv: str, asker: Asker | None) -> Who:
@@ -49,6 +50,8 @@ class Who:
             return cls(run_id, conv, "", "", "")
         if asker.channel == "cron":
             return cls(run_id, conv, "", "", asker.channel_id)
+        if asker.channel == THREAD_CHANNEL and not asker.user_id:  # a trigger's run
+            return cls(run_id, conv, "", "", f"trigger:{asker.channel_id}")
         user = f"{asker.channel}:{asker.user_id}" if asker.user_id else ""
         return cls(run_id, conv, user, f"{asker.channel}:{asker.channel_id}", "")
 
@@ -77,6 +80,9 @@ def periods(who: Who, now: float) -> list[Period]:
         found.append(Period("per_channel_month", key, f"{next_month} 00:00 UTC"))
     if who.job:
         found.append(Period("per_job_run", f"per_job_run:{who.run_id}", "the job's next run"))
+    if who.job.startswith("trigger:"):  # the budget scope `trigger:<name>`
+        key = f"per_trigger_day:{who.job}:{day}"
+        found.append(Period("per_trigger_day", key, f"{tomorrow} 00:00 UTC"))
     return found
 
 

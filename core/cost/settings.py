@@ -6,11 +6,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-BudgetName = Literal["per_user_day", "per_channel_month", "per_job_run", "total_month"]
+BudgetName = Literal[
+    "per_user_day", "per_channel_month", "per_job_run", "per_trigger_day", "total_month"
+]
 BUDGET_NAMES: tuple[BudgetName, ...] = (
     "per_user_day",
     "per_channel_month",
     "per_job_run",
+    "per_trigger_day",
     "total_month",
 )
 
@@ -37,7 +40,10 @@ class BudgetsConfig(BaseModel):
     )
     per_user_day: float | None = Field(None, ge=0, description="Per person per UTC day.")
     per_channel_month: float | None = Field(None, ge=0, description="Per chat per month.")
-    per_job_run: float | None = Field(None, ge=0, description="Per cron job run.")
+    per_job_run: float | None = Field(None, ge=0, description="Per cron job or trigger run.")
+    per_trigger_day: float | None = Field(
+        None, ge=0, description="Per trigger (all its runs) per UTC day."
+    )
     total_month: float | None = Field(None, ge=0, description="All calls per month.")
 
     def limits(self) -> dict[str, float]:

@@ -34,7 +34,7 @@ from core.store.postgres_memory import PostgresMemoryTables
 from core.store.postgres_schema import migrate
 from core.store.postgres_workers import PostgresWorkerTables
 from core.store.sender_tables import POSTGRES_SENDERS, SenderTables
-from core.store.trigger_tables import POSTGRES_TRIGGERS, TriggerTables
+from core.store.trigger_tables import POSTGRES_TRIGGERS, PostgresTriggerTables
 from core.store.usage_rows import Refused, Want
 from core.store.usage_tables import POSTGRES_USAGE, UsageTables, refusal
 
@@ -49,7 +49,7 @@ class PostgresStore(
     PostgresMemoryTables,
     PostgresAuditTables,
     SenderTables,
-    TriggerTables,
+    PostgresTriggerTables,
     GrantTables,
     UsageTables,
     ConversationTables,

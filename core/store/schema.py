@@ -16,7 +16,7 @@ from __future__ import annotations
 from core.records import record
 from core.store.dialect import Dialect
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 
 
 # The column types, as each backend spells them: (SQLite's, PostgreSQL's).
@@ -253,6 +253,25 @@ _SCRIPTS: dict[int, str] = {
     ){without_rowid};
     CREATE INDEX trigger_deliveries_at ON trigger_deliveries (received_at);
     CREATE INDEX trigger_deliveries_last ON trigger_deliveries (trigger, received_at);
+    """,
+    # Triggers' threads (docs/triggers.md#one-thread-per-key): the open correlations (a
+    # trigger's rendered `thread_by` key → its conversation, gone once `close_on` closed
+    # it); where each trigger conversation posts (its platform thread once opened, and
+    # that thread's own conversation key, by which people's replies find it); and each
+    # trigger's deliveries per minute, counted by every worker in one row.
+    17: """
+    CREATE TABLE trigger_threads (
+        trigger TEXT NOT NULL, thread_key TEXT NOT NULL, conv TEXT NOT NULL,
+        opened_at {real} NOT NULL, PRIMARY KEY (trigger, thread_key)
+    ){without_rowid};
+    CREATE TABLE platform_threads (
+        conv TEXT PRIMARY KEY, place TEXT NOT NULL, header TEXT NOT NULL, thread TEXT,
+        alias TEXT UNIQUE
+    );
+    CREATE TABLE trigger_rate (
+        trigger TEXT NOT NULL, minute {bigint} NOT NULL, count {bigint} NOT NULL,
+        PRIMARY KEY (trigger, minute)
+    ){without_rowid};
     """,
 }
 assert sorted(_SCRIPTS) == list(range(1, SCHEMA_VERSION + 1)), "one script per version"

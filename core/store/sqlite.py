@@ -25,7 +25,7 @@ from core.store.sender_tables import SQLITE_SENDERS, SenderTables
 from core.store.sqlite_db import BUSY_TIMEOUT_MS, reader_connection, writer_connection
 from core.store.sqlite_memory import SqliteMemoryTables
 from core.store.sqlite_workers import SqliteWorkerTables
-from core.store.trigger_tables import SQLITE_TRIGGERS, TriggerTables
+from core.store.trigger_tables import SQLITE_TRIGGERS, SqliteTriggerTables
 from core.store.usage_rows import Refused, Want
 from core.store.usage_tables import SQLITE_USAGE, UsageTables, refusal
 
@@ -35,7 +35,7 @@ class SqliteStore(
     SqliteMemoryTables,
     SqliteAuditTables,
     SenderTables,
-    TriggerTables,
+    SqliteTriggerTables,
     GrantTables,
     UsageTables,
     ConversationTables,

@@ -74,6 +74,12 @@ class TriggerConfig(BaseModel):
     close_on: str | None = Field(
         None, description="An expression: a delivery that satisfies it ends the correlation."
     )
+    dedupe_hours: float = Field(
+        72.0,
+        gt=0,
+        le=24 * 90,
+        description="How long a delivery id is remembered: a redelivery within it is a duplicate.",
+    )
 
     _compiled: dict[str, Any] = PrivateAttr(default_factory=dict)  # by key: Expr or Template
 

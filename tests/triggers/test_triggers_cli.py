@@ -1,5 +1,5 @@
 """`parley triggers test` and `list` as a user runs them (a subprocess), on the shipped
-examples, and the one line `parley run` says of triggers it does not serve yet."""
+examples, and what `parley run` refuses to serve."""
 
 from __future__ import annotations
 
@@ -115,18 +115,25 @@ async def test_list_on_an_empty_store_shows_no_delivery(tmp_path: Path) -> None:
     assert lines[2].split() == ["oncall", "pagerduty", "slack:C0INCIDENTS", "none", "-"]
 
 
-async def test_run_says_once_that_configured_triggers_are_not_served(
+async def test_run_refuses_triggers_it_cannot_serve_naming_the_key(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
     config = _config(tmp_path)
-    env = child_env(OPENAI_BASE_URL=fake_llm.base_url)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url, **SECRETS)
     code, _out, err = await parley("--config", str(config), "run", env=env, stdin=b"/exit\n")
-    assert code == 0, err
-    line = (
-        "parley: warning: triggers are configured but not served yet: ci, oncall (docs/triggers.md)"
-    )
-    assert err.count("triggers are configured") == 1
-    assert line in err.splitlines()
+    assert code != 0
+    assert "server.listen" in err and "POST /hooks/ci" in err  # nowhere to serve them
+    text = config.read_text() + '\n[server]\nlisten = "127.0.0.1:0"\n'
+    config.write_text(text)
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url, PAGERDUTY_WEBHOOK_SECRET="pd")
+    code, _out, err = await parley("--config", str(config), "run", env=env, stdin=b"/exit\n")
+    assert code != 0
+    assert "triggers.ci.secret_env" in err
+    assert "the variable `GITHUB_WEBHOOK_SECRET` is not set" in err
+    env = child_env(OPENAI_BASE_URL=fake_llm.base_url, **SECRETS)
+    code, _out, err = await parley("--config", str(config), "run", env=env, stdin=b"/exit\n")
+    assert code != 0  # the example posts to Slack, which this file does not enable
+    assert "triggers.ci.channel" in err and "slack, which is not enabled" in err
 
 
 async def test_list_shows_each_triggers_last_delivery_from_the_store(tmp_path: Path) -> None:
