@@ -42,6 +42,7 @@ from core.sandbox import ToolSite, default_temp_root, site_for
 from core.store import Store
 from core.tools.base import Approver, RoleGate
 from core.tools.delegation import Delegator
+from core.tools.policy import PolicyGate
 from core.tools.running import release_site
 from core.triggers.kinds import TRIGGER_KIND
 
@@ -170,18 +171,23 @@ class Turn:
         self.role = self._role()
 
     def _role(self) -> RoleGate | None:
-        """What the run may use (docs/governance.md#roles): its sender's roles; a child
-        run's parent's; none for a cron job or a trigger's run (its `allow_tools`
-        decide); the default role for a run whose sender this process does not know (a
-        goal's turn, a message queued before a restart or taken in by another worker)."""
+        """What the run may use (docs/governance.md#roles): its sender's roles (on the
+        platform they wrote on: a reply in a trigger's thread too); a child run's
+        parent's; none for a cron job (its `allow_tools` decide); for a trigger's run its
+        policy, so that a tool it may not call is not even offered; the default role for
+        a run whose sender this process does not know (a goal's turn, a message queued
+        before a restart or taken in by another worker)."""
         if self.parent is not None:
             return self.parent.role
-        if self.trigger in ("cron", TRIGGER_KIND):
+        if self.trigger == "cron":
             return None
-        channel = self.lane.key[0]
+        if self.trigger == TRIGGER_KIND:
+            conversation = self.lane.conversation
+            return None if conversation is None else PolicyGate(conversation.executor.policy)
         if self.inbound is not None:
-            return self.host.roles.of(channel, self.inbound.user_id, self.inbound.groups)
-        return self.host.roles.of(channel, "")
+            inbound = self.inbound
+            return self.host.roles.of(inbound.channel, inbound.user_id, inbound.groups)
+        return self.host.roles.of(self.lane.key[0], "")
 
     async def run(self) -> RunReport:
         """The whole run; never raises (but for our own cancellation by the caller).

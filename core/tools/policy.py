@@ -60,3 +60,24 @@ class ToolPolicy:
                 "run has nobody to ask; leave that step to the parent run",
             )
         return Decision("ask", f"`{tool_name}` is an admin action and needs a human approver")
+
+
+@record(frozen=True, slots=True)
+class PolicyGate:
+    """A `core.tools.base.RoleGate` that is a policy: what it would deny is not offered.
+    A trigger's run has no person's roles; its policy (the cron policy and its
+    `allow_tools`) is what it may use, and a model shown only those cannot be talked by
+    a payload into trying the rest (docs/triggers.md#untrusted-data)."""
+
+    policy: ToolPolicy
+
+    @property
+    def names(self) -> str:
+        return f"{self.policy.session} policy"
+
+    def allows_tool(self, tool: str, category: str) -> bool:
+        return self.tool_refusal(tool, category) is None
+
+    def tool_refusal(self, tool: str, category: str) -> str | None:
+        decision = self.policy.decide(tool, category)  # type: ignore[arg-type]
+        return decision.reason if decision.verdict == "deny" else None
