@@ -72,7 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     triggers.add_argument("name", nargs="?", help="the trigger to test")
     triggers.add_argument("--payload", type=Path, help="a JSON file: the webhook's body")
     triggers.add_argument("--event", help="the event type (for sources that send it in a header)")
-    triggers.add_argument("--post", action="store_true", help="post the result (not yet)")
+    triggers.add_argument(
+        "--post",
+        action="store_true",
+        help="also send the signed delivery to the running Parley's [server] listen",
+    )
     audit = sub.add_parser(
         "audit", help="the audit log: approvals, refusals, admin commands, grants, reloads"
     )

@@ -1,8 +1,9 @@
 """`parley triggers list` and `parley triggers test NAME --payload FILE`: operate triggers.
 
-`test` tries a trigger without a sender and without posting: it signs the payload locally
-with the trigger's current secret the way its source signs, verifies it as the route will,
-and shows each decision the route would take (docs/triggers.md#trying-a-trigger).
+`test` tries a trigger without a sender: it signs the payload locally with the trigger's
+current secret the way its source signs, verifies it as the route will, and shows each
+decision the route would take; with `--post` it then sends the signed delivery to the
+running Parley, as the sender would (docs/triggers.md#trying-a-trigger).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from bot.config import ParleyConfig
 from core.errors import ConfigError
 from core.triggers.config import TriggerConfig, check_trigger_secrets
+from core.triggers.receive import thread_key
 from core.triggers.template import external_block
 from core.triggers.verify import Verified, sign, verify
 
@@ -59,14 +61,17 @@ async def triggers_list(config: ParleyConfig, environ: Mapping[str, str]) -> int
     return 0
 
 
-def triggers_test(
+async def triggers_test(
     config: ParleyConfig,
     environ: Mapping[str, str],
     name: str,
     payload_path: Path,
     event: str | None,
+    *,
+    post: bool = False,
 ) -> int:
-    """Sign, verify and render one payload for trigger `name`; post nothing.
+    """Sign, verify and render one payload for trigger `name`; with `post`, also send the
+    signed delivery to the running Parley's route (`[server] listen`), else post nothing.
 
     Raises:
         ConfigError: the trigger's secret variable is unset or unusable.
@@ -78,7 +83,7 @@ def triggers_test(
         return 1
     check_trigger_secrets({name: trigger}, environ)
     try:
-        body = payload_path.read_bytes()
+        body = payload_path.read_bytes()  # noqa: ASYNC240 - a small file, once, in a CLI
         payload = json.loads(body)
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"parley: cannot read {payload_path} as JSON: {exc}\n")
@@ -94,8 +99,27 @@ def triggers_test(
     if not isinstance(verdict, Verified):  # would be a bug in sign or verify
         sys.stderr.write(f"parley: the locally signed payload did not verify: {verdict.reason}\n")
         return 1
-    _report(trigger, payload, verdict, event, body)
-    return 0
+    _report(trigger, payload, verdict, event, body, posting=post)
+    return await _send(config, name, body, headers) if post else 0
+
+
+async def _send(config: ParleyConfig, name: str, body: bytes, headers: dict[str, str]) -> int:
+    """POST the signed delivery to `/hooks/NAME` on `[server] listen` (a wildcard address
+    is reached on the loopback); 0 if the route accepted it."""
+    import httpx
+
+    assert config.server.listen is not None
+    host, port = config.server.address()
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}/hooks/{name}"
+    try:
+        async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+            answer = await client.post(url, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        sys.stderr.write(f"parley: could not post to {url}: {exc} (is `parley run` running?)\n")
+        return 1
+    sys.stdout.write(f"posted to {url}: {answer.status_code} {answer.text}\n")
+    return 0 if answer.status_code in (200, 202) else 1
 
 
 def _report(
@@ -104,6 +128,8 @@ def _report(
     verdict: Verified,
     event: str | None,
     body: bytes,
+    *,
+    posting: bool,
 ) -> None:
     out = sys.stdout.write
     out(f"signed as {trigger.source} and verified: delivery {verdict.delivery_id}\n")
@@ -126,13 +152,11 @@ def _report(
     else:
         out(f"filter: rejects this payload, it would be ignored ({condition.text})\n")
     warnings: list[str] = []
-    thread = trigger.template("thread_by")
-    if thread is None:
+    if trigger.thread_by is None:
         out("thread key: none (every delivery its own thread)\n")
     else:
-        rendered = thread.render(payload)
-        warnings.extend(rendered.warnings)
-        out(f"thread key: {rendered.text}\n")
+        key = thread_key(trigger, payload, warnings)
+        out(f"thread key: {key if key is not None else 'none (a thread of its own)'}\n")
     closing = trigger.expr("close_on")
     if closing is not None:
         out(f"close_on: {'closes' if closing.matches(payload) else 'does not close'} the thread\n")
@@ -149,7 +173,8 @@ def _report(
         lines = block.splitlines()
         out(f"external data block (first {min(BLOCK_LINES, len(lines))} of {len(lines)} lines):\n")
         out("\n".join(lines[:BLOCK_LINES]) + "\n")
-    out("posted nothing (a test)\n")
+    if not posting:
+        out("posted nothing (a test; --post sends it to the running Parley)\n")
 
 
 async def triggers_command(config: ParleyConfig, environ: Mapping[str, str], args: Any) -> int:
@@ -159,14 +184,16 @@ async def triggers_command(config: ParleyConfig, environ: Mapping[str, str], arg
     if not args.name or args.payload is None:
         sys.stderr.write("parley: `triggers test` needs NAME and --payload FILE\n")
         return 2
-    if args.post:
+    if args.post and not config.server.listen:
         sys.stderr.write(
-            "parley: --post is not implemented yet (triggers are not served yet); "
-            "run without it to see what would be posted\n"
+            "parley: --post sends the delivery to the running Parley's [server] listen, "
+            "which is not set in the configuration\n"
         )
         return 2
     try:
-        return triggers_test(config, environ, args.name, args.payload, args.event)
+        return await triggers_test(
+            config, environ, args.name, args.payload, args.event, post=args.post
+        )
     except ConfigError as exc:
         if config.source is not None:
             exc.in_file(config.source)

@@ -38,7 +38,7 @@ from channels.approvals import (
 )
 from channels.discord_api import MAX_RATELIMIT_WAIT, discord_call, point_library_at
 from channels.discord_config import DiscordConfig
-from channels.discord_reply import DiscordResponder
+from channels.discord_reply import DiscordResponder, start_thread
 from channels.gate import Gate
 from channels.inbound import discord_markdown
 from channels.retry import call_with_retry
@@ -145,7 +145,7 @@ class DiscordChannel:
             config.approvers, self.clock, deciders=deciders, platform=self.name
         )
         self._budgets: dict[int, EditBudget] = {}
-        self._threads: set[int] = set()  # threads the bot answered in
+        self._threads: set[int] = set()  # threads the bot answered in or opened
         self._client: _Client | None = None
         self._handling: set[asyncio.Task[Any]] = set()
         self._gateway: asyncio.Task[None] | None = None
@@ -259,6 +259,13 @@ class DiscordChannel:
         except ValueError:
             raise ChannelError(f"not a Discord channel id: {thread_id or channel_id!r}") from None
         return DiscordResponder(self, target)
+
+    async def open_thread(self, channel_id: str, header: str) -> str:
+        """The id of the thread started on the header (`discord_reply.start_thread`); see
+        `channels.base`. Its replies reach the agent unmentioned, as in any bot thread."""
+        thread = await start_thread(self, channel_id, header)
+        self._threads.add(int(thread))
+        return thread
 
     def access(self) -> str:
         return self.config.who()

@@ -1,21 +1,24 @@
 """Where the bot's output goes in Discord: a channel, thread or DM as a `Surface` for the
-reply streamer (final text formatted for Discord, plain if refused) and the `Responder` of
-one conversation, sharing its channel's edit budget, with its typing indicator."""
+reply streamer (final text formatted for Discord, plain if refused), the `Responder` of
+one conversation, sharing its channel's edit budget, with its typing indicator, and the
+thread a trigger's header starts (`start_thread`)."""
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import Literal, Protocol
 
 from channels.discord_api import discord_call
 from channels.discord_config import DiscordConfig
+from channels.retry import call_with_retry
 from channels.stream import EditBudget, ReplyStreamer, Typing, deliver
 from channels.text import bold_deep_headings, to_discord
 from core.chat import ApprovalRequest, PreviewStream
 from core.clock import Clock
 from core.errors import ChannelError, ChannelRefused, DeliveryFailed
+from core.secrets import scrub
 
 with warnings.catch_warnings():
     # discord.py imports `audioop` (voice support), deprecated since Python 3.11.
@@ -38,6 +41,8 @@ class DiscordHost(Protocol):
 
 MESSAGE_LIMIT = 2000
 TYPING_INTERVAL = 8.0  # the indicator lasts 10 s
+THREAD_NAME_LIMIT = 100  # characters; Discord refuses longer thread names
+THREAD_ARCHIVE_MINUTES: Literal[1440] = 1440  # hidden a day after its last post
 
 
 class DiscordSurface:
@@ -120,3 +125,42 @@ class DiscordResponder:
 
     async def _send_typing(self) -> None:
         await discord_call(self._adapter.client().http.send_typing(self._target))
+
+
+async def start_thread(adapter: DiscordHost, channel_id: str, header: str) -> str:
+    """Post `header` in `channel_id` as a responder posts (retried, 429s waited out), start
+    a public thread on it named after it, and return the thread's id. Raises
+    DeliveryFailed with Discord's reason if either is refused (a header without its
+    thread stays posted)."""
+    try:
+        target = int(channel_id)
+    except ValueError:
+        raise DeliveryFailed(f"not a Discord channel id: {channel_id!r}") from None
+    surface = DiscordSurface(lambda: adapter.client().get_partial_messageable(target))
+    posted = await deliver(surface, header, clock=adapter.clock)
+    if not posted:
+        raise DeliveryFailed("an empty thread header is not posted")
+    # The REST call, not `Message.create_thread`: that needs the guild in the client's
+    # cache, which a worker without a gateway shard (REST only) does not have.
+    try:
+        thread = await call_with_retry(
+            lambda: discord_call(
+                adapter.client().http.start_thread_with_message(
+                    target,
+                    int(posted[0]),
+                    name=thread_name(header),
+                    auto_archive_duration=THREAD_ARCHIVE_MINUTES,
+                )
+            ),
+            clock=adapter.clock,
+            what="Discord start thread",
+        )
+    except ChannelError as exc:
+        raise DeliveryFailed(f"Discord could not start a thread on the header: {exc}") from exc
+    return str(thread["id"])
+
+
+def thread_name(header: str) -> str:
+    """A thread's name from its header: one line, no secrets, cut to Discord's limit."""
+    name = " ".join(scrub(header).split())
+    return name if len(name) <= THREAD_NAME_LIMIT else name[: THREAD_NAME_LIMIT - 1] + "…"

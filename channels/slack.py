@@ -62,7 +62,7 @@ from channels.slack_events import (
 )
 from channels.slack_groups import UserGroups
 from channels.slack_http import events_app
-from channels.slack_reply import SlackResponder
+from channels.slack_reply import SlackResponder, start_thread
 from channels.slack_status import ThreadStatus
 from core.chat import AgentPort, ApprovalRequest, ConversationKey, Deciders, Inbound
 from core.clock import Clock, SystemClock
@@ -198,6 +198,10 @@ class SlackChannel:
     def responder(self, key: ConversationKey) -> SlackResponder:
         _, channel_id, thread_id = key
         return SlackResponder(self, channel_id, thread_id or None)
+
+    async def open_thread(self, channel_id: str, header: str) -> str:
+        """The header's ts (`channels.slack_reply.start_thread`); see `channels.base`."""
+        return await start_thread(self, channel_id, header)
 
     def access(self) -> str:
         return self.config.who()

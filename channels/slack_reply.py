@@ -1,7 +1,8 @@
 """Where the bot's output goes in Slack: a `Surface` for the reply streamer (one thread,
-DM or channel top level) and the `Responder` of one conversation, with its approval
+DM or channel top level), the `Responder` of one conversation, with its approval
 prompts, its thread status (`channels.slack_status`), native streaming where it can
-(`channels.slack_stream`) and the `response_url` fallback for slash commands."""
+(`channels.slack_stream`) and the `response_url` fallback for slash commands, and the
+header a trigger's thread starts with (`start_thread`)."""
 
 from __future__ import annotations
 
@@ -205,3 +206,14 @@ class SlackResponder:
         finally:
             if status is not None and status.status == APPROVAL:
                 status.show(THINKING)
+
+
+async def start_thread(slack: SlackHost, channel_id: str, header: str) -> str:
+    """Post `header` at the top level of `channel_id` as a responder posts (retried, 429s
+    waited out, plain if the mrkdwn is refused); returns its ts, the thread's. The post
+    remembers the thread as the bot's, so replies in it reach the agent unmentioned.
+    Raises DeliveryFailed with Slack's reason if it cannot be posted."""
+    posted = await deliver(SlackSurface(slack, channel_id, None), header, clock=slack.clock)
+    if not posted:
+        raise DeliveryFailed("an empty thread header is not posted")
+    return posted[0]

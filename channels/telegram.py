@@ -54,7 +54,13 @@ from channels.stream import EditBudget
 from channels.telegram_api import bot_id_of, telegram_call
 from channels.telegram_config import TelegramConfig, webhook_secret
 from channels.telegram_poll import ALLOWED_UPDATES, Poller
-from channels.telegram_reply import Place, TelegramResponder, approval_prompt
+from channels.telegram_reply import (
+    Place,
+    TelegramResponder,
+    approval_prompt,
+    place_of,
+    start_thread,
+)
 from channels.telegram_updates import (
     Handover,
     MessageReader,
@@ -301,7 +307,11 @@ class TelegramChannel:
 
     def responder(self, key: ConversationKey) -> Responder:
         _, chat_id, thread = key
-        return TelegramResponder(self, Place(int(chat_id), int(thread) if thread else None))
+        return TelegramResponder(self, place_of(chat_id, thread))
+
+    async def open_thread(self, channel_id: str, header: str) -> str:
+        """`r<the header's message id>` (`telegram_reply.start_thread`); see `channels.base`."""
+        return await start_thread(self, channel_id, header)
 
     def access(self) -> str:
         return self.config.who()

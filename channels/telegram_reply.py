@@ -1,6 +1,8 @@
 """Where the bot's output goes in Telegram: a chat (or forum topic) as a `Surface` for the
 reply streamer — final text as Telegram HTML, plain text if Telegram cannot parse it —
-the `Responder` of one conversation with its typing indicator, and the approval prompt."""
+the `Responder` of one conversation with its typing indicator, the approval prompt, and
+the header of a trigger's thread (`start_thread`): Telegram has no threads outside forum
+topics, so a trigger's posts reply to its header, and its key's thread is `r<header id>`."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from channels.telegram_draft import DraftStream
 from channels.text import to_telegram_html
 from core.chat import ApprovalRequest, PreviewStream, is_silent
 from core.clock import Clock
-from core.errors import ChannelRefused
+from core.errors import ChannelRefused, DeliveryFailed
 from core.records import record
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,28 @@ class Place:
                 message_id=self.reply_to, allow_sending_without_reply=True
             )
         return args
+
+
+def place_of(chat_id: str, thread: str) -> Place:
+    """Where the conversation (`telegram`, chat_id, thread) posts: `r<id>` replies to
+    message <id> (a trigger's thread), digits are a forum topic, "" the chat itself."""
+    if thread.startswith("r"):
+        return Place(int(chat_id), None, reply_to=int(thread[1:]))
+    return Place(int(chat_id), int(thread) if thread else None)
+
+
+async def start_thread(channel: TelegramHost, chat_id: str, header: str) -> str:
+    """Post `header` in chat `chat_id` as a responder posts (retried, 429s waited out) and
+    return `r<its message id>`. Raises DeliveryFailed with Telegram's reason if it cannot
+    be posted."""
+    try:
+        place = Place(int(chat_id))
+    except ValueError:
+        raise DeliveryFailed(f"not a Telegram chat id: {chat_id!r}") from None
+    posted = await deliver(TelegramSurface(channel.bot, place), header, clock=channel.clock)
+    if not posted:
+        raise DeliveryFailed("an empty thread header is not posted")
+    return f"r{posted[0]}"
 
 
 class TelegramSurface:

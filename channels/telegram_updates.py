@@ -116,6 +116,9 @@ class MessageReader:
         if not text:
             return None
         topic = message.message_thread_id if message.is_topic_message else None
+        # In a forum topic every message "replies" to the topic's first message: only
+        # elsewhere is a reply one a person chose (to a trigger's header, say).
+        reply = None if message.is_topic_message else message.reply_to_message
         return Inbound(
             channel=self.channel,
             channel_id=str(message.chat_id),
@@ -127,6 +130,7 @@ class MessageReader:
             mentions_bot=mentioned,
             event_id=str(update_id),
             message_id=str(message.message_id),
+            reply_to=str(reply.message_id) if reply is not None else "",
         )
 
     def _strip_mentions(self, message: Message, text: str) -> tuple[str, bool]:

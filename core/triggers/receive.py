@@ -79,9 +79,9 @@ def decide(
     if condition is not None and not condition.matches(payload):
         return Decision(False, f"the filter does not hold ({condition.text})")
     warnings: list[str] = []
-    thread_key = _thread_key(trigger, payload, warnings)
+    key = thread_key(trigger, payload, warnings)
     closing = trigger.expr("close_on")
-    closes = thread_key is not None and closing is not None and closing.matches(payload)
+    closes = key is not None and closing is not None and closing.matches(payload)
     if trigger.deliver_only:
         template = trigger.template("message")
         assert template is not None  # the model requires it
@@ -95,11 +95,11 @@ def decide(
         about = f"(trigger `{name}`, event `{event or 'none'}`, delivery `{verified.delivery_id}`)"
         text = f"{rendered.text}\n\n{about}\n\n{data}"
     warnings.extend(rendered.warnings)
-    header = f"[{name}] {thread_key}" if thread_key is not None else f"[{name}] {event or name}"
-    return Decision(True, "", text, thread_key, closes, header, tuple(warnings))
+    header = f"[{name}] {key}" if key is not None else f"[{name}] {event or name}"
+    return Decision(True, "", text, key, closes, header, tuple(warnings))
 
 
-def _thread_key(
+def thread_key(
     trigger: TriggerConfig, payload: Mapping[str, Any], warnings: list[str]
 ) -> str | None:
     """The rendered `thread_by` key, or None (a thread of its own): a key with a missing
@@ -190,4 +190,4 @@ def _run_id() -> str:
     return new_run_id()
 
 
-__all__ = ["Answer", "Decision", "decide", "receive"]
+__all__ = ["Answer", "Decision", "decide", "receive", "thread_key"]

@@ -21,6 +21,7 @@ Method names (`Call.method`): REST calls use the names below; gateway ops are
     edit_message              PATCH  /channels/{channel_id}/messages/{message_id}
     delete_message            DELETE /channels/{channel_id}/messages/{message_id}
     trigger_typing            POST   /channels/{channel_id}/typing
+    start_thread              POST   /channels/{channel_id}/messages/{message_id}/threads
     interaction_callback      POST   /interactions/{interaction_id}/{token}/callback
     create_followup           POST   /webhooks/{app}/{token}
     edit_followup             PATCH  /webhooks/{app}/{token}/messages/{message_id}
@@ -28,7 +29,8 @@ Method names (`Call.method`): REST calls use the names below; gateway ops are
 
 Unknown routes answer 404. The fake is strict where discord.py or Discord are: bodies
 are `Content-Type: application/json` exactly; messages over 2,000 characters or empty
-are refused (400, code 50035 / 50006); an interaction is acknowledged once (40060);
+are refused (400, code 50035 / 50006); an interaction is acknowledged once (40060); a
+thread starts once per message (160004), on a guild text channel's message only (50024);
 guild message content is blanked unless IDENTIFY asked for the MESSAGE_CONTENT intent.
 `fail_next(method, 429, retry_after)` answers as Discord does (`Via` header, body
 `{"retry_after", "global": false}`): discord.py sleeps through it when `retry_after` is
@@ -160,6 +162,36 @@ def _error(status: int, code: int, message: str) -> web.Response:
     return _json({"message": message, "code": code}, status)
 
 
+_THREAD_IDS = (BOT_THREAD_ID, OTHER_THREAD_ID)
+
+
+def _thread_data(
+    tid: str, name: str, owner_id: str, *, parent_id: str = CHANNEL_ID, joined: bool
+) -> dict[str, Any]:
+    """A public thread as Discord describes it (a channel of type 11); `joined`: with the
+    bot's thread member."""
+    data: dict[str, Any] = {
+        "id": tid,
+        "guild_id": GUILD_ID,
+        "parent_id": parent_id,
+        "owner_id": owner_id,
+        "name": name,
+        "type": 11,
+        "message_count": 1,
+        "member_count": 2,
+        "rate_limit_per_user": 0,
+        "thread_metadata": {
+            "archived": False,
+            "auto_archive_duration": 1440,
+            "archive_timestamp": TIMESTAMP,
+            "locked": False,
+        },
+    }
+    if joined:
+        data["member"] = {"id": tid, "user_id": BOT_ID, "join_timestamp": TIMESTAMP, "flags": 0}
+    return data
+
+
 class FakeDiscord(LogsCalls):
     """A fake Discord REST API + gateway. `url` is the REST root (`…/api/v10`). A REST
     call's `params` merge path parameters, query and JSON body."""
@@ -181,6 +213,7 @@ class FakeDiscord(LogsCalls):
             cid: _Channel(cid, GUILD_ID) for cid in (CHANNEL_ID, BOT_THREAD_ID, OTHER_THREAD_ID)
         }
         self.channels[DM_CHANNEL_ID] = _Channel(DM_CHANNEL_ID, None)
+        self.threads: dict[str, dict[str, Any]] = {}  # started by the bot, by id
         self.interactions: dict[str, dict[str, Any]] = {}
         self.ephemeral: list[dict[str, Any]] = []  # messages only their recipient sees
         self._ids = itertools.count(1_300_000_000_000_000_001)
@@ -317,6 +350,8 @@ class FakeDiscord(LogsCalls):
                 return "delete_message", {"channel_id": cid, "message_id": mid}
             case "POST", ["channels", cid, "typing"]:
                 return "trigger_typing", {"channel_id": cid}
+            case "POST", ["channels", cid, "messages", mid, "threads"]:
+                return "start_thread", {"channel_id": cid, "message_id": mid}
             case "POST", ["interactions", iid, token, "callback"]:
                 return "interaction_callback", {"interaction_id": iid, "token": token}
             case "POST", ["webhooks", app, token]:
@@ -468,6 +503,26 @@ class FakeDiscord(LogsCalls):
     async def _do_trigger_typing(self, params: dict[str, Any]) -> web.Response:
         return web.Response(status=204)
 
+    async def _do_start_thread(self, params: dict[str, Any]) -> web.Response:
+        """Start Thread from Message: a public thread whose id is the message's, owned and
+        joined by the bot; the gateway hears THREAD_CREATE (`newly_created`) first."""
+        channel, mid = self.channels.get(params["channel_id"]), params["message_id"]
+        if channel is None or mid not in channel.messages:
+            return _error(404, 10008, "Unknown Message")
+        if channel.guild_id is None or channel.id in _THREAD_IDS or channel.id in self.threads:
+            return _error(400, 50024, "Cannot execute action on this channel type")
+        if mid in self.channels:
+            return _error(400, 160004, "A thread has already been created for this message")
+        if not 1 <= len(params.get("name") or "") <= 100:
+            return _error(400, 50035, "Invalid Form Body: name: Must be 1-100 in length.")
+        self.channels[mid] = _Channel(mid, channel.guild_id)
+        self.threads[mid] = thread = _thread_data(
+            mid, str(params["name"]), BOT_ID, parent_id=channel.id, joined=True
+        ) | {"message_count": 0, "member_count": 1}
+        if self._sockets:  # a gateway client is there (not a REST-only one)
+            await self.dispatch("THREAD_CREATE", thread | {"newly_created": True})
+        return _json(thread)
+
     async def _do_interaction_callback(self, params: dict[str, Any]) -> web.Response:
         interaction = self.interactions.get(params["interaction_id"])
         if interaction is None or interaction["token"] != params["token"]:
@@ -598,31 +653,7 @@ class FakeDiscord(LogsCalls):
 
     def _guild(self) -> dict[str, Any]:
         def thread(tid: str, name: str, joined: bool) -> dict[str, Any]:
-            data: dict[str, Any] = {
-                "id": tid,
-                "guild_id": GUILD_ID,
-                "parent_id": CHANNEL_ID,
-                "owner_id": USER.id,
-                "name": name,
-                "type": 11,
-                "message_count": 1,
-                "member_count": 2,
-                "rate_limit_per_user": 0,
-                "thread_metadata": {
-                    "archived": False,
-                    "auto_archive_duration": 1440,
-                    "archive_timestamp": TIMESTAMP,
-                    "locked": False,
-                },
-            }
-            if joined:
-                data["member"] = {
-                    "id": tid,
-                    "user_id": BOT_ID,
-                    "join_timestamp": TIMESTAMP,
-                    "flags": 0,
-                }
-            return data
+            return _thread_data(tid, name, USER.id, joined=joined)
 
         return {
             "id": GUILD_ID,
@@ -672,6 +703,7 @@ class FakeDiscord(LogsCalls):
             "threads": [
                 thread(BOT_THREAD_ID, "bot thread", joined=True),
                 thread(OTHER_THREAD_ID, "other thread", joined=False),
+                *self.threads.values(),
             ],
             "voice_states": [],
             "presences": [],
@@ -801,7 +833,7 @@ class FakeDiscord(LogsCalls):
             payload["guild_id"] = channel.guild_id
             payload["guild_locale"] = "en-US"
             payload["member"] = user.member()
-            thread = channel_id in (BOT_THREAD_ID, OTHER_THREAD_ID)
+            thread = channel_id in _THREAD_IDS or channel_id in self.threads
             payload["channel"] = {
                 "id": channel_id,
                 "type": 11 if thread else 0,

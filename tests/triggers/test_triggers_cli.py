@@ -4,13 +4,17 @@ examples, and what `parley run` refuses to serve."""
 from __future__ import annotations
 
 import json
+import time
 import tomllib
 from pathlib import Path
+
+from aiohttp import web
 
 from bot.config import parse_config
 from bot.wiring import secret_env_names
 from core.store import open_store
 from core.store.trigger_rows import TriggerDelivery
+from core.triggers.verify import Verified, verify
 from tests.fakes.llm import FakeLLM
 from tests.process import REPO, child_env, parley, write_config
 
@@ -92,11 +96,48 @@ async def test_an_unset_secret_variable_is_named_and_nothing_is_tested(tmp_path:
     assert out == ""
 
 
-async def test_post_is_refused_until_triggers_are_served(tmp_path: Path) -> None:
+async def test_post_needs_the_listen_address_of_the_running_parley(tmp_path: Path) -> None:
     code, out, err = await _test(tmp_path, "oncall", "--payload", str(PAGERDUTY), "--post")
     assert code == 2
-    assert "--post is not implemented yet" in err
+    assert "--post sends the delivery to the running Parley's [server] listen" in err
     assert out == ""
+
+
+async def test_post_sends_the_signed_delivery_to_the_route_as_the_sender_would(
+    tmp_path: Path,
+) -> None:
+    got: list[tuple[str, dict[str, str], bytes]] = []
+
+    async def route(request: web.Request) -> web.Response:
+        got.append((request.path, dict(request.headers), await request.read()))
+        return web.json_response({"outcome": "accepted"}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/hooks/{name}", route)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        config = _config(tmp_path)
+        config.write_text(config.read_text() + f'\n[server]\nlisten = "0.0.0.0:{port}"\n')
+        args = ("triggers", "test", "ci", "--payload", str(GITHUB), "--event", "check_run")
+        code, out, err = await parley(
+            "--config", str(config), *args, "--post", env=child_env(**SECRETS)
+        )
+    finally:
+        await runner.cleanup()
+    assert code == 0, err
+    assert f"posted to http://127.0.0.1:{port}/hooks/ci: 202" in out
+    assert "posted nothing" not in out
+    [(path, headers, body)] = got
+    assert path == "/hooks/ci"
+    assert body == GITHUB.read_bytes()
+    lower = {k.lower(): v for k, v in headers.items()}
+    verdict = verify("github", [SECRETS["GITHUB_WEBHOOK_SECRET"]], lower, body, time.time())
+    assert isinstance(verdict, Verified)
+    assert verdict.event_type == "check_run"
 
 
 async def test_an_unknown_trigger_names_the_configured_ones(tmp_path: Path) -> None:
@@ -122,7 +163,8 @@ async def test_run_refuses_triggers_it_cannot_serve_naming_the_key(
     env = child_env(OPENAI_BASE_URL=fake_llm.base_url, **SECRETS)
     code, _out, err = await parley("--config", str(config), "run", env=env, stdin=b"/exit\n")
     assert code != 0
-    assert "server.listen" in err and "POST /hooks/ci" in err  # nowhere to serve them
+    assert "server.listen" in err
+    assert "POST /hooks/ci" in err
     text = config.read_text() + '\n[server]\nlisten = "127.0.0.1:0"\n'
     config.write_text(text)
     env = child_env(OPENAI_BASE_URL=fake_llm.base_url, PAGERDUTY_WEBHOOK_SECRET="pd")
@@ -133,7 +175,8 @@ async def test_run_refuses_triggers_it_cannot_serve_naming_the_key(
     env = child_env(OPENAI_BASE_URL=fake_llm.base_url, **SECRETS)
     code, _out, err = await parley("--config", str(config), "run", env=env, stdin=b"/exit\n")
     assert code != 0  # the example posts to Slack, which this file does not enable
-    assert "triggers.ci.channel" in err and "slack, which is not enabled" in err
+    assert "triggers.ci.channel" in err
+    assert "slack, which is not enabled" in err
 
 
 async def test_list_shows_each_triggers_last_delivery_from_the_store(tmp_path: Path) -> None:
