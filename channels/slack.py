@@ -314,7 +314,12 @@ class SlackChannel:
             event_id=f"{channel_id}:{ts}",
             message_id=ts,
         )
-        in_bot_thread = bool(thread_ts) and (channel_id, thread_ts) in self._threads
+        # a thread this worker posted in, or one under a post of the bot's (any worker's:
+        # a trigger's header, docs/triggers.md), which Slack says in `parent_user_id`
+        in_bot_thread = bool(thread_ts) and (
+            (channel_id, thread_ts) in self._threads
+            or event.get("parent_user_id") == self.bot_user_id
+        )
         return inbound, from_bot, from_self, in_bot_thread
 
     def _bot_mention(self) -> re.Pattern[str]:

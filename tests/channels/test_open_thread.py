@@ -99,6 +99,33 @@ async def test_slack_header_opens_a_thread_that_posts_and_replies_share() -> Non
     assert reply.text == "looking into it"
 
 
+async def test_slack_reply_under_the_bots_header_reaches_a_worker_that_did_not_post_it() -> None:
+    """Another worker (a second connection of the same app) never saw the header posted;
+    Slack's `parent_user_id` tells it the thread is under the bot's post."""
+    poster, other = Recorder(), Recorder()
+    async with slack(poster) as (fake, channel):
+        ts = await channel.open_thread("C1", HEADER)
+        config = SlackConfig(enabled=True, base_url=fake.url, allow_users=["U1"])
+        environ = {
+            "SLACK_BOT_TOKEN": fake.bot_token,
+            "SLACK_APP_TOKEN": fake.app_token,
+            "SLACK_SIGNING_SECRET": "signing-secret",
+        }
+        await channel.stop()  # the poster is gone: only the other worker is connected
+        second = SlackChannel(config, environ)
+        await second.start(other)
+        try:
+            await fake.connected()
+            await fake.channel_message("is it still full?", thread_ts=ts)  # no mention
+            reply = await other.next_inbound()
+            await fake.channel_message("unrelated chatter")  # top level, no mention
+            await fake.channel_message("a reply under a person's post", thread_ts="1.000001")
+        finally:
+            await second.stop()
+    assert reply.key == ("slack", "C1", ts)
+    assert other.inbounds == []  # the rest was not for the bot
+
+
 async def test_slack_refused_header_raises_delivery_failed() -> None:
     async with slack(Recorder()) as (fake, channel):
         fake.not_in_channel.add("C9")

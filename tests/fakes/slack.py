@@ -505,6 +505,10 @@ class FakeSlack(SlackAI, LogsCalls):
         }
         if thread_ts:
             event["thread_ts"] = thread_ts
+            # Slack names who posted a reply's parent (a thread under one of the bot's posts)
+            parent = self.messages.get((channel, thread_ts))
+            if parent is not None:
+                event["parent_user_id"] = BOT_USER_ID
         return event | extra
 
     async def send_event(self, event: dict[str, Any]) -> Envelope:
