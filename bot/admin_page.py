@@ -5,8 +5,8 @@ markup and numbers.
 
 Read-only: it shows the workers (on PostgreSQL every worker the store lists, with its
 heartbeat's age and the leases it holds; on SQLite the one process), the recent runs by
-state (each opening to its transcript, tool calls and events), the pending approvals,
-usage and cost per day (`bot.admin_usage`) and the last entries of the audit log.
+state (each opening to its transcript, tool calls and events), the pending approvals, the
+triggers' latest deliveries (docs/triggers.md), usage and cost per day (`bot.admin_usage`) and the last entries of the audit log.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 RECENT = 50  # runs listed on the overview
 AUDIT = 50  # audit log entries listed on the overview
+DELIVERIES = 20  # trigger deliveries listed on the overview (refused ones are not stored)
 
 
 def login_form(problem: str = "") -> str:
@@ -72,6 +73,24 @@ async def overview(agent: Agent, leased: Singletons | None) -> str:
                     e(a.conv),
                 ]
                 for a in approvals
+            ],
+        )
+    )
+    deliveries = await store.recent_deliveries(DELIVERIES)
+    parts.append(f"<h2>Trigger deliveries (the last {len(deliveries)})</h2>")
+    parts.append(
+        _table(
+            ["received", "trigger", "delivery", "event", "outcome", "run"],
+            [
+                [
+                    e(_when(d.received_at)),
+                    e(d.trigger),
+                    e(d.delivery_id),
+                    e(d.event_type),
+                    e(d.outcome),
+                    f"<a href=/runs/{e(d.run_id)}>{e(d.run_id)}</a>" if d.run_id else "-",
+                ]
+                for d in deliveries
             ],
         )
     )

@@ -94,6 +94,10 @@ class TriggerStore(Protocol):
         """Each trigger's latest delivery (by `received_at`), by trigger name."""
         ...
 
+    async def recent_deliveries(self, limit: int) -> list[TriggerDelivery]:
+        """The latest `limit` deliveries of every trigger, newest first."""
+        ...
+
     async def accept_delivery(self, accepted: Acceptance) -> str | None:
         """Committed, in one transaction: the delivery's row (as `record_delivery`), the
         conversation of its thread (see `Acceptance`) and its queued runs there, of no

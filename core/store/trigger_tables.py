@@ -48,6 +48,10 @@ class TriggerSql:
             "(SELECT MAX(received_at) FROM trigger_deliveries AS e WHERE e.trigger = d.trigger) "
             "ORDER BY trigger, delivery_id"
         )
+        self.recent = q(
+            f"SELECT {DELIVERY_COLUMNS} FROM trigger_deliveries "
+            "ORDER BY received_at DESC, delivery_id LIMIT ?"
+        )
         self.open_key = q(
             "INSERT INTO trigger_threads (trigger, thread_key, conv, opened_at) "
             "VALUES (?, ?, ?, ?) ON CONFLICT (trigger, thread_key) DO NOTHING"
@@ -122,6 +126,9 @@ class TriggerTables:
             delivery = trigger_delivery(row)
             found.setdefault(delivery.trigger, delivery)  # of a tie, the first id
         return found
+
+    async def recent_deliveries(self, limit: int) -> list[TriggerDelivery]:
+        return [trigger_delivery(r) for r in await self._all(self._trigger_sql.recent, (limit,))]
 
     async def count_delivery(self, trigger: str, minute: int) -> int:
         rows = await self._write_now(self._trigger_sql.count, lambda: (trigger, minute))
