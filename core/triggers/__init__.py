@@ -1,7 +1,7 @@
 """triggers: the team's systems start runs (docs/triggers.md).
 
 A signed webhook from GitHub, GitLab, Sentry, PagerDuty, a Standard Webhooks sender or
-anything holding a bearer token starts a run that posts into a channel. Built so far:
+anything holding a bearer token starts a run that posts into a channel:
 
 - `verify`: each source's signature scheme as a pure function, with the delivery id
   and event type the source gives.
@@ -12,7 +12,12 @@ anything holding a bearer token starts a run that posts into a channel. Built so
 - `template`: `prompt`/`message`/`thread_by` templates (missing fields render empty, with
   a warning) and the fenced, capped block that carries untrusted payload data.
 - `config`: the `[triggers.NAME]` model, checked at load, and the secret variables' check.
+- `kinds`: the kinds of run a delivery queues (`trigger`, `post`) and the channel part of
+  a trigger conversation's key.
+- `receive`: one delivery taken in — verified, rate-counted, decided, and accepted with its
+  runs in one store transaction before the 2xx.
 
-Not yet: the HTTP route, the runs, correlation by `thread_by` and the metrics (the
-store's deliveries are `core.store.trigger_tables`; `parley triggers` is `bot.triggers_cli`).
+The HTTP route is `bot.hooks`; the platform threads `bot.trigger_threads`; the store's
+deliveries, threads and rate `core.store.trigger_tables`; `parley triggers`
+`bot.triggers_cli`.
 """
