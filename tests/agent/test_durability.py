@@ -209,6 +209,27 @@ async def test_queued_messages_survive_a_restart(fake_llm: FakeLLM, tmp_path: Pa
         assert [r.state for r in runs] == ["completed", "completed"]
 
 
+async def test_a_run_claimed_but_never_begun_is_queued_again_after_a_crash(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="answered after all"))
+    async with running_agent(fake_llm, tmp_path) as agent:
+        store = agent.store
+        await store.create_run("claimed0000001", CONV, "user", state="queued", text="hello")
+        claimed = await store.claim_queued_run(None)  # the crash came right after the claim
+        assert claimed is not None
+        assert claimed.id == "claimed0000001"
+    answered = RecordingResponder()
+    async with running_agent(fake_llm, tmp_path, responders=lambda key: answered) as agent:
+        assert await agent.reconcile() == []  # nothing interrupted: nothing had begun
+        await agent.wait_idle()
+        run = await agent.store.run("claimed0000001")
+        assert run is not None
+        assert run.state == "completed"
+    assert answered.finals == ["answered after all"]
+    assert not any("interrupted" in text for text in answered.sent)
+
+
 async def test_a_turn_cut_off_by_shutdown_is_resumable(fake_llm: FakeLLM, tmp_path: Path) -> None:
     fake_llm.script(Reply(text="slow " * 400, chunk_size=4, chunk_delay=0.05))
     chat = RecordingResponder()
