@@ -7,11 +7,13 @@ text reaches the model only quoted, in a user message, with no write tool offere
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from core.store import TriggerDelivery, open_store
 from tests.fakes.llm import FakeLLM, RecordedRequest, Reply
 from tests.fakes.slack import FakeSlack
 from tests.triggers.hookkit import CI_TRIGGER, check_run, deliver, serving, signed
@@ -144,3 +146,24 @@ async def test_deliveries_show_on_the_operators_page_and_in_the_metrics(
     for outcome in ("accepted", "ignored", "unauthorized"):
         line = f'parley_trigger_deliveries_total{{outcome="{outcome}",trigger="ci"}} 1.0'
         assert line in metrics
+
+
+async def test_a_delivery_older_than_the_dedupe_window_is_forgotten_at_start(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.responder = _answer
+    store = await open_store(str(tmp_path / "parley.db"))
+    try:  # one delivery 4 days ago, one an hour ago (the window is 72 hours)
+        for delivery, hours in (("old", 96), ("recent", 1)):
+            row = TriggerDelivery(
+                "ci", delivery, time.time() - hours * 3600, "check_run", "accepted"
+            )
+            assert await store.record_delivery(row)
+    finally:
+        await store.aclose()
+    async with FakeSlack() as slack, serving(tmp_path, fake_llm.base_url, slack) as (parley, url):
+        recent = await deliver(url, "ci", *signed(check_run(), delivery="recent"))
+        assert (recent.status_code, recent.json()["outcome"]) == (200, "duplicate")
+        old = await deliver(url, "ci", *signed(check_run(), delivery="old"))
+        assert (old.status_code, old.json()["outcome"]) == (202, "accepted")
+        await parley.until(lambda: len(fake_llm.requests) == 1, "its run")
