@@ -46,7 +46,11 @@ class Hooks:
     def add_routes(self, web_app: web.Application) -> None:
         web_app.router.add_post("/hooks/{name}", self.handle)
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Purge the deliveries past their window now (a delivery sent before the route
+        serves is judged against the store as it should be), then once an hour."""
+        with contextlib.suppress(StoreError):
+            await self.purge()
         self._purging = asyncio.create_task(self._purge_loop(), name="trigger purge")
 
     async def stop(self) -> None:
@@ -128,9 +132,9 @@ class Hooks:
 
     async def _purge_loop(self) -> None:
         while True:
+            await asyncio.sleep(PURGE_EVERY)
             with contextlib.suppress(StoreError):
                 await self.purge()
-            await asyncio.sleep(PURGE_EVERY)
 
     async def purge(self) -> int:
         """Forget the deliveries older than the longest dedupe window of any trigger."""

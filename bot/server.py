@@ -90,7 +90,7 @@ class OpsServer:
         bound_host, bound_port = self._runner.addresses[0][:2]
         self.url = f"http://{bound_host}:{bound_port}"
         if self.hooks is not None:
-            self.hooks.start()
+            await self.hooks.start()
 
     async def stop(self) -> None:
         if self.hooks is not None:
