@@ -59,18 +59,23 @@ class Recorder:
 # ---- Slack ----------------------------------------------------------------------------------
 
 
+def slack_channel(fake: FakeSlack, clock: Clock | None = None) -> SlackChannel:
+    """A Slack adapter (one worker's connection) to `fake`, admitting U1."""
+    config = SlackConfig(enabled=True, base_url=fake.url, allow_users=["U1"])
+    environ = {
+        "SLACK_BOT_TOKEN": fake.bot_token,
+        "SLACK_APP_TOKEN": fake.app_token,
+        "SLACK_SIGNING_SECRET": "signing-secret",
+    }
+    return SlackChannel(config, environ, clock=clock)
+
+
 @asynccontextmanager
 async def slack(
     agent: Recorder, clock: Clock | None = None
 ) -> AsyncIterator[tuple[FakeSlack, SlackChannel]]:
     async with FakeSlack() as fake:
-        config = SlackConfig(enabled=True, base_url=fake.url, allow_users=["U1"])
-        environ = {
-            "SLACK_BOT_TOKEN": fake.bot_token,
-            "SLACK_APP_TOKEN": fake.app_token,
-            "SLACK_SIGNING_SECRET": "signing-secret",
-        }
-        channel = SlackChannel(config, environ, clock=clock)
+        channel = slack_channel(fake, clock)
         await channel.start(agent)
         try:
             await fake.connected()
@@ -105,14 +110,8 @@ async def test_slack_reply_under_the_bots_header_reaches_a_worker_that_did_not_p
     poster, other = Recorder(), Recorder()
     async with slack(poster) as (fake, channel):
         ts = await channel.open_thread("C1", HEADER)
-        config = SlackConfig(enabled=True, base_url=fake.url, allow_users=["U1"])
-        environ = {
-            "SLACK_BOT_TOKEN": fake.bot_token,
-            "SLACK_APP_TOKEN": fake.app_token,
-            "SLACK_SIGNING_SECRET": "signing-secret",
-        }
         await channel.stop()  # the poster is gone: only the other worker is connected
-        second = SlackChannel(config, environ)
+        second = slack_channel(fake)
         await second.start(other)
         try:
             await fake.connected()
