@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
         ("redaction.py", ["| tool output |", "scrub µs per iteration"]),
         ("tool_search.py", ["| search on: first request |", "under the 12 KB goal"]),
         ("caching.py", ["| openai_chat |", "| anthropic |", "of the previous request"]),
+        ("triggers.py", ["deliveries accepted per second", "2xx to first post", "| SQLite |"]),
     ],
 )
 def test_quick_run_prints_the_tables(tmp_path: Path, script: str, expected: list[str]) -> None:
