@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from core.chat import Asker
 from core.cost.meter import Who, periods
 from core.errors import ConfigError
 from tests.agentkit import RecordingResponder, agent_config, inbound, running_agent
@@ -129,6 +130,20 @@ def test_budget_periods_and_when_they_reset() -> None:
     ]
     job = Who("r2", "cron:daily:1", "", "", "daily")
     assert [p.key for p in periods(job, now)] == ["total_month:2026-12", "per_job_run:r2"]
+
+
+def test_a_triggers_run_spends_in_the_scope_of_its_trigger() -> None:
+    now = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC).timestamp()
+    run = Who.of("r3", "trigger:ci:abc", Asker("trigger", "ci", "", False, "trigger:ci:abc"))
+    assert run == Who("r3", "trigger:ci:abc", "", "", "trigger:ci")
+    assert [(p.budget, p.key) for p in periods(run, now)] == [
+        ("total_month", "total_month:2026-12"),
+        ("per_job_run", "per_job_run:r3"),
+        ("per_trigger_day", "per_trigger_day:trigger:ci:2026-12-02"),
+    ]
+    # a person who replies in the trigger's thread spends as that person, in that chat
+    reply = Who.of("r4", "trigger:ci:abc", Asker("slack", "C1", "U1", False, "trigger:ci:abc"))
+    assert (reply.user, reply.channel, reply.job) == ("slack:U1", "slack:C1", "")
 
 
 @pytest.mark.parametrize(

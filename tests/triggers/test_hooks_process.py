@@ -109,8 +109,8 @@ async def test_payload_text_reaches_the_model_quoted_as_external_data_without_wr
         block = user.split("External data from github", 1)[1]
         assert INJECTION in block  # the payload itself, inside the fenced block
         offered = {tool["function"]["name"] for tool in request.get("tools", [])}
-        assert offered, "read tools are offered"
-        assert not offered & {"write_file", "edit_file", "bash", "shell", "apply_patch"}
+        assert {"read_file", "list_directory"} <= offered  # read tools run
+        assert not offered & {"write_file", "bash", "delegate"}  # write tools: not listed
 
 
 async def test_deliveries_show_on_the_operators_page_and_in_the_metrics(
