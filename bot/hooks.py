@@ -1,10 +1,10 @@
 """`POST /hooks/<name>` on `[server] listen` (docs/triggers.md): the team's systems start
 runs. The route reads the body within its trigger's limit and hands it to
 `core.triggers.receive`; what that answers is counted (`parley_trigger_deliveries_total`),
-logged, recorded in the events log and — refusals and acceptances — in the audit log; an
-accepted delivery's runs, committed before the sender hears 202, are announced to the
-dispatcher, which any worker claims them through. Once an hour the deliveries older than
-the dedupe window are purged.
+logged, recorded in the events log and in the audit log (acceptances; refusals at most
+once per trigger every 10 s, with the count left out since); an accepted delivery's runs,
+committed before the sender hears 202, are announced to the dispatcher, which any worker
+claims them through. Once an hour the deliveries older than the dedupe window are purged.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 CHUNK = 65_536  # bytes read at a time (the read stops once a body passes its limit)
 PURGE_EVERY = 3600.0  # seconds between purges of the dedupe window
+AUDIT_REFUSALS_EVERY = 10.0  # seconds between audit entries of one trigger's refusals
 
 
 class Hooks:
@@ -42,6 +44,7 @@ class Hooks:
     def __init__(self, app: App, agent: Agent, *, now: Callable[[], float] = time.time) -> None:
         self.app, self.agent, self.now = app, agent, now
         self._purging: asyncio.Task[None] | None = None
+        self._refused: dict[str, tuple[float, int]] = {}  # trigger → last audited, left out
 
     def add_routes(self, web_app: web.Application) -> None:
         web_app.router.add_post("/hooks/{name}", self.handle)
@@ -94,9 +97,22 @@ class Hooks:
         return self._answered(name, answer)
 
     @staticmethod
-    async def _chunks(request: web.Request):  # type: ignore[no-untyped-def]
+    async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
         async for chunk in request.content.iter_chunked(CHUNK):
             yield chunk
+
+    def _refusal_audited(self, name: str) -> int | None:
+        """Whether this refusal of `name` gets an audit entry: the first, then at most one
+        every `AUDIT_REFUSALS_EVERY` seconds (a flood of forged deliveries must not become
+        a flood of hash-chained writes; the metric counts each). The refusals left out
+        since the last entry, or None for no entry now."""
+        now = time.monotonic()
+        last, skipped = self._refused.get(name, (-math.inf, 0))
+        if now - last < AUDIT_REFUSALS_EVERY:
+            self._refused[name] = (last, skipped + 1)
+            return None
+        self._refused[name] = (now, 0)
+        return skipped
 
     def _answered(self, name: str, answer: Answer) -> web.Response:
         """Count, log and record `answer`, and make it the response."""
@@ -110,8 +126,10 @@ class Hooks:
         if answer.why:
             detail["why"] = answer.why
         if answer.outcome == "unauthorized":
-            log.warning("trigger %s: a delivery was refused: %s", name, answer.why)
-            self.agent.audit.record("trigger.unauthorized", f"trigger:{name}", detail)
+            if (skipped := self._refusal_audited(name)) is not None:
+                log.warning("trigger %s: a delivery was refused: %s", name, answer.why)
+                refused = {**detail, "refused_since_last_entry": skipped}
+                self.agent.audit.record("trigger.unauthorized", f"trigger:{name}", refused)
         elif answer.outcome == "accepted":
             conv = answer.conv or ""
             accepted = {**detail, "runs": list(answer.run_ids)}
