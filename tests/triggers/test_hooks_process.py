@@ -131,6 +131,8 @@ async def test_deliveries_show_on_the_operators_page_and_in_the_metrics(
         accepted = await deliver(url, "ci", *signed(check_run(), delivery="d-accepted"))
         ignored = await deliver(url, "ci", *signed(check_run(), delivery="d-push", event="push"))
         forged = await deliver(url, "ci", *signed(check_run(), secret="wrong", delivery="d-forged"))
+        for n in range(3):  # a flood: counted each, audited once
+            await deliver(url, "ci", *signed(check_run(), secret="wrong", delivery=f"f{n}"))
         assert [r.status_code for r in (accepted, ignored, forged)] == [202, 202, 401]
         assert ignored.json()["outcome"] == "ignored"
         assert forged.json() == {"outcome": "unauthorized", "detail": "unauthorized"}
@@ -143,9 +145,11 @@ async def test_deliveries_show_on_the_operators_page_and_in_the_metrics(
     assert "d-accepted" in page
     assert "d-push" in page
     assert "d-forged" not in page  # a refused delivery is never stored
-    for outcome in ("accepted", "ignored", "unauthorized"):
-        line = f'parley_trigger_deliveries_total{{outcome="{outcome}",trigger="ci"}} 1.0'
+    for outcome, count in (("accepted", 1), ("ignored", 1), ("unauthorized", 4)):
+        line = f'parley_trigger_deliveries_total{{outcome="{outcome}",trigger="ci"}} {count}.0'
         assert line in metrics
+    assert page.count("trigger.unauthorized") == 1  # the audit log: one entry for the flood
+    assert page.count("trigger.accepted") == 1
 
 
 async def test_a_delivery_older_than_the_dedupe_window_is_forgotten_at_start(
