@@ -121,7 +121,7 @@ class Hooks:
             "trigger": name,
             "outcome": answer.outcome,
             "delivery": answer.delivery_id,
-            "event": answer.event_type,
+            "event_type": answer.event_type,
         }
         if answer.why:
             detail["why"] = answer.why

@@ -84,7 +84,11 @@ class OpsServer:
 
     async def start(self) -> None:
         host, port = self.settings.address()
-        self._runner = web.AppRunner(self.app(), handle_signals=False, access_log=None)
+        # lingering_time=0: a body refused mid-read (a trigger's 413) is not read on after
+        # the answer to drain the connection; the connection is closed instead
+        self._runner = web.AppRunner(
+            self.app(), handle_signals=False, access_log=None, lingering_time=0
+        )
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
         bound_host, bound_port = self._runner.addresses[0][:2]

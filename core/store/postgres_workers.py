@@ -23,8 +23,10 @@ from core.store.worker_tables import POSTGRES_WORKERS, WorkerTables, claim_queue
 
 _NOW = POSTGRES.now
 _HAS_CHECKPOINT = "EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = runs.id)"
-# A message (or a goal's turn) that never got going: back to the queue, for any worker.
-_REQUEUE = f"(runs.trigger IN ('user', 'goal') AND NOT {_HAS_CHECKPOINT})"
+# A message, a goal's turn or a trigger's run (docs/triggers.md) that never got going: back
+# to the queue, for any worker. (A trigger's post run writes no checkpoint: it is posted
+# again, at least once.)
+_REQUEUE = f"(runs.trigger IN ('user', 'goal', 'trigger', 'post') AND NOT {_HAS_CHECKPOINT})"
 _CHILD = "(runs.parent_run_id IS NOT NULL)"  # goes on when its parent is resumed
 _CLAIM_QUEUED_RUN = claim_queued_run(
     POSTGRES,
