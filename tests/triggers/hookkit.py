@@ -4,7 +4,11 @@ as their sources sign them (`core.triggers.verify.sign`) and sent over real HTTP
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import json
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -13,13 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
-from core.triggers.verify import sign
+from core.triggers.verify import Source, sign
 from tests.channels.test_stored_before_ack import Parley, free_port, parley_run
 from tests.fakes.slack import FakeSlack
 from tests.process import slack_run_config
+from tests.workerskit import shared_store
 
 SECRET = "gh-secret"
+STD_SECRET = "whsec_" + base64.b64encode(b"parley's standard webhooks key!!").decode()
 CI_TRIGGER = """
 [triggers.ci]
 source = "github"
@@ -47,7 +54,7 @@ def check_run(
 def signed(
     payload: dict[str, Any] | bytes,
     *,
-    source: str = "github",
+    source: Source = "github",
     secret: str = SECRET,
     delivery: str | None = None,
     event: str = "check_run",
@@ -60,14 +67,16 @@ def signed(
     return body, {**headers, "Content-Type": "application/json"}
 
 
-@asynccontextmanager
-async def serving(
-    tmp_path: Path, llm_url: str, slack: FakeSlack, triggers: str = CI_TRIGGER, **env: str
-) -> AsyncIterator[tuple[Parley, str]]:
-    """`parley run` with the fake Slack and `triggers`; yields it and its base URL."""
+def run_config(
+    state: Path, llm_url: str, slack: FakeSlack, triggers: str, *, store_url: str = ""
+) -> tuple[Path, dict[str, str], str]:
+    """`parley run`'s config.toml under `state` (the fake LLM, the fake Slack, `[server]
+    listen` on a free port, `triggers`; with `store_url`, the shared PostgreSQL store of
+    `tests.workerskit.shared_store`), its environment and its base URL."""
     port = free_port()
+    state.mkdir(parents=True, exist_ok=True)
     config, environ = slack_run_config(
-        tmp_path,
+        state,
         llm_url,
         slack,
         f"""
@@ -77,15 +86,65 @@ async def serving(
         """
         + triggers,
     )
-    environ |= {"GITHUB_WEBHOOK_SECRET": SECRET} | env
-    async with parley_run(config, environ) as parley:
+    if store_url:
+        config.write_text(shared_store(config.read_text(), store_url))
+    environ |= {"GITHUB_WEBHOOK_SECRET": SECRET, "STD_WEBHOOK_SECRET": STD_SECRET}
+    return config, environ, f"http://127.0.0.1:{port}"
+
+
+@asynccontextmanager
+async def serving(
+    tmp_path: Path, llm_url: str, slack: FakeSlack, triggers: str = CI_TRIGGER, **env: str
+) -> AsyncIterator[tuple[Parley, str]]:
+    """`parley run` with the fake Slack and `triggers`; yields it and its base URL."""
+    config, environ, url = run_config(tmp_path, llm_url, slack, triggers)
+    async with parley_run(config, environ | env) as parley:
         await parley.until(lambda: b"parley: ready" in parley.err, "start-up")
         await slack.connected()
-        yield parley, f"http://127.0.0.1:{port}"
+        yield parley, url
 
 
-async def deliver(
-    url: str, name: str, body: bytes, headers: dict[str, str]
-) -> httpx.Response:
+async def within_one_minute(seconds: float = 6) -> None:
+    """Until `seconds` are left in the current clock minute, the rate limit's window: a
+    burst that must fall in one window does not straddle two."""
+    if time.time() % 60 > 60 - seconds:
+        await asyncio.sleep(60.5 - time.time() % 60)
+
+
+async def deliver(url: str, name: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
     async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
         return await client.post(f"{url}/hooks/{name}", content=body, headers=headers)
+
+
+async def counted(url: str) -> dict[tuple[str, str], float]:
+    """`parley_trigger_deliveries_total` as `/metrics` shows it: (trigger, outcome) → count."""
+    async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+        response = await client.get(f"{url}/metrics")
+    response.raise_for_status()
+    found: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == "parley_trigger_deliveries_total":
+                found[(sample.labels["trigger"], sample.labels["outcome"])] = sample.value
+    return found
+
+
+def stored_deliveries(db: Path) -> list[tuple[str, str, str]]:
+    """The store's `trigger_deliveries` rows as (trigger, delivery id, outcome), sorted."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT trigger, delivery_id, outcome FROM trigger_deliveries "
+            "ORDER BY trigger, delivery_id"
+        )
+        return [(str(t), str(d), str(o)) for t, d, o in rows]
+
+
+def accepted_in_order(db: Path) -> list[str]:
+    """The delivery ids of the accepted deliveries, in the order the store took their runs
+    in (`runs.seq`)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT d.delivery_id FROM trigger_deliveries AS d JOIN runs AS r ON r.id = d.run_id "
+            "ORDER BY r.seq"
+        )
+        return [str(d) for (d,) in rows]
