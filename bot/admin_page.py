@@ -5,8 +5,9 @@ markup and numbers.
 
 Read-only: it shows the workers (on PostgreSQL every worker the store lists, with its
 heartbeat's age and the leases it holds; on SQLite the one process), the recent runs by
-state (each opening to its transcript, tool calls and events), the pending approvals, the
-triggers' latest deliveries (docs/triggers.md), usage and cost per day (`bot.admin_usage`) and the last entries of the audit log.
+state (each opening to its transcript, tool calls and events), the pending approvals,
+the triggers' latest deliveries (docs/triggers.md), usage and cost per day
+(`bot.admin_usage`) and the last entries of the audit log.
 """
 
 from __future__ import annotations

@@ -141,7 +141,8 @@ async def test_an_opened_thread_is_found_by_its_platform_key(store: Store) -> No
     await store.set_platform_thread(conv, "1700.1", "slack:C1:1700.1")
     assert await store.conversation_alias("slack:C1:1700.1") == conv
     found = await store.platform_thread(conv)
-    assert found is not None and found.thread == "1700.1"
+    assert found is not None
+    assert found.thread == "1700.1"
 
 
 async def test_two_workers_racing_to_open_one_key_share_one_conversation(
